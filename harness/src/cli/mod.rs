@@ -1,0 +1,96 @@
+//! The `crashpoint` command line (clap).
+//!
+//! Exit codes: 0 ok, 1 an invariant violated, 2 a harness or services error
+//! (see [`crate::error`]).
+
+mod doctor;
+mod list;
+mod run;
+mod updown;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::error::{EXIT_HARNESS, EXIT_OK};
+use crate::services::{ProviderKind, ServiceOptions};
+
+/// Deterministic failure injection for at-least-once message handlers on real PostgreSQL,
+/// SQS (LocalStack) and Redis.
+#[derive(Debug, Parser)]
+#[command(name = "crashpoint", version, about)]
+pub struct Cli {
+    #[command(flatten)]
+    services: ServiceArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How services are provided.
+#[derive(Debug, Args, Clone)]
+pub struct ServiceArgs {
+    /// Force a provider instead of choosing external → containers → native.
+    #[arg(long, global = true, value_enum)]
+    services: Option<ProviderKind>,
+    /// Allow destructive resets (TRUNCATE, FLUSHDB, queue deletion) on non-loopback hosts.
+    #[arg(long, global = true)]
+    allow_remote: bool,
+}
+
+impl ServiceArgs {
+    fn options(&self) -> ServiceOptions {
+        ServiceOptions { force: self.services, allow_remote: self.allow_remote }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Which provider would be chosen and why, which binaries were found, and a timed round
+    /// trip to each service.
+    Doctor,
+    /// Start the native services and keep them running; prints the env lines that make later
+    /// runs use them as the external provider.
+    Up,
+    /// Stop the services that `up` started.
+    Down,
+    /// Run scenarios (all by default) and print each trace, invariant and verdict.
+    Run(run::RunArgs),
+    /// List the scenarios, crash points and fault kinds.
+    List,
+}
+
+/// Parses the arguments, runs the command and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_tracing();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("crashpoint: cannot start the tokio runtime: {e}");
+            return EXIT_HARNESS;
+        }
+    };
+    let opts = cli.services.options();
+    let result = match cli.command {
+        Command::Doctor => rt.block_on(doctor::doctor(&opts)),
+        Command::Up => rt.block_on(updown::up()),
+        Command::Down => updown::down(),
+        Command::List => list::list(),
+        Command::Run(args) => run::run(&rt, &opts, &args),
+    };
+    drop(rt);
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("crashpoint: error: {e:#}");
+            EXIT_HARNESS
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+#[allow(dead_code)]
+const _: i32 = EXIT_OK;

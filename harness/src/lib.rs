@@ -1,0 +1,26 @@
+//! crashpoint: a deterministic failure-injection harness for at-least-once message handlers.
+//!
+//! The crate follows Jepsen's split of a test:
+//! - [`services`]: real PostgreSQL, SQS (LocalStack) and Redis, provisioned natively,
+//!   through testcontainers, or taken from the environment;
+//! - [`sut`]: the system under test (producer, consumer, relay, downstream, retention job)
+//!   behind traits, with the reference implementation from seed 000;
+//! - [`sim`]: the turmoil fleet, the gate that makes every service call a yield point,
+//!   the logical clock and the scheduler;
+//! - [`schedule`]: schedules as data and their text form;
+//! - [`faults`]: what the nemesis does to the world;
+//! - [`checker`]: invariants over the real final state and the recorded history;
+//! - [`report`]: the trace text;
+//! - [`scenario`]: scenario files under `scenarios/`;
+//! - [`cli`]: the `crashpoint` command.
+
+pub mod checker;
+pub mod cli;
+pub mod error;
+pub mod faults;
+pub mod report;
+pub mod scenario;
+pub mod schedule;
+pub mod services;
+pub mod sim;
+pub mod sut;

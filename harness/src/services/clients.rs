@@ -1,0 +1,144 @@
+//! Clients for the three services, configured for the simulation.
+//!
+//! The SQS client has the SDK's timeouts, retries and stalled-stream protection switched off:
+//! inside a turmoil host tokio's clock races ahead during real I/O (GUIDE.md §5), so any SDK
+//! timer would fire spuriously. The scheduler's logical clock decides every expiry instead.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use aws_sdk_sqs::config::{
+    retry::RetryConfig, StalledStreamProtectionConfig,
+    timeout::TimeoutConfig, BehaviorVersion, Credentials, Region,
+};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
+
+use super::{redact, Endpoints};
+
+/// The AWS region used against emulators when `AWS_REGION` is not set.
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// One client per service.
+#[derive(Clone)]
+pub struct ServiceClients {
+    /// A small PostgreSQL pool (at most 4 connections).
+    pub pg: PgPool,
+    /// An SQS client pointed at the endpoint.
+    pub sqs: aws_sdk_sqs::Client,
+    /// A multiplexed Redis connection.
+    pub redis: redis::aio::MultiplexedConnection,
+}
+
+impl ServiceClients {
+    /// Connects to all three. Errors name the service and its redacted URL.
+    pub async fn connect(endpoints: &Endpoints) -> Result<ServiceClients> {
+        let pg = PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(pg_options(&endpoints.database_url)?)
+            .await
+            .with_context(|| {
+                format!("connecting to PostgreSQL at {}", redact::url(&endpoints.database_url))
+            })?;
+        let sqs = sqs_client(&endpoints.sqs_endpoint_url);
+        let redis = redis_connect(&endpoints.redis_url).await?;
+        Ok(ServiceClients { pg, sqs, redis })
+    }
+}
+
+/// Connection options for `url`, with statement logging off (the trace is ours).
+pub fn pg_options(url: &str) -> Result<PgConnectOptions> {
+    let opts: PgConnectOptions = url
+        .parse()
+        .with_context(|| format!("DATABASE_URL {} is not a PostgreSQL URL", redact::url(url)))?;
+    Ok(opts.disable_statement_logging())
+}
+
+/// An SQS client for `endpoint`. Region comes from `AWS_REGION` (default `us-east-1`) and
+/// credentials from `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` (default `test`/`test`, the
+/// emulators' convention). SDK timeouts, retries and stalled-stream protection are disabled.
+pub fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
+    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let creds = Credentials::new(
+        env("AWS_ACCESS_KEY_ID", "test"),
+        env("AWS_SECRET_ACCESS_KEY", "test"),
+        None,
+        None,
+        "crashpoint",
+    );
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(env("AWS_REGION", DEFAULT_REGION)))
+        .credentials_provider(creds)
+        .endpoint_url(endpoint)
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(TimeoutConfig::disabled())
+        .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// A multiplexed Redis connection to `url`.
+pub async fn redis_connect(url: &str) -> Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(url)
+        .with_context(|| format!("REDIS_URL {} is not a Redis URL", redact::url(url)))?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .with_context(|| format!("connecting to Redis at {}", redact::url(url)))
+}
+
+/// Round-trip latencies measured by [`ServiceClients::ping`], in microseconds.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Latencies {
+    /// `SELECT 1` on PostgreSQL, µs.
+    pub postgres_us: u128,
+    /// `ListQueues` on SQS, µs.
+    pub sqs_us: u128,
+    /// `PING` on Redis, µs.
+    pub redis_us: u128,
+}
+
+impl ServiceClients {
+    /// One round trip to each service, timed (median of 5 after one warm-up, in µs).
+    pub async fn ping(&self) -> Result<Latencies> {
+        let mut redis = self.redis.clone();
+        let postgres_us = median_us(|| async {
+            sqlx::query("SELECT 1").execute(&self.pg).await.context("PostgreSQL SELECT 1")?;
+            Ok(())
+        })
+        .await?;
+        let sqs_us = median_us(|| async {
+            self.sqs.list_queues().send().await.context("SQS ListQueues")?;
+            Ok(())
+        })
+        .await?;
+        let redis_us = median_us(|| {
+            let mut c = redis.clone();
+            async move {
+                let _: String = redis::cmd("PING").query_async(&mut c).await.context("Redis PING")?;
+                Ok(())
+            }
+        })
+        .await?;
+        let _: String = redis::cmd("PING").query_async(&mut redis).await?;
+        Ok(Latencies { postgres_us, sqs_us, redis_us })
+    }
+}
+
+async fn median_us<F, Fut>(mut f: F) -> Result<u128>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    f().await?;
+    let mut samples = Vec::with_capacity(5);
+    for _ in 0..5 {
+        let t = Instant::now();
+        f().await?;
+        samples.push(t.elapsed().as_micros());
+    }
+    samples.sort_unstable();
+    Ok(samples[samples.len() / 2])
+}

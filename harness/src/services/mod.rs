@@ -1,0 +1,194 @@
+//! Provisioning of the real services: PostgreSQL, SQS (LocalStack) and Redis.
+//!
+//! One [`Services`] handle owns whatever a provider started and gives [`ServiceClients`]:
+//! a `sqlx::PgPool`, an `aws_sdk_sqs::Client` and a Redis connection. Three providers exist,
+//! chosen in this order unless one is forced ([`choose`]):
+//! 1. [`ProviderKind::External`]: `DATABASE_URL`, `SQS_ENDPOINT_URL` and `REDIS_URL` are all set;
+//! 2. [`ProviderKind::Containers`]: a Docker engine answers, so testcontainers starts them;
+//! 3. [`ProviderKind::Native`]: throwaway local processes on free loopback ports.
+//!
+//! Everything a provider started is stopped when the handle is dropped, and on SIGINT/SIGTERM
+//! through [`native::process`]'s registry.
+
+pub mod clients;
+#[cfg(feature = "containers")]
+pub mod containers;
+pub mod docker;
+pub mod external;
+pub mod native;
+pub mod redact;
+pub mod safety;
+
+use std::fmt;
+
+use anyhow::Result;
+
+pub use clients::ServiceClients;
+
+/// Which provider supplies the services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// Processes started by the harness from local binaries (PostgreSQL, redis-server, LocalStack).
+    Native,
+    /// Containers started through testcontainers; needs a reachable Docker engine.
+    Containers,
+    /// Services named by `DATABASE_URL`, `SQS_ENDPOINT_URL` and `REDIS_URL`.
+    External,
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProviderKind::Native => "native",
+            ProviderKind::Containers => "containers",
+            ProviderKind::External => "external",
+        })
+    }
+}
+
+/// Where the three services listen. URLs may carry passwords: print them with [`redact::url`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    /// A `postgres://` URL.
+    pub database_url: String,
+    /// The SQS endpoint, e.g. `http://127.0.0.1:4566`.
+    pub sqs_endpoint_url: String,
+    /// A `redis://` URL.
+    pub redis_url: String,
+}
+
+impl Endpoints {
+    /// The env lines that make a later run use these endpoints as the external provider.
+    pub fn env_lines(&self) -> String {
+        format!(
+            "DATABASE_URL={}\nSQS_ENDPOINT_URL={}\nREDIS_URL={}\n",
+            self.database_url, self.sqs_endpoint_url, self.redis_url
+        )
+    }
+}
+
+/// Options shared by every command that needs services.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceOptions {
+    /// Force a provider instead of choosing one automatically.
+    pub force: Option<ProviderKind>,
+    /// Allow destructive operations (TRUNCATE, FLUSHDB, queue deletion) on non-loopback hosts.
+    pub allow_remote: bool,
+}
+
+/// The provider that will be used, and why.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    /// The chosen provider.
+    pub kind: ProviderKind,
+    /// One sentence saying why, for `doctor` and logs.
+    pub reason: String,
+}
+
+/// Chooses the provider: forced, else external when all three env vars are set, else
+/// containers when a Docker engine answers, else native.
+pub fn choose(force: Option<ProviderKind>) -> Choice {
+    if let Some(kind) = force {
+        return Choice { kind, reason: format!("forced with --services {kind}") };
+    }
+    if let Some(endpoints) = external::from_env() {
+        let _ = endpoints;
+        return Choice {
+            kind: ProviderKind::External,
+            reason: "DATABASE_URL, SQS_ENDPOINT_URL and REDIS_URL are all set".into(),
+        };
+    }
+    match docker::engine_status() {
+        Ok(where_) if cfg!(feature = "containers") => Choice {
+            kind: ProviderKind::Containers,
+            reason: format!("a Docker engine answers at {where_}"),
+        },
+        Ok(where_) => Choice {
+            kind: ProviderKind::Native,
+            reason: format!(
+                "a Docker engine answers at {where_}, but this build has no `containers` feature"
+            ),
+        },
+        Err(why) => Choice {
+            kind: ProviderKind::Native,
+            reason: format!("the external env vars are not all set and {why}"),
+        },
+    }
+}
+
+/// Running services and the guard that stops what the provider started.
+pub struct Services {
+    /// Which provider supplied them.
+    pub kind: ProviderKind,
+    /// Why that provider was chosen.
+    pub reason: String,
+    /// Where they listen.
+    pub endpoints: Endpoints,
+    /// Whether destructive resets may touch these hosts (loopback, or `--allow-remote`).
+    pub allow_remote: bool,
+    guard: Guard,
+}
+
+enum Guard {
+    None,
+    Native(native::NativeServices),
+    #[cfg(feature = "containers")]
+    Containers(Box<containers::ContainerServices>),
+}
+
+impl Services {
+    /// Starts (or attaches to) the services with the chosen provider and waits until each one
+    /// answers. Errors: a missing binary ([`crate::error::MissingBinary`]), a service that did
+    /// not become ready in time, an unreachable external endpoint.
+    pub async fn start(opts: &ServiceOptions) -> Result<Services> {
+        let choice = choose(opts.force);
+        tracing::info!(provider = %choice.kind, reason = %choice.reason, "choosing services");
+        let (endpoints, guard) = match choice.kind {
+            ProviderKind::External => (external::require_env()?, Guard::None),
+            ProviderKind::Native => {
+                let native = native::NativeServices::start().await?;
+                (native.endpoints.clone(), Guard::Native(native))
+            }
+            ProviderKind::Containers => start_containers().await?,
+        };
+        Ok(Services {
+            kind: choice.kind,
+            reason: choice.reason,
+            endpoints,
+            allow_remote: opts.allow_remote,
+            guard,
+        })
+    }
+
+    /// Connects one client to each service. See [`ServiceClients::connect`].
+    pub async fn connect(&self) -> Result<ServiceClients> {
+        ServiceClients::connect(&self.endpoints).await
+    }
+
+    /// Refuses destructive operations on a non-loopback host unless `--allow-remote` was given.
+    pub fn check_destructive(&self, what: &str) -> Result<()> {
+        safety::check_destructive(&self.endpoints, self.allow_remote, what)
+    }
+
+    /// Stops what the provider started and removes its temporary directories.
+    pub async fn stop(self) {
+        match self.guard {
+            Guard::None => {}
+            Guard::Native(native) => native.stop(),
+            #[cfg(feature = "containers")]
+            Guard::Containers(c) => c.stop().await,
+        }
+    }
+}
+
+#[cfg(feature = "containers")]
+async fn start_containers() -> Result<(Endpoints, Guard)> {
+    let c = containers::ContainerServices::start().await?;
+    Ok((c.endpoints.clone(), Guard::Containers(Box::new(c))))
+}
+
+#[cfg(not(feature = "containers"))]
+async fn start_containers() -> Result<(Endpoints, Guard)> {
+    anyhow::bail!("this build has no `containers` feature; rebuild with `--features containers`")
+}

@@ -1,0 +1,161 @@
+//! Child processes the harness starts, and their cleanup on drop, Ctrl-C and SIGTERM.
+//!
+//! Every child runs in its own process group, so a terminal's Ctrl-C reaches only crashpoint,
+//! which then stops its children in order. A process-wide registry lists the live children
+//! and temporary directories; [`install_signal_cleanup`] stops and removes them all on
+//! SIGINT/SIGTERM before exiting with status 130/143.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+#[derive(Default)]
+struct Registry {
+    /// (process group id, name, graceful signal)
+    groups: Vec<(i32, String, Signal)>,
+    dirs: Vec<PathBuf>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { groups: Vec::new(), dirs: Vec::new() });
+
+/// A running child process, stopped (its whole process group) when dropped.
+pub struct ManagedChild {
+    /// What it is, for messages: `postgres`, `redis-server`, `localstack`.
+    pub name: String,
+    child: Child,
+    graceful: Signal,
+    detached: bool,
+}
+
+impl ManagedChild {
+    /// Spawns `cmd` in a new process group, with stdout/stderr appended to `log`.
+    /// `graceful` is the signal that asks it to shut down (SIGINT for postgres' fast shutdown).
+    pub fn spawn(name: &str, mut cmd: Command, log: &std::path::Path, graceful: Signal) -> Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log)
+            .with_context(|| format!("opening log {}", log.display()))?;
+        cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out).process_group(0);
+        let child = cmd.spawn().with_context(|| format!("starting {name}"))?;
+        REGISTRY.lock().unwrap().groups.push((child.id() as i32, name.to_string(), graceful));
+        Ok(ManagedChild { name: name.to_string(), child, graceful, detached: false })
+    }
+
+    /// The child's pid (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `Some(status)` when the child has already exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Leaves the child running after this handle is dropped (for `crashpoint up`).
+    pub fn detach(mut self) {
+        self.detached = true;
+        unregister_group(self.child.id() as i32);
+    }
+
+    /// Asks the child to stop, waits up to `grace`, then kills its process group.
+    pub fn stop(&mut self, grace: Duration) {
+        stop_group(self.child.id() as i32, self.graceful, grace);
+        let _ = self.child.wait();
+        unregister_group(self.child.id() as i32);
+    }
+}
+
+impl Drop for ManagedChild {
+    fn drop(&mut self) {
+        if !self.detached {
+            self.stop(Duration::from_secs(10));
+        }
+    }
+}
+
+fn unregister_group(pgid: i32) {
+    REGISTRY.lock().unwrap().groups.retain(|(g, _, _)| *g != pgid);
+}
+
+/// Whether any process of group `pgid` is alive.
+pub fn group_alive(pgid: i32) -> bool {
+    killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+/// Sends `graceful` to process group `pgid`, waits up to `grace` for it to go, then SIGKILLs it.
+pub fn stop_group(pgid: i32, graceful: Signal, grace: Duration) {
+    if killpg(Pid::from_raw(pgid), graceful).is_err() {
+        return;
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        // Reap the leader if it is our child, so that it does not linger as a zombie.
+        let _ = nix::sys::wait::waitpid(
+            Pid::from_raw(pgid),
+            Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+        );
+        if !group_alive(pgid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+}
+
+/// Registers a temporary directory to remove on SIGINT/SIGTERM.
+pub fn register_dir(dir: PathBuf) {
+    REGISTRY.lock().unwrap().dirs.push(dir);
+}
+
+/// Forgets a directory (it was removed or handed over to `crashpoint up`).
+pub fn unregister_dir(dir: &std::path::Path) {
+    REGISTRY.lock().unwrap().dirs.retain(|d| d != dir);
+}
+
+/// Stops every registered child and removes every registered directory.
+pub fn cleanup_all() {
+    let (groups, dirs) = {
+        let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        (std::mem::take(&mut r.groups), std::mem::take(&mut r.dirs))
+    };
+    for (pgid, name, sig) in groups.into_iter().rev() {
+        tracing::info!(%name, pgid, "stopping");
+        stop_group(pgid, sig, Duration::from_secs(10));
+    }
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+/// Installs (once) a thread that, on SIGINT or SIGTERM, stops everything registered and exits
+/// with 130 (SIGINT) or 143 (SIGTERM).
+pub fn install_signal_cleanup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot install signal handlers: {e}");
+                return;
+            }
+        };
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                eprintln!("crashpoint: signal {sig}, stopping the services it started");
+                cleanup_all();
+                std::process::exit(128 + sig);
+            }
+        });
+    });
+}
+
+/// A free TCP port on 127.0.0.1, found by binding port 0.
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
+    Ok(l.local_addr()?.port())
+}

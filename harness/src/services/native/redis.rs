@@ -1,0 +1,51 @@
+//! A throwaway `redis-server` with no persistence.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use nix::sys::signal::Signal;
+
+use super::binaries;
+use super::postgres::tail;
+use super::process::{free_port, ManagedChild};
+
+/// A running redis-server.
+pub struct Redis {
+    /// `redis://127.0.0.1:PORT/0`
+    pub url: String,
+    /// The server process.
+    pub child: ManagedChild,
+}
+
+/// Starts `redis-server` on a free loopback port with `--save ""` and `--appendonly no`, its
+/// working dir under `dir`, and waits for `PING` (at most 30 s). Errors: the binary is missing
+/// ([`crate::error::MissingBinary`] naming the package `redis-server`), the server exits.
+pub async fn start(dir: &Path) -> Result<Redis> {
+    let bin = binaries::redis_server()?;
+    let port = free_port()?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--daemonize", "no", "--dir"])
+        .arg(dir);
+    let log = dir.join("redis.log");
+    let mut child = ManagedChild::spawn("redis-server", cmd, &log, Signal::SIGTERM)?;
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut c) = crate::services::clients::redis_connect(&url).await {
+            let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
+            if pong.is_ok() {
+                return Ok(Redis { url, child });
+            }
+        }
+        if let Some(status) = child.exited() {
+            bail!("redis-server exited ({status}):\n{}", tail(&log));
+        }
+        if Instant::now() > deadline {
+            bail!("redis-server did not answer PING within 30 s:\n{}", tail(&log));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
