@@ -1,1 +1,187 @@
-//! TODO
+//! Invariants, checked against the real final state of PostgreSQL and the recorded history.
+//! Like Jepsen's checkers, they never ask the scheduler what it meant to do.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Result;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::sim::admin::Admin;
+use crate::sim::history::{Fact, History, QueueRole};
+use crate::sim::world::Names;
+use crate::sut::messages::PaymentCaptured;
+use crate::sut::reference::{consumer::CONSUMER, downstream::DOWNSTREAM};
+
+/// The outcome of one invariant.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Verdict {
+    /// The invariant, e.g. `exactly one payout per payment`.
+    pub invariant: &'static str,
+    /// Whether it holds.
+    pub holds: bool,
+    /// What was found (labels, not raw ids); empty when it holds trivially.
+    pub detail: String,
+}
+
+/// The invariants' names, in the order they are checked.
+pub const INVARIANTS: [&str; 8] = [
+    "exactly one payout per payment",
+    "one processed_message per (consumer, event)",
+    "one outbox row per causation",
+    "every outbox event published at least once",
+    "downstream effect exactly once per outbox id",
+    "nothing lost: every sent event has its payout or sits in the failure transport",
+    "no dedup row without its effect",
+    "quiescence: every message deleted or parked",
+];
+
+struct State {
+    payouts: BTreeMap<Uuid, i64>,
+    dedup: Vec<(String, Uuid)>,
+    outbox: Vec<(Uuid, Uuid)>,
+    settlements: BTreeMap<Uuid, i64>,
+    parked: BTreeMap<Uuid, String>,
+}
+
+async fn read_state(admin: &Admin) -> Result<State> {
+    let pg = &admin.pg;
+    let payouts = sqlx::query("SELECT source_payment_id, count(*) FROM merchant_payout GROUP BY 1")
+        .fetch_all(pg).await?
+        .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
+    let dedup = sqlx::query("SELECT consumer_name, message_id FROM processed_message ORDER BY 1, 2")
+        .fetch_all(pg).await?
+        .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
+    let outbox = sqlx::query("SELECT id, causation_id FROM outbox_event ORDER BY created_at, id")
+        .fetch_all(pg).await?
+        .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
+    let settlements = sqlx::query("SELECT outbox_id, count(*) FROM settlement_entry GROUP BY 1")
+        .fetch_all(pg).await?
+        .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
+    let parked = sqlx::query("SELECT message_id, reason FROM failed_message ORDER BY id")
+        .fetch_all(pg).await?
+        .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
+    Ok(State { payouts, dedup, outbox, settlements, parked })
+}
+
+fn verdict(invariant: &'static str, problems: Vec<String>) -> Verdict {
+    Verdict { invariant, holds: problems.is_empty(), detail: problems.join("; ") }
+}
+
+/// Checks every invariant. `events` maps the scenario's events (to find an event's payment);
+/// `not_quiescent` is the drain's liveness finding. Errors: PostgreSQL cannot be read.
+pub fn check(
+    admin: &Admin,
+    history: &History,
+    events: &[(String, PaymentCaptured)],
+    names: &Names,
+    not_quiescent: Option<&str>,
+) -> Result<Vec<Verdict>> {
+    let st = admin.rt.block_on(read_state(admin))?;
+    let n = |id: &Uuid| names.uuid(id);
+    let payment_of: BTreeMap<Uuid, Uuid> = events.iter().map(|(_, e)| (e.event_id, e.payment_id)).collect();
+    let mut sent_events = BTreeSet::new();
+    let mut published = BTreeSet::new();
+    for f in history.facts() {
+        if let Fact::Sent { queue, identity, .. } = f {
+            match queue {
+                QueueRole::Payments => sent_events.insert(*identity),
+                QueueRole::Payouts => published.insert(*identity),
+            };
+        }
+    }
+    let payout_count = |p: &Uuid| st.payouts.get(p).copied().unwrap_or(0);
+
+    let mut v = Vec::new();
+    // 1. exactly one payout per payment
+    let mut problems = Vec::new();
+    let payments: BTreeSet<Uuid> = sent_events.iter().filter_map(|e| payment_of.get(e).copied()).collect();
+    for (p, c) in &st.payouts {
+        if *c > 1 {
+            problems.push(format!("payment {} has {c} payouts", n(p)));
+        }
+    }
+    for p in &payments {
+        let all_parked = sent_events
+            .iter()
+            .filter(|e| payment_of.get(e) == Some(p))
+            .all(|e| st.parked.contains_key(e));
+        if payout_count(p) == 0 && !all_parked {
+            problems.push(format!("payment {} has no payout", n(p)));
+        }
+    }
+    v.push(verdict(INVARIANTS[0], problems));
+    // 2. one processed_message per (consumer, event)
+    let mut seen = BTreeMap::new();
+    for (c, m) in &st.dedup {
+        *seen.entry((c.clone(), *m)).or_insert(0) += 1;
+    }
+    let problems = seen
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|((c, m), k)| format!("{c} has {k} rows for {}", n(m)))
+        .collect();
+    v.push(verdict(INVARIANTS[1], problems));
+    // 3. one outbox row per causation
+    let mut per_cause = BTreeMap::new();
+    for (_, cause) in &st.outbox {
+        *per_cause.entry(*cause).or_insert(0) += 1;
+    }
+    let problems = per_cause
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|(e, c)| format!("{} caused {c} outbox rows", n(e)))
+        .collect();
+    v.push(verdict(INVARIANTS[2], problems));
+    // 4. every outbox event published at least once
+    let problems = st
+        .outbox
+        .iter()
+        .filter(|(id, _)| !published.contains(id))
+        .map(|(id, cause)| format!("outbox row {} (from {}) was never sent", n(id), n(cause)))
+        .collect();
+    v.push(verdict(INVARIANTS[3], problems));
+    // 5. downstream effect exactly once per outbox id
+    let mut problems: Vec<String> = st
+        .outbox
+        .iter()
+        .filter_map(|(id, _)| {
+            let c = st.settlements.get(id).copied().unwrap_or(0);
+            (c != 1).then(|| format!("publication {} applied {c} times", n(id)))
+        })
+        .collect();
+    let known: BTreeSet<Uuid> = st.outbox.iter().map(|(id, _)| *id).collect();
+    for id in st.settlements.keys().filter(|id| !known.contains(id)) {
+        problems.push(format!("settlement for unknown publication {}", n(id)));
+    }
+    v.push(verdict(INVARIANTS[4], problems));
+    // 6. nothing lost
+    let problems = sent_events
+        .iter()
+        .filter(|e| {
+            let paid = payment_of.get(e).map(|p| payout_count(p) > 0).unwrap_or(false);
+            let parked = st.parked.get(e).map(|r| !r.trim().is_empty()).unwrap_or(false);
+            !paid && !parked
+        })
+        .map(|e| format!("event {} has no payout and is not in the failure transport", n(e)))
+        .collect();
+    v.push(verdict(INVARIANTS[5], problems));
+    // 7. no dedup row without its effect
+    let mut problems = Vec::new();
+    for (c, m) in &st.dedup {
+        let ok = if c == CONSUMER {
+            payment_of.get(m).map(|p| payout_count(p) > 0).unwrap_or(false)
+        } else if c == DOWNSTREAM {
+            st.settlements.contains_key(m)
+        } else {
+            true
+        };
+        if !ok {
+            problems.push(format!("{c} recorded {} as processed but its effect is missing", n(m)));
+        }
+    }
+    v.push(verdict(INVARIANTS[6], problems));
+    // 8. quiescence
+    v.push(verdict(INVARIANTS[7], not_quiescent.map(|s| vec![s.to_string()]).unwrap_or_default()));
+    Ok(v)
+}

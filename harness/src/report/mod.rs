@@ -1,1 +1,3 @@
-//! TODO
+//! Reports: the trace text of a schedule's history.
+
+pub mod trace;

@@ -1,1 +1,78 @@
-//! TODO
+//! Schedules as data: the scheduler's decisions, and their text form.
+//!
+//! The text form is a whitespace-separated list of decisions, in the spirit of PostgreSQL's
+//! isolationtester permutations; `#` starts a comment. For example
+//! `p:lock p:send c1:recv c2:recv c1:crash@after_commit tick:31s c2:recv`.
+//!
+//! | text | decision |
+//! |---|---|
+//! | `c1` or `c1:claim` | worker `c1` makes its next call (and it must be `claim`) |
+//! | `c1:crash` | kill `c1` where it stands |
+//! | `c1:crash@after_commit` | run `c1` until it stands at crash point `after_commit`, then kill it |
+//! | `c1:fail@after_claim` | run `c1` until it passes `after_claim`, where an error is thrown |
+//! | `c1:restart` | start a killed `c1` again, with fresh software |
+//! | `tick:31s` | advance the logical clock (`ms`, `s`, `m`, `h`); due expiries fire |
+//! | `replay` | replay every message in the failure transport to the payments queue |
+//! | `dispatch:e1` | the producer dispatches event `e1` once more |
+
+mod text;
+
+pub use text::{format_duration_ms, parse, ParseError};
+
+use std::fmt;
+
+use crate::sim::points::CrashPoint;
+
+/// One scheduler decision.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// `worker` makes its next call; when `op` is given, that call must be `op`.
+    Step { worker: String, op: Option<String> },
+    /// Kill `worker`, where it stands (`at: None`) or once it stands at crash point `at`.
+    Crash { worker: String, at: Option<CrashPoint> },
+    /// Run `worker` until it passes crash point `at`, where an injected error is thrown.
+    Fail { worker: String, at: CrashPoint },
+    /// Restart a killed worker with fresh software.
+    Restart { worker: String },
+    /// Advance the logical clock by `ms`.
+    Tick { ms: u64 },
+    /// Replay the failure transport to the payments queue.
+    Replay,
+    /// The producer dispatches scenario event `event` again.
+    Dispatch { event: String },
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Step { worker, op: None } => write!(f, "{worker}"),
+            Decision::Step { worker, op: Some(op) } => write!(f, "{worker}:{op}"),
+            Decision::Crash { worker, at: None } => write!(f, "{worker}:crash"),
+            Decision::Crash { worker, at: Some(at) } => write!(f, "{worker}:crash@{at}"),
+            Decision::Fail { worker, at } => write!(f, "{worker}:fail@{at}"),
+            Decision::Restart { worker } => write!(f, "{worker}:restart"),
+            Decision::Tick { ms } => write!(f, "tick:{}", format_duration_ms(*ms)),
+            Decision::Replay => write!(f, "replay"),
+            Decision::Dispatch { event } => write!(f, "dispatch:{event}"),
+        }
+    }
+}
+
+/// A complete schedule: the decisions in order.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
+pub struct Schedule {
+    /// The decisions.
+    pub decisions: Vec<Decision>,
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.decisions.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}

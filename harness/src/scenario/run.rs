@@ -1,0 +1,129 @@
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use uuid::Uuid;
+
+use super::Scenario;
+use crate::checker::{self, Verdict};
+use crate::report::trace;
+use crate::schedule::Schedule;
+use crate::services::Endpoints;
+use crate::sim::scheduler::{Run, Setup};
+use crate::sim::world::{CallCounts, Names};
+use crate::sim::points::CrashPoint;
+use crate::sut::messages::PaymentCaptured;
+use crate::sut::System;
+
+/// The result of running one schedule of a scenario.
+#[derive(Debug, Clone)]
+pub struct ScenarioOutcome {
+    /// Scenario name.
+    pub name: String,
+    /// The schedule that ran.
+    pub schedule: Schedule,
+    /// The trace text.
+    pub trace: String,
+    /// Every invariant's verdict.
+    pub verdicts: Vec<Verdict>,
+    /// `expect_trace` entries that the trace does not contain.
+    pub missing_trace_facts: Vec<String>,
+    /// Real calls made by workers.
+    pub calls: CallCounts,
+    /// Crash points passed (one entry per pass).
+    pub passed: Vec<CrashPoint>,
+    /// Wall time of the schedule (not part of the trace).
+    pub wall: Duration,
+}
+
+impl ScenarioOutcome {
+    /// True when every invariant holds and every expected trace fact is present.
+    pub fn passed(&self) -> bool {
+        self.verdicts.iter().all(|v| v.holds) && self.missing_trace_facts.is_empty()
+    }
+}
+
+/// The scenario's events with ids derived from their labels inside `ns` (a fresh UUID per
+/// schedule, so that concurrent runs never share a Redis key), and the labels.
+pub fn materialize(s: &Scenario, ns: Uuid) -> (Vec<(String, PaymentCaptured)>, Names) {
+    let mut names = Names::default();
+    let id = |kind: &str, label: &str| Uuid::new_v5(&ns, format!("{kind}/{label}").as_bytes());
+    let events = s
+        .events
+        .iter()
+        .map(|e| {
+            let ev = PaymentCaptured {
+                event_id: id("event", &e.name),
+                payment_id: id("payment", &e.payment),
+                merchant_id: id("merchant", &e.merchant),
+                amount_minor: e.amount_minor,
+                currency: e.currency.clone(),
+            };
+            names.set(ev.event_id, &e.name);
+            names.set(ev.payment_id, &e.payment);
+            names.set(ev.merchant_id, &e.merchant);
+            (e.name.clone(), ev)
+        })
+        .collect();
+    (events, names)
+}
+
+/// Runs `schedule` (the scenario's own when `None`) of scenario `s` against `system`:
+/// the decisions, then the drain phase, then the checker. The schedule's namespace is removed
+/// afterwards whatever happened. Errors: a decision that cannot apply (the message includes
+/// the trace so far), a service failure.
+pub fn run_scenario(
+    endpoints: &Endpoints,
+    system: Rc<dyn System>,
+    s: &Scenario,
+    schedule: Option<&Schedule>,
+) -> Result<ScenarioOutcome> {
+    let started = Instant::now();
+    let schedule = schedule.unwrap_or(&s.schedule).clone();
+    let (events, names) = materialize(s, Uuid::new_v4());
+    let setup = Setup {
+        endpoints: endpoints.clone(),
+        system,
+        config: s.config.clone(),
+        workers: s.workers.clone(),
+        events: events.clone(),
+        names,
+    };
+    let mut run = Run::start(setup)?;
+    let mut failure = None;
+    for (i, d) in schedule.decisions.iter().enumerate() {
+        if let Err(e) = run.apply(d) {
+            failure = Some(anyhow!("{}: decision {} `{d}`: {e:#}", s.name, i + 1));
+            break;
+        }
+    }
+    let stuck = match failure {
+        None => match run.drain() {
+            Ok(stuck) => stuck,
+            Err(e) => {
+                failure = Some(anyhow!("{}: drain: {e:#}", s.name));
+                None
+            }
+        },
+        Some(_) => None,
+    };
+    let fin = run.finish();
+    let text = trace::render(&fin.history);
+    if let Some(e) = failure {
+        fin.admin.destroy(&fin.keys);
+        return Err(anyhow!("{e}\ntrace so far:\n{text}"));
+    }
+    let verdicts = checker::check(&fin.admin, &fin.history, &events, &fin.names, stuck.as_deref());
+    fin.admin.destroy(&fin.keys);
+    let missing = s.expect_trace.iter().filter(|f| !text.contains(f.as_str())).cloned().collect();
+    Ok(ScenarioOutcome {
+        name: s.name.clone(),
+        schedule,
+        trace: text,
+        verdicts: verdicts?,
+        missing_trace_facts: missing,
+        calls: fin.calls,
+        passed: fin.passed,
+        wall: started.elapsed(),
+    })
+}

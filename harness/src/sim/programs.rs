@@ -1,0 +1,121 @@
+//! The main loop each worker host runs: the Messenger worker around the system's roles.
+
+use std::rc::Rc;
+
+use crate::sim::cx::Cx;
+use crate::sim::history::QueueRole;
+use crate::sut::System;
+
+/// The kind of a worker, from its name's first letters: `p` producer, `c` consumer,
+/// `r` relay, `d` downstream, `ret` retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Dispatches the scenario's events.
+    Producer,
+    /// Consumes the payments queue.
+    Consumer,
+    /// Publishes the outbox.
+    Relay,
+    /// Consumes the payouts queue.
+    Downstream,
+    /// Purges old dedup rows, one run per step.
+    Retention,
+}
+
+impl Role {
+    /// The role of a worker name: `p`, `c1`, `r1`, `d1`, `ret`.
+    pub fn of(name: &str) -> Option<Role> {
+        if name == "ret" {
+            return Some(Role::Retention);
+        }
+        let (head, tail) = name.split_at(name.find(|c: char| c.is_ascii_digit()).unwrap_or(name.len()));
+        if !tail.chars().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        match head {
+            "p" => Some(Role::Producer),
+            "c" => Some(Role::Consumer),
+            "r" => Some(Role::Relay),
+            "d" => Some(Role::Downstream),
+            _ => None,
+        }
+    }
+}
+
+/// Runs `role`'s loop forever (the producer's ends when it has nothing left and was told so).
+/// Service errors are noted in the trace and the loop goes on, as a Messenger worker does.
+pub async fn run(role: Role, mut cx: Cx, system: Rc<dyn System>) {
+    match role {
+        Role::Producer => {
+            let producer = system.producer();
+            loop {
+                let next = cx_world_front(&cx);
+                match next {
+                    Some(ev) => {
+                        cx.idle(false);
+                        if let Err(e) = producer.dispatch(&mut cx, &ev).await {
+                            cx.note(format!("dispatch failed: {e}"));
+                        }
+                        pop_front(&cx);
+                    }
+                    None => cx.wait_for_work().await,
+                }
+            }
+        }
+        Role::Consumer => {
+            let consumer = system.consumer();
+            loop {
+                match cx.receive(QueueRole::Payments).await {
+                    Ok(Some(d)) => {
+                        if let Err(e) = consumer.on_delivery(&mut cx, d).await {
+                            cx.note(format!("error: {e}"));
+                            let _ = cx.rollback().await;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => cx.note(format!("receive failed: {e}")),
+                }
+            }
+        }
+        Role::Downstream => {
+            let downstream = system.downstream();
+            loop {
+                match cx.receive(QueueRole::Payouts).await {
+                    Ok(Some(d)) => {
+                        if let Err(e) = downstream.on_delivery(&mut cx, d).await {
+                            cx.note(format!("error: {e}"));
+                            let _ = cx.rollback().await;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => cx.note(format!("receive failed: {e}")),
+                }
+            }
+        }
+        Role::Relay => {
+            let relay = system.relay();
+            loop {
+                if let Err(e) = relay.run_once(&mut cx).await {
+                    cx.note(format!("relay cycle failed: {e}"));
+                    let _ = cx.rollback().await;
+                }
+            }
+        }
+        Role::Retention => {
+            let retention = system.retention();
+            loop {
+                if let Err(e) = retention.run_once(&mut cx).await {
+                    cx.note(format!("retention failed: {e}"));
+                }
+            }
+        }
+    }
+}
+
+fn cx_world_front(cx: &Cx) -> Option<crate::sut::messages::PaymentCaptured> {
+    cx.world().borrow().to_dispatch.front().cloned()
+}
+
+fn pop_front(cx: &Cx) {
+    cx.world().borrow_mut().to_dispatch.pop_front();
+}

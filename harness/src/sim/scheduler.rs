@@ -1,0 +1,515 @@
+//! The scheduler: applies a schedule's decisions to the fleet, one yield point at a time, and
+//! records the history.
+//!
+//! After every decision it settles the world: it steps the simulation until every worker is
+//! parked at a yield point, blocked in the server, waiting for work, or crashed. A worker is
+//! blocked when `pg_blocking_pids` of its backend is not empty (PostgreSQL's isolationtester
+//! does the same); no decision is ever taken on a sleep. Completed calls are collected in a
+//! fixed order (the granted worker first, then by name), so the same schedule gives the same
+//! history.
+
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+
+use super::admin::Admin;
+use super::clock::{Clock, Due};
+use super::cx::QueueUrls;
+use super::fleet::{self, HostSpec};
+use super::history::{Entry, Fact, History};
+use super::points::CrashPoint;
+use super::programs::Role;
+use super::world::{CallCounts, Names, SharedWorld, Slot, Status, World};
+use crate::schedule::{format_duration_ms, Decision};
+use crate::services::Endpoints;
+use crate::sut::messages::PaymentCaptured;
+use crate::sut::{System, SystemConfig};
+
+/// Rounds of the drain phase before the schedule is declared not quiescent.
+pub const DRAIN_ROUNDS_MAX: usize = 200;
+/// Steps one decision may take to reach a crash point.
+const STEPS_TO_POINT_MAX: usize = 64;
+/// Real time a worker may take for one call before the harness gives up, s.
+const CALL_TIMEOUT_S: u64 = 60;
+
+/// What a schedule runs against.
+pub struct Setup {
+    /// Where the services are.
+    pub endpoints: Endpoints,
+    /// The system under test.
+    pub system: Rc<dyn System>,
+    /// Its timing and retries.
+    pub config: SystemConfig,
+    /// Worker names, e.g. `p c1 c2 r1 d1 ret`.
+    pub workers: Vec<String>,
+    /// Events the producer dispatches, by label.
+    pub events: Vec<(String, PaymentCaptured)>,
+    /// Labels for the scenario's ids.
+    pub names: Names,
+}
+
+/// A schedule being run.
+pub struct Run<'a> {
+    sim: turmoil::Sim<'a>,
+    world: SharedWorld,
+    admin: Admin,
+    clock: Clock,
+    workers: Vec<String>,
+    events: Vec<(String, PaymentCaptured)>,
+    keys: BTreeSet<String>,
+    /// The history so far.
+    pub history: History,
+}
+
+/// A finished schedule: its history and the admin connections, for the checker.
+pub struct Finished {
+    /// The complete history.
+    pub history: History,
+    /// Admin connections to the schedule's namespace (destroy them after checking).
+    pub admin: Admin,
+    /// Real calls made by workers.
+    pub calls: CallCounts,
+    /// Crash points passed, one entry per pass.
+    pub passed: Vec<CrashPoint>,
+    /// Redis keys the schedule used.
+    pub keys: Vec<String>,
+    /// Labels of the schedule's ids.
+    pub names: Names,
+}
+
+fn unique_namespace() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    format!("cp_{}_{}_{:x}", std::process::id(), n, nanos)
+}
+
+impl<'a> Run<'a> {
+    /// Creates the schedule's namespace, starts one host per worker and waits until every
+    /// worker is parked at its first yield point. Errors: services unreachable, the schema
+    /// failing, a host failing to connect.
+    pub fn start(setup: Setup) -> Result<Run<'a>> {
+        let ns = unique_namespace();
+        let admin = Admin::create(&setup.endpoints, &ns, setup.system.schema_sql())?;
+        let world = World::new(&setup.workers, setup.names);
+        world.borrow_mut().to_dispatch = setup.events.iter().map(|(_, e)| e.clone()).collect();
+        let spec = Rc::new(HostSpec {
+            endpoints: setup.endpoints.clone(),
+            schema: admin.schema.clone(),
+            queues: QueueUrls { payments: admin.queues.payments.clone(), payouts: admin.queues.payouts.clone() },
+            config: Rc::new(setup.config.clone()),
+            world: world.clone(),
+            system: setup.system.clone(),
+        });
+        let sim = fleet::build(&setup.workers, spec);
+        let mut run = Run {
+            sim,
+            world,
+            admin,
+            clock: Clock::new(setup.config.visibility_timeout_s * 1000),
+            workers: setup.workers,
+            events: setup.events,
+            keys: BTreeSet::new(),
+            history: History::default(),
+        };
+        if let Err(e) = run.settle(None) {
+            let Finished { admin, keys, .. } = run.finish();
+            admin.destroy(&keys);
+            return Err(e);
+        }
+        Ok(run)
+    }
+
+    fn status(&self, w: &str) -> Status {
+        self.world.borrow_mut().slot(w).status.clone()
+    }
+
+    fn with_slot<T>(&self, w: &str, f: impl FnOnce(&mut Slot) -> T) -> T {
+        f(self.world.borrow_mut().slot(w))
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_ms
+    }
+
+    fn check_worker(&self, w: &str) -> Result<()> {
+        if !self.workers.iter().any(|x| x == w) {
+            bail!("there is no worker `{w}` in this scenario (workers: {})", self.workers.join(" "));
+        }
+        Ok(())
+    }
+
+    /// Applies one decision and settles. Errors: the decision cannot apply (the worker is at
+    /// another call, blocked, crashed, or never reaches the crash point), or a host failed.
+    pub fn apply(&mut self, d: &Decision) -> Result<()> {
+        match d {
+            Decision::Step { worker, op } => {
+                self.check_worker(worker)?;
+                self.step(worker, op.as_deref())
+            }
+            Decision::Crash { worker, at } => {
+                self.check_worker(worker)?;
+                if let Some(cp) = at {
+                    self.run_to(worker, *cp)?;
+                }
+                self.crash(worker)
+            }
+            Decision::Fail { worker, at } => {
+                self.check_worker(worker)?;
+                self.run_to(worker, *at)?;
+                self.with_slot(worker, |s| s.armed_failures.push(*at));
+                self.step(worker, None)
+            }
+            Decision::Restart { worker } => {
+                self.check_worker(worker)?;
+                self.restart(worker)
+            }
+            Decision::Tick { ms } => self.tick(*ms),
+            Decision::Replay => self.replay(),
+            Decision::Dispatch { event } => self.dispatch(event),
+        }
+    }
+
+    fn step(&mut self, w: &str, expect: Option<&str>) -> Result<()> {
+        match self.status(w) {
+            Status::Parked { op, .. } => {
+                if let Some(e) = expect {
+                    if e != op {
+                        bail!("{w} is about to `{op}`, not `{e}`");
+                    }
+                }
+            }
+            Status::Running { op, .. } => {
+                let by = self.with_slot(w, |s| s.blocked_by.clone()).unwrap_or_default();
+                bail!("{w} is blocked in `{op}` by {}", by.join(", "));
+            }
+            Status::Crashed => bail!("{w} is crashed; restart it first (`{w}:restart`)"),
+            Status::Waiting { .. } => bail!("{w} has nothing to do"),
+            Status::Finished => bail!("{w} has finished"),
+            Status::Starting => bail!("{w} is still starting"),
+        }
+        let notify = self.with_slot(w, |s| {
+            s.granted = true;
+            if let Status::Parked { op, at } = s.status {
+                // Moving from now on: settle waits until it parks again.
+                s.status = Status::Running { op, at };
+            }
+            s.notify.clone()
+        });
+        notify.notify_one();
+        self.settle(Some(w))
+    }
+
+    /// Steps `w` until it stands at crash point `cp`.
+    fn run_to(&mut self, w: &str, cp: CrashPoint) -> Result<()> {
+        self.run_until(w, &format!("crash point {cp}"), |s| {
+            matches!(s.status, Status::Parked { at: Some(c), .. } | Status::Waiting { at: Some(c) } if c == cp)
+        })
+    }
+
+    fn run_until(&mut self, w: &str, what: &str, done: impl Fn(&Slot) -> bool) -> Result<()> {
+        for _ in 0..STEPS_TO_POINT_MAX {
+            if self.with_slot(w, |s| done(s)) {
+                return Ok(());
+            }
+            let before = self.status(w);
+            self.step(w, None).map_err(|e| anyhow!("{w} cannot reach {what}: {e}"))?;
+            let idle_again = self.with_slot(w, |s| s.idle) && self.status(w) == before;
+            if idle_again && !self.with_slot(w, |s| done(s)) {
+                bail!("{w} cannot reach {what}: it has nothing to do");
+            }
+        }
+        bail!("{w} did not reach {what} within {STEPS_TO_POINT_MAX} calls")
+    }
+
+    fn crash(&mut self, w: &str) -> Result<()> {
+        let status = self.status(w);
+        let (at, op) = match &status {
+            Status::Parked { at, .. } => (*at, None),
+            Status::Running { op, at } => (*at, Some(op.to_string())),
+            Status::Crashed => bail!("{w} is already crashed"),
+            _ => (None, None),
+        };
+        self.sim.crash(w);
+        let pid = self.with_slot(w, |s| {
+            s.status = Status::Crashed;
+            s.granted = false;
+            s.blocked_by = None;
+            s.completed = None;
+            s.notes.clear();
+            s.idle = false;
+            s.backend_pid.take()
+        });
+        self.history.entries.push(Entry::Crash { t_ms: self.now(), worker: w.to_string(), at, op });
+        if let Some(pid) = pid {
+            self.admin.terminate_backend(pid)?;
+        }
+        self.settle(None)
+    }
+
+    fn restart(&mut self, w: &str) -> Result<()> {
+        if self.status(w) != Status::Crashed {
+            bail!("{w} is not crashed");
+        }
+        self.sim.bounce(w);
+        self.with_slot(w, |s| {
+            s.status = Status::Starting;
+            s.armed_failures.clear();
+        });
+        self.history.entries.push(Entry::Restart { t_ms: self.now(), worker: w.to_string() });
+        self.settle(None)
+    }
+
+    /// Advances the logical clock and forces every expiry that became due.
+    fn tick(&mut self, ms: u64) -> Result<()> {
+        let to = self.clock.now_ms + ms;
+        self.fault(format!("clock +{}", format_duration_ms(ms)), vec![]);
+        self.advance_clock(to)
+    }
+
+    fn advance_clock(&mut self, to: u64) -> Result<()> {
+        let due = self.clock.advance_to(to);
+        self.world.borrow_mut().now_ms = self.clock.now_ms;
+        for d in due {
+            match d {
+                Due::Visibility { msg, queue, receipt } => {
+                    let ok = self.admin.expire_visibility(queue, &receipt)?;
+                    let what = if ok {
+                        format!("visibility timeout of {msg} expired: it can be received again")
+                    } else {
+                        format!("visibility timeout of {msg} expired (SQS no longer has it)")
+                    };
+                    self.fault(what, vec![]);
+                }
+                Due::Lock { key } => {
+                    self.admin.expire_key(&key)?;
+                    self.fault(format!("lock {key} expired"), vec![]);
+                }
+            }
+        }
+        self.settle(None)
+    }
+
+    fn replay(&mut self) -> Result<()> {
+        let replayed = crate::faults::replay_failure_transport(&self.admin)?;
+        if replayed.is_empty() {
+            self.fault("replay: the failure transport is empty".into(), vec![]);
+        }
+        for r in replayed {
+            let msg = self.world.borrow_mut().names.label(r.queue.prefix(), &r.message_id);
+            let fact = Fact::Sent { queue: r.queue, msg: msg.clone(), identity: r.identity };
+            let who = self.world.borrow().names.uuid(&r.identity);
+            self.fault(format!("replayed {who} from the failure transport as {msg} ({})", r.reason), vec![fact]);
+        }
+        self.settle(None)
+    }
+
+    fn dispatch(&mut self, event: &str) -> Result<()> {
+        let ev = self
+            .events
+            .iter()
+            .find(|(l, _)| l == event)
+            .map(|(_, e)| e.clone())
+            .ok_or_else(|| anyhow!("there is no event `{event}` in this scenario"))?;
+        let producer = self
+            .workers
+            .iter()
+            .find(|w| Role::of(w) == Some(Role::Producer))
+            .cloned()
+            .ok_or_else(|| anyhow!("this scenario has no producer `p`"))?;
+        self.world.borrow_mut().to_dispatch.push_back(ev);
+        self.fault(format!("{producer} will dispatch {event} again"), vec![]);
+        if matches!(self.status(&producer), Status::Waiting { .. }) {
+            let notify = self.with_slot(&producer, |s| {
+                s.status = Status::Starting;
+                s.notify.clone()
+            });
+            notify.notify_one();
+        }
+        self.settle(None)
+    }
+
+    fn fault(&mut self, what: String, facts: Vec<Fact>) {
+        let what = self.world.borrow().names.relabel(&what);
+        for f in &facts {
+            self.clock.apply(f);
+        }
+        self.history.entries.push(Entry::Fault { t_ms: self.now(), what, facts });
+    }
+
+    /// Steps the simulation until no worker is moving; then collects completed calls.
+    fn settle(&mut self, granted: Option<&str>) -> Result<()> {
+        let start = Instant::now();
+        let mut last_check = Instant::now();
+        loop {
+            let moving: Vec<String> = {
+                let w = self.world.borrow();
+                w.slots
+                    .iter()
+                    .filter(|(_, s)| {
+                        matches!(s.status, Status::Starting | Status::Running { .. }) && s.blocked_by.is_none()
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            };
+            if moving.is_empty() {
+                if self.recheck_blocked()? {
+                    continue;
+                }
+                break;
+            }
+            self.sim.step().map_err(|e| anyhow!("a worker host failed: {e}"))?;
+            if last_check.elapsed() >= Duration::from_millis(2) {
+                self.detect_blocked(&moving)?;
+                last_check = Instant::now();
+            }
+            if start.elapsed() > Duration::from_secs(CALL_TIMEOUT_S) {
+                bail!("{} made no progress for {CALL_TIMEOUT_S} s", moving.join(", "));
+            }
+        }
+        self.collect(granted);
+        Ok(())
+    }
+
+    fn name_of_pid(&self, pid: i32) -> String {
+        let w = self.world.borrow();
+        w.slots
+            .iter()
+            .find(|(_, s)| s.backend_pid == Some(pid))
+            .map(|(n, _)| n.clone())
+            .unwrap_or_else(|| format!("backend {pid}"))
+    }
+
+    fn detect_blocked(&mut self, moving: &[String]) -> Result<()> {
+        for w in moving {
+            let (pid, op) = {
+                let mut world = self.world.borrow_mut();
+                let s = world.slot(w);
+                match (&s.status, s.backend_pid) {
+                    (Status::Running { op, .. }, Some(pid)) => (pid, *op),
+                    _ => continue,
+                }
+            };
+            let pids = self.admin.blocking_pids(pid)?;
+            // The call may have completed meanwhile; only a still-running call is blocked.
+            if pids.is_empty() || !matches!(self.status(w), Status::Running { .. }) {
+                continue;
+            }
+            let mut by: Vec<String> = pids.iter().map(|p| self.name_of_pid(*p)).collect();
+            by.sort();
+            self.with_slot(w, |s| s.blocked_by = Some(by.clone()));
+            self.history.entries.push(Entry::Blocked { t_ms: self.now(), worker: w.clone(), op: op.to_string(), by });
+        }
+        Ok(())
+    }
+
+    /// Clears `blocked_by` of workers whose call completed or is no longer blocked in the
+    /// server. True if any changed.
+    fn recheck_blocked(&mut self) -> Result<bool> {
+        let blocked: Vec<(String, Option<i32>, bool)> = {
+            let w = self.world.borrow();
+            w.slots
+                .iter()
+                .filter(|(_, s)| s.blocked_by.is_some())
+                .map(|(n, s)| (n.clone(), s.backend_pid, matches!(s.status, Status::Running { .. })))
+                .collect()
+        };
+        let mut changed = false;
+        for (w, pid, running) in blocked {
+            let free = !running || match pid {
+                Some(pid) => self.admin.blocking_pids(pid)?.is_empty(),
+                None => true,
+            };
+            if free {
+                self.with_slot(&w, |s| s.blocked_by = None);
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    fn collect(&mut self, granted: Option<&str>) {
+        let mut order: Vec<String> = granted.map(str::to_string).into_iter().collect();
+        order.extend(self.workers.iter().filter(|w| Some(w.as_str()) != granted).cloned());
+        for w in order {
+            let (step, notes) = self.with_slot(&w, |s| (s.completed.take(), std::mem::take(&mut s.notes)));
+            if let Some(mut step) = step {
+                step.result = self.world.borrow().names.relabel(&step.result);
+                for f in &step.facts {
+                    self.clock.apply(f);
+                    if let Fact::LockTaken { key, .. } = f {
+                        self.keys.insert(key.clone());
+                    }
+                }
+                self.history.entries.push(Entry::Step(step));
+            }
+            for text in notes {
+                let text = self.world.borrow().names.relabel(&text);
+                self.history.entries.push(Entry::Note { t_ms: self.now(), worker: w.clone(), text });
+            }
+        }
+    }
+
+    /// Restarts crashed workers, then runs every worker but `ret` round-robin until the world
+    /// is quiescent: every worker idle for 3 rounds and nothing in flight (the clock jumps to
+    /// the next visibility deadline when only in-flight messages remain). `Ok(Some(why))`
+    /// when it is not quiescent after [`DRAIN_ROUNDS_MAX`] rounds (a liveness violation).
+    pub fn drain(&mut self) -> Result<Option<String>> {
+        self.fault("drain: restart crashed workers, run everyone until quiescent".into(), vec![]);
+        let drainers: Vec<String> =
+            self.workers.iter().filter(|w| Role::of(w) != Some(Role::Retention)).cloned().collect();
+        for w in &drainers {
+            if self.status(w) == Status::Crashed {
+                self.restart(w)?;
+            }
+        }
+        let mut quiet = 0;
+        for _ in 0..DRAIN_ROUNDS_MAX {
+            let mut all_idle = true;
+            for w in &drainers {
+                match self.status(w) {
+                    Status::Parked { .. } => {
+                        self.step(w, None)?;
+                        all_idle &= self.with_slot(w, |s| s.idle);
+                    }
+                    Status::Running { .. } => all_idle = false,
+                    _ => {}
+                }
+            }
+            if !all_idle {
+                quiet = 0;
+                continue;
+            }
+            if let Some(deadline) = self.clock.next_visibility_deadline() {
+                quiet = 0;
+                let jump = deadline.saturating_sub(self.clock.now_ms);
+                self.fault(format!("drain: clock +{}", format_duration_ms(jump)), vec![]);
+                self.advance_clock(deadline)?;
+                continue;
+            }
+            quiet += 1;
+            if quiet >= 3 {
+                return Ok(None);
+            }
+        }
+        let stuck: Vec<String> = self.clock.in_flight.keys().cloned().collect();
+        Ok(Some(format!(
+            "not quiescent after {DRAIN_ROUNDS_MAX} drain rounds; in flight: {}",
+            if stuck.is_empty() { "none".to_string() } else { stuck.join(", ") }
+        )))
+    }
+
+    /// Stops every host (closing their connections) and hands over the history and the admin
+    /// connections.
+    pub fn finish(self) -> Finished {
+        let Run { sim, world, admin, history, keys, .. } = self;
+        drop(sim);
+        let mut w = world.borrow_mut();
+        let passed = w.slots.values().flat_map(|s| s.passed.iter().copied()).collect();
+        let names = std::mem::take(&mut w.names);
+        Finished { history, admin, calls: w.calls, passed, keys: keys.into_iter().collect(), names }
+    }
+}

@@ -1,0 +1,107 @@
+use async_trait::async_trait;
+use sqlx::Row;
+
+use super::{fail_or_retry, lock_key, park};
+use crate::sim::cx::Val;
+use crate::sim::points::CrashPoint;
+use crate::sut::messages::PaymentCaptured;
+use crate::sut::{CallError, Consumer, Cx, Delivery};
+
+/// seed 000's `CreateMerchantPayoutHandler` inside a Messenger SQS worker.
+///
+/// One transaction: claim `processed_message` (a duplicate commits and is deleted), insert the
+/// payout `ON CONFLICT (source_payment_id) DO NOTHING RETURNING id` (no row: unrecoverable,
+/// parked), insert the outbox row, commit. Then release the dispatch lock and delete.
+pub struct PayoutConsumer;
+
+/// `consumer_name` of the payout consumer (seed 000).
+pub const CONSUMER: &str = "create-merchant-payout-v1";
+
+/// Runs the handler's transaction. `Ok(true)` when the payout was created, `Ok(false)` for
+/// a duplicate. The caller rolls back on error.
+pub async fn handle(cx: &mut Cx, ev: &PaymentCaptured) -> Result<bool, CallError> {
+    cx.crash_point(CrashPoint::AfterReceive);
+    cx.begin().await?;
+    let claimed = cx
+        .fetch_optional(
+            "claim",
+            "INSERT INTO processed_message (consumer_name, message_id, processed_at) \
+             VALUES ($1, $2, $3) ON CONFLICT (consumer_name, message_id) DO NOTHING \
+             RETURNING message_id",
+            &[Val::Text(CONSUMER.into()), Val::Uuid(ev.event_id), Val::Now],
+        )
+        .await?;
+    cx.crash_point(CrashPoint::AfterClaim);
+    if claimed.is_none() {
+        cx.note(format!("{} already processed: duplicate, no effect", ev.event_id));
+        cx.commit().await?;
+        return Ok(false);
+    }
+    let payout = cx
+        .fetch_optional(
+            "insert_payout",
+            "INSERT INTO merchant_payout (id, source_payment_id, merchant_id, amount_minor, currency) \
+             VALUES (gen_random_uuid(), $1, $2, $3, $4) \
+             ON CONFLICT (source_payment_id) DO NOTHING RETURNING id",
+            &[
+                Val::Uuid(ev.payment_id),
+                Val::Uuid(ev.merchant_id),
+                Val::I64(ev.amount_minor),
+                Val::Text(ev.currency.clone()),
+            ],
+        )
+        .await?;
+    cx.crash_point(CrashPoint::AfterBusinessInsert);
+    let Some(row) = payout else {
+        return Err(CallError::Unrecoverable(format!(
+            "Payment {} already has a merchant payout",
+            ev.payment_id
+        )));
+    };
+    let payout_id: uuid::Uuid = row.try_get(0)?;
+    cx.label("po", payout_id);
+    let payload = serde_json::json!({
+        "payoutId": payout_id,
+        "paymentId": ev.payment_id,
+        "merchantId": ev.merchant_id,
+        "amount": ev.amount_minor,
+        "currency": ev.currency,
+    });
+    cx.execute(
+        "insert_outbox",
+        "INSERT INTO outbox_event (id, causation_id, event_type, aggregate_id, payload) \
+         VALUES (gen_random_uuid(), $1, 'MerchantPayoutCreated', $2, $3)",
+        &[Val::Uuid(ev.event_id), Val::Uuid(ev.payment_id), Val::Json(payload)],
+    )
+    .await?;
+    cx.commit().await?;
+    Ok(true)
+}
+
+#[async_trait(?Send)]
+impl Consumer for PayoutConsumer {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev: PaymentCaptured = match serde_json::from_str(&d.body) {
+            Ok(ev) => ev,
+            Err(e) => return park(cx, CONSUMER, &d, &format!("malformed PaymentCaptured: {e}"), None).await,
+        };
+        let key = lock_key(&ev.event_id);
+        match handle(cx, &ev).await {
+            Ok(_) => {
+                cx.crash_point(CrashPoint::AfterCommit);
+                cx.unlock("unlock", &key).await?;
+                cx.delete(&d).await?;
+                cx.crash_point(CrashPoint::AfterDelete);
+                Ok(())
+            }
+            Err(e) => {
+                cx.rollback().await?;
+                fail_or_retry(cx, CONSUMER, &d, &e, Some(&key)).await
+            }
+        }
+    }
+}

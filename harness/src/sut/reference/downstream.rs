@@ -1,0 +1,65 @@
+use async_trait::async_trait;
+
+use super::fail_or_retry;
+use crate::sim::cx::Val;
+use crate::sut::messages::MerchantPayoutCreated;
+use crate::sut::{CallError, Cx, Delivery, Downstream};
+
+/// The downstream consumer of `MerchantPayoutCreated`: its own `processed_message` claim under
+/// its own `consumer_name`, then one settlement entry, in one transaction; then delete.
+/// Duplicate publications are harmless (seed 000, "At-least-once publishing is the honest
+/// choice").
+pub struct SettlementProjection;
+
+/// `consumer_name` of the downstream consumer.
+pub const DOWNSTREAM: &str = "settlement-projection-v1";
+
+#[async_trait(?Send)]
+impl Downstream for SettlementProjection {
+    fn name(&self) -> &'static str {
+        DOWNSTREAM
+    }
+
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev: MerchantPayoutCreated = match serde_json::from_str(&d.body) {
+            Ok(ev) => ev,
+            Err(e) => {
+                let err = CallError::Unrecoverable(format!("malformed MerchantPayoutCreated: {e}"));
+                return fail_or_retry(cx, DOWNSTREAM, &d, &err, None).await;
+            }
+        };
+        let r = apply(cx, &ev).await;
+        match r {
+            Ok(()) => cx.delete(&d).await,
+            Err(e) => {
+                cx.rollback().await?;
+                fail_or_retry(cx, DOWNSTREAM, &d, &e, None).await
+            }
+        }
+    }
+}
+
+async fn apply(cx: &mut Cx, ev: &MerchantPayoutCreated) -> Result<(), CallError> {
+    cx.begin().await?;
+    let claimed = cx
+        .fetch_optional(
+            "claim",
+            "INSERT INTO processed_message (consumer_name, message_id, processed_at) \
+             VALUES ($1, $2, $3) ON CONFLICT (consumer_name, message_id) DO NOTHING \
+             RETURNING message_id",
+            &[Val::Text(DOWNSTREAM.into()), Val::Uuid(ev.outbox_id), Val::Now],
+        )
+        .await?;
+    if claimed.is_none() {
+        cx.note(format!("publication {} already applied: duplicate, no effect", ev.outbox_id));
+        return cx.commit().await;
+    }
+    cx.execute(
+        "apply",
+        "INSERT INTO settlement_entry (outbox_id, payout_id, payment_id, amount_minor) \
+         VALUES ($1, $2, $3, $4)",
+        &[Val::Uuid(ev.outbox_id), Val::Uuid(ev.payout_id), Val::Uuid(ev.payment_id), Val::I64(ev.amount_minor)],
+    )
+    .await?;
+    cx.commit().await
+}
