@@ -24,3 +24,4 @@ pub mod schedule;
 pub mod services;
 pub mod sim;
 pub mod sut;
+pub mod testkit;

@@ -8,6 +8,7 @@
 //! implement the same traits.
 
 pub mod messages;
+pub mod mutants;
 pub mod reference;
 
 use std::rc::Rc;
@@ -108,11 +109,14 @@ pub trait System {
     fn retention(&self) -> Rc<dyn Retention>;
 }
 
-/// The system named `name`: `reference` for now.
+/// The system named `name`: `reference`, or a mutant of [`mutants::CATALOGUE`].
 /// Error: an unknown name, listing the known ones.
 pub fn by_name(name: &str) -> anyhow::Result<Rc<dyn System>> {
-    match name {
-        "reference" => Ok(Rc::new(reference::Reference)),
-        other => anyhow::bail!("unknown system `{other}`; known: reference"),
+    if name == "reference" {
+        return Ok(Rc::new(reference::Reference));
     }
+    mutants::by_name(name).ok_or_else(|| {
+        let known: Vec<&str> = mutants::CATALOGUE.iter().map(|(n, _)| *n).collect();
+        anyhow::anyhow!("unknown system `{name}`; known: reference, {}", known.join(", "))
+    })
 }

@@ -57,6 +57,15 @@ pub fn ensure_venv() -> Result<PathBuf> {
     }
     let python = binaries::python3()?;
     let venv = venv_dir();
+    // Several processes (parallel tests) may get here at once: one installs, the others wait.
+    std::fs::create_dir_all(cache_dir())?;
+    let lock_path = cache_dir().join(format!("localstack-{VERSION}.lock"));
+    let lock_file = std::fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("locking {}: {e}", lock_path.display()))?;
+    if let Some(py) = installed_python() {
+        return Ok(py);
+    }
     let _ = std::fs::remove_dir_all(&venv);
     std::fs::create_dir_all(&venv).with_context(|| format!("creating {}", venv.display()))?;
     eprintln!("crashpoint: installing LocalStack {VERSION} into {} (once)", venv.display());

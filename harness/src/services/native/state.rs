@@ -25,9 +25,9 @@ pub struct UpState {
     pub pids: Vec<(String, u32)>,
 }
 
-/// `<cache dir>/up.json`.
+/// `$CRASHPOINT_STATE_FILE`, else `<cache dir>/up.json`.
 pub fn path() -> PathBuf {
-    cache_dir().join("up.json")
+    std::env::var_os("CRASHPOINT_STATE_FILE").map(PathBuf::from).unwrap_or_else(|| cache_dir().join("up.json"))
 }
 
 /// Writes the state file. Errors: the cache dir is not writable.

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what crashpoint's native provider needs, only where it is missing (Debian/Ubuntu):
+# PostgreSQL server binaries, redis-server, and python3 with venv (LocalStack is installed by
+# crashpoint itself into a venv under ~/.cache/crashpoint on first use).
+set -euo pipefail
+need=()
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  need+=(postgresql)
+fi
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+if ((${#need[@]})); then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  echo "ci/setup.sh: installing ${need[*]}"
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+else
+  echo "ci/setup.sh: postgresql, redis-server and python3-venv are present"
+fi
