@@ -89,7 +89,9 @@ pub fn run_scenario(
         events: events.clone(),
         names,
     };
+    let t_setup = Instant::now();
     let mut run = Run::start(setup)?;
+    let setup_ms = t_setup.elapsed().as_secs_f64() * 1e3;
     let mut failure = None;
     for (i, d) in schedule.decisions.iter().enumerate() {
         if let Err(e) = run.apply(d) {
@@ -114,7 +116,15 @@ pub fn run_scenario(
         return Err(anyhow!("{e}\ntrace so far:\n{text}"));
     }
     let verdicts = checker::check(&fin.admin, &fin.history, &events, &fin.names, stuck.as_deref());
+    let t_teardown = Instant::now();
     fin.admin.destroy(&fin.keys);
+    tracing::debug!(
+        scenario = %s.name,
+        setup_ms,
+        teardown_ms = t_teardown.elapsed().as_secs_f64() * 1e3,
+        total_ms = started.elapsed().as_secs_f64() * 1e3,
+        "schedule timing (setup: schema + queues + hosts connected; teardown: drop schema, delete queues)"
+    );
     let missing = s.expect_trace.iter().filter(|f| !text.contains(f.as_str())).cloned().collect();
     Ok(ScenarioOutcome {
         name: s.name.clone(),
