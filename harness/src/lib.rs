@@ -12,11 +12,13 @@
 //! - [`checker`]: invariants over the real final state and the recorded history;
 //! - [`report`]: the trace text;
 //! - [`scenario`]: scenario files under `scenarios/`;
+//! - [`explore`]: generated schedules, shrinking, determinism self-check, coverage;
 //! - [`cli`]: the `crashpoint` command.
 
 pub mod checker;
 pub mod cli;
 pub mod error;
+pub mod explore;
 pub mod faults;
 pub mod report;
 pub mod scenario;

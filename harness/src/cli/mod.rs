@@ -51,8 +51,10 @@ enum Command {
     Up,
     /// Stop the services that `up` started.
     Down,
-    /// Run scenarios (all by default) and print each trace, invariant and verdict.
+    /// Run scenarios (all by default): scripted ones once, exploration ones within a budget.
     Run(run::RunArgs),
+    /// Run one schedule of a scenario, given as text or regenerated from a case seed.
+    Repro(run::ReproArgs),
     /// List the scenarios, crash points and fault kinds.
     List,
 }
@@ -75,6 +77,7 @@ pub fn main() -> i32 {
         Command::Down => updown::down(),
         Command::List => list::list(),
         Command::Run(args) => run::run(&rt, &opts, &args),
+        Command::Repro(args) => run::repro(&rt, &opts, &args),
     };
     drop(rt);
     match result {

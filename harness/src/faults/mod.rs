@@ -20,6 +20,7 @@ pub const KINDS: &[(&str, &str)] = &[
     ("tick:<duration>", "advance the logical clock; due visibility timeouts and lock TTLs expire"),
     ("replay", "replay every message of the failure transport to its queue"),
     ("dispatch:<event>", "the producer dispatches an event once more"),
+    ("redis:restart", "Redis restarts without persistence: every lock is lost"),
 ];
 
 /// One message sent back from the failure transport.

@@ -36,12 +36,28 @@ fn default_currency() -> String {
     "EUR".into()
 }
 
+/// Bounds for generated schedules (`[explore]` in a scenario file).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExploreSpec {
+    /// Most decisions per generated schedule (default 24).
+    #[serde(default = "default_decisions_max")]
+    pub decisions_max: usize,
+}
+
+fn default_decisions_max() -> usize {
+    24
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Raw {
     description: String,
     workers: String,
-    schedule: toml::Spanned<String>,
+    #[serde(default)]
+    schedule: Option<toml::Spanned<String>>,
+    #[serde(default)]
+    explore: Option<ExploreSpec>,
     #[serde(default)]
     expect_trace: Vec<String>,
     #[serde(default)]
@@ -60,8 +76,11 @@ pub struct Scenario {
     pub description: String,
     /// Worker names.
     pub workers: Vec<String>,
-    /// The scripted schedule.
+    /// The scripted schedule (empty for an exploration scenario).
     pub schedule: Schedule,
+    /// Present for an exploration scenario: schedules are generated within these bounds, and
+    /// decisions that cannot apply are skipped rather than fatal.
+    pub explore: Option<ExploreSpec>,
     /// Substrings the trace must contain.
     pub expect_trace: Vec<String>,
     /// System timing and retries.
@@ -117,27 +136,14 @@ pub fn load(root: &Path, path: &Path) -> Result<Scenario> {
         .with_extension("")
         .to_string_lossy()
         .replace('\\', "/");
-    let span = raw.schedule.span();
-    let mut start = span.start;
-    let lit = &text[span.clone()];
-    if lit.starts_with("\"\"\"") || lit.starts_with("'''") {
-        start += 3;
-        if text[start..].starts_with('\n') {
-            start += 1;
-        }
-    } else {
-        start += 1;
-    }
-    let first_line = line_of(&text, start);
-    let schedule = schedule::parse(raw.schedule.get_ref()).map_err(|e| {
-        anyhow!(
-            "{}:{}: field `schedule`: `{}`: {}",
-            path.display(),
-            first_line + e.line - 1,
-            e.token,
-            e.message
-        )
-    })?;
+    let schedule = match &raw.schedule {
+        Some(spanned) => parse_schedule(&text, path, spanned)?,
+        None if raw.explore.is_some() => Schedule::default(),
+        None => bail!(
+            "{}: field `schedule`: expected a schedule (or an [explore] table for generated schedules)",
+            path.display()
+        ),
+    };
     let workers: Vec<String> = raw.workers.split_whitespace().map(str::to_string).collect();
     for w in &workers {
         if Role::of(w).is_none() {
@@ -166,9 +172,34 @@ pub fn load(root: &Path, path: &Path) -> Result<Scenario> {
         description: raw.description,
         workers,
         schedule,
+        explore: raw.explore,
         expect_trace: raw.expect_trace,
         config: raw.config,
         events: raw.events,
+    })
+}
+
+fn parse_schedule(text: &str, path: &Path, spanned: &toml::Spanned<String>) -> Result<Schedule> {
+    let span = spanned.span();
+    let mut start = span.start;
+    let lit = &text[span.clone()];
+    if lit.starts_with("\"\"\"") || lit.starts_with("'''") {
+        start += 3;
+        if text[start..].starts_with('\n') {
+            start += 1;
+        }
+    } else {
+        start += 1;
+    }
+    let first_line = line_of(text, start);
+    schedule::parse(spanned.get_ref()).map_err(|e| {
+        anyhow!(
+            "{}:{}: field `schedule`: `{}`: {}",
+            path.display(),
+            first_line + e.line - 1,
+            e.token,
+            e.message
+        )
     })
 }
 

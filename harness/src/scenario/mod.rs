@@ -18,10 +18,13 @@
 //! amount_minor = 12500
 //! currency = "EUR"
 //! ```
+//! An exploration scenario has no `schedule` but an `[explore]` table (`decisions_max`):
+//! its schedules are generated (see [`crate::explore`]).
+//!
 //! Errors name the file, the line and the field, and say what was expected.
 
 mod file;
 mod run;
 
-pub use file::{discover, load, scenarios_dir, EventSpec, Scenario};
+pub use file::{discover, load, scenarios_dir, EventSpec, ExploreSpec, Scenario};
 pub use run::{run_scenario, ScenarioOutcome};

@@ -34,6 +34,8 @@ pub struct ScenarioOutcome {
     pub passed: Vec<CrashPoint>,
     /// Wall time of the schedule (not part of the trace).
     pub wall: Duration,
+    /// The recorded history.
+    pub history: crate::sim::history::History,
 }
 
 impl ScenarioOutcome {
@@ -69,7 +71,8 @@ pub fn materialize(s: &Scenario, ns: Uuid) -> (Vec<(String, PaymentCaptured)>, N
 }
 
 /// Runs `schedule` (the scenario's own when `None`) of scenario `s` against `system`:
-/// the decisions, then the drain phase, then the checker. The schedule's namespace is removed
+/// the decisions, then the drain phase, then the checker. In an exploration scenario,
+/// decisions that cannot apply are skipped (and the skip is in the trace). The schedule's namespace is removed
 /// afterwards whatever happened. Errors: a decision that cannot apply (the message includes
 /// the trace so far), a service failure.
 pub fn run_scenario(
@@ -91,6 +94,7 @@ pub fn run_scenario(
     };
     let t_setup = Instant::now();
     let mut run = Run::start(setup)?;
+    run.lenient = s.explore.is_some();
     let setup_ms = t_setup.elapsed().as_secs_f64() * 1e3;
     let mut failure = None;
     for (i, d) in schedule.decisions.iter().enumerate() {
@@ -135,5 +139,6 @@ pub fn run_scenario(
         calls: fin.calls,
         passed: fin.passed,
         wall: started.elapsed(),
+        history: fin.history,
     })
 }

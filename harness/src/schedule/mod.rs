@@ -14,9 +14,12 @@
 //! | `tick:31s` | advance the logical clock (`ms`, `s`, `m`, `h`); due expiries fire |
 //! | `replay` | replay every message in the failure transport to the payments queue |
 //! | `dispatch:e1` | the producer dispatches event `e1` once more |
+//! | `redis:restart` | Redis restarts without persistence: every lock is lost |
 
+mod strategy;
 mod text;
 
+pub use strategy::{decision, schedules, Menu};
 pub use text::{format_duration_ms, parse, ParseError};
 
 use std::fmt;
@@ -40,6 +43,8 @@ pub enum Decision {
     Replay,
     /// The producer dispatches scenario event `event` again.
     Dispatch { event: String },
+    /// Redis restarts without persistence, losing every lock.
+    RedisRestart,
 }
 
 impl fmt::Display for Decision {
@@ -54,6 +59,7 @@ impl fmt::Display for Decision {
             Decision::Tick { ms } => write!(f, "tick:{}", format_duration_ms(*ms)),
             Decision::Replay => write!(f, "replay"),
             Decision::Dispatch { event } => write!(f, "dispatch:{event}"),
+            Decision::RedisRestart => write!(f, "redis:restart"),
         }
     }
 }

@@ -50,8 +50,10 @@ pub fn parse(text: &str) -> Result<Schedule, ParseError> {
 }
 
 fn parse_token(token: &str) -> Result<Decision, String> {
-    if token == "replay" {
-        return Ok(Decision::Replay);
+    match token {
+        "replay" => return Ok(Decision::Replay),
+        "redis:restart" => return Ok(Decision::RedisRestart),
+        _ => {}
     }
     let (head, rest) = match token.split_once(':') {
         Some((h, r)) => (h, Some(r)),
@@ -65,8 +67,8 @@ fn parse_token(token: &str) -> Result<Decision, String> {
         _ => {}
     }
     if Role::of(head).is_none() {
-        return Err("expected a worker (p, c1, r1, d1, ret), `tick:<duration>`, `replay` or \
-                    `dispatch:<event>`"
+        return Err("expected a worker (p, c1, r1, d1, ret), `tick:<duration>`, `replay`, \
+                    `dispatch:<event>` or `redis:restart`"
             .into());
     }
     let worker = head.to_string();
@@ -123,7 +125,7 @@ mod tests {
     #[test]
     fn parses_every_form_and_prints_it_back() {
         let text = "p:lock c1 c2:recv c1:crash@after_commit c1:crash c1:restart \
-                    c2:fail@after_claim tick:31s tick:1500ms replay dispatch:e1 ret:purge";
+                    c2:fail@after_claim tick:31s tick:1500ms replay dispatch:e1 ret:purge redis:restart";
         let s = parse(text).unwrap();
         assert_eq!(s.decisions[3], Decision::Crash { worker: "c1".into(), at: Some(CrashPoint::AfterCommit) });
         assert_eq!(s.decisions[7], Decision::Tick { ms: 31_000 });

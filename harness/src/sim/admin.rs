@@ -114,6 +114,40 @@ impl Admin {
         })
     }
 
+    /// What is left that a quiescent world would not have: messages on either queue (visible or
+    /// in flight, `ApproximateNumberOfMessages*`, exact on LocalStack) and unpublished outbox
+    /// rows. Empty when there is none.
+    pub fn leftovers(&self) -> Result<String> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        self.rt.block_on(async {
+            let mut parts = Vec::new();
+            for (name, url) in [("payments", &self.queues.payments), ("payouts", &self.queues.payouts)] {
+                let out = self
+                    .sqs
+                    .get_queue_attributes()
+                    .queue_url(url)
+                    .attribute_names(A::ApproximateNumberOfMessages)
+                    .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+                    .send()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("GetQueueAttributes: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                let attrs = out.attributes.unwrap_or_default();
+                let n = |k: A| attrs.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                let (visible, hidden) = (n(A::ApproximateNumberOfMessages), n(A::ApproximateNumberOfMessagesNotVisible));
+                if visible + hidden > 0 {
+                    parts.push(format!("{visible} visible and {hidden} in-flight message(s) on {name}"));
+                }
+            }
+            let unpublished: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE published_at IS NULL")
+                .fetch_one(&self.pg)
+                .await?;
+            if unpublished > 0 {
+                parts.push(format!("{unpublished} unpublished outbox row(s)"));
+            }
+            Ok(parts.join(", "))
+        })
+    }
+
     /// Deletes a Redis key (a lock whose logical TTL passed).
     pub fn expire_key(&self, key: &str) -> Result<()> {
         let mut r = self.redis.clone();

@@ -228,15 +228,12 @@ impl Cx {
 
     /// `BEGIN`.
     pub async fn begin(&mut self) -> Result<(), CallError> {
-        self.simple("begin", "BEGIN").await?;
-        self.in_tx = true;
-        Ok(())
+        self.simple("begin", "BEGIN", true).await
     }
 
     /// `COMMIT`.
     pub async fn commit(&mut self) -> Result<(), CallError> {
-        self.in_tx = false;
-        self.simple("commit", "COMMIT").await
+        self.simple("commit", "COMMIT", false).await
     }
 
     /// `ROLLBACK`, if a transaction is open (a no-op otherwise, and no yield).
@@ -244,14 +241,17 @@ impl Cx {
         if !self.in_tx {
             return Ok(());
         }
-        self.in_tx = false;
-        self.simple("rollback", "ROLLBACK").await
+        self.simple("rollback", "ROLLBACK", false).await
     }
 
-    async fn simple(&mut self, op: &'static str, sql: &str) -> Result<(), CallError> {
+    /// A statement without parameters that opens (`in_tx_after`) or closes a transaction. An
+    /// injected failure leaves the transaction state as it was: the statement was not sent.
+    async fn simple(&mut self, op: &'static str, sql: &str, in_tx_after: bool) -> Result<(), CallError> {
         self.gate(op).await?;
         self.count(1, 0, 0);
         let r = sqlx::raw_sql(sql).execute(&mut self.pg).await;
+        // COMMIT and ROLLBACK end the transaction even when they report an error.
+        self.in_tx = in_tx_after && r.is_ok();
         self.complete(op, result_text(&r.as_ref().map(|_| "ok".to_string())), vec![]);
         r.map(|_| ()).map_err(Into::into)
     }

@@ -53,10 +53,11 @@ pub async fn run(role: Role, mut cx: Cx, system: Rc<dyn System>) {
                 match next {
                     Some(ev) => {
                         cx.idle(false);
-                        if let Err(e) = producer.dispatch(&mut cx, &ev).await {
-                            cx.note(format!("dispatch failed: {e}"));
+                        // A failed dispatch stays at the front: the caller retries it.
+                        match producer.dispatch(&mut cx, &ev).await {
+                            Ok(()) => pop_front(&cx),
+                            Err(e) => cx.note(format!("dispatch failed, will retry: {e}")),
                         }
-                        pop_front(&cx);
                     }
                     None => cx.wait_for_work().await,
                 }

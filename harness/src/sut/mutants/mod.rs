@@ -1,6 +1,7 @@
 //! Known-bad handlers (mutants) that the harness must catch. Each one replaces one role of
 //! the [`super::reference::Reference`] system, and possibly its schema.
 
+mod check_then_insert;
 mod no_dedup;
 
 use std::rc::Rc;
@@ -8,6 +9,7 @@ use std::rc::Rc;
 use super::reference::{self, DedupProducer, DedupRetention, OutboxRelay, SettlementProjection};
 use super::*;
 
+pub use check_then_insert::CheckThenInsertConsumer;
 pub use no_dedup::NoDedupConsumer;
 
 /// The reference system with some roles and the schema replaced.
@@ -52,10 +54,10 @@ pub fn schema_without_payout_unique() -> String {
 }
 
 /// The mutants' names, with what each does wrong.
-pub const CATALOGUE: &[(&str, &str)] = &[(
-    "no-dedup",
-    "no processed_message claim, and no unique constraint on the payout",
-)];
+pub const CATALOGUE: &[(&str, &str)] = &[
+    ("no-dedup", "no processed_message claim, and no unique constraint on the payout"),
+    ("check-then-insert", "SELECT EXISTS on the payout, then INSERT, with no unique constraint"),
+];
 
 /// The mutant named `name`, if any.
 pub fn by_name(name: &str) -> Option<Rc<dyn System>> {
@@ -64,6 +66,11 @@ pub fn by_name(name: &str) -> Option<Rc<dyn System>> {
             name: "no-dedup",
             schema: schema_without_payout_unique(),
             consumer: Rc::new(NoDedupConsumer),
+        })),
+        "check-then-insert" => Some(Rc::new(Mutant {
+            name: "check-then-insert",
+            schema: schema_without_payout_unique(),
+            consumer: Rc::new(CheckThenInsertConsumer),
         })),
         _ => None,
     }

@@ -4,7 +4,7 @@ use sqlx::Row;
 use crate::sim::cx::Val;
 use crate::sim::points::CrashPoint;
 use crate::sut::messages::PaymentCaptured;
-use crate::sut::reference::{consumer::CONSUMER, fail_or_retry, lock_key};
+use crate::sut::reference::{acknowledge, consumer::{insert_outbox, CONSUMER}, lock_key};
 use crate::sut::{CallError, Consumer, Cx, Delivery};
 
 /// `no-dedup`: inserts the payout and the outbox row with no `processed_message` claim, and
@@ -34,31 +34,10 @@ impl Consumer for NoDedupConsumer {
                 .await?
                 .ok_or_else(|| CallError::Service("INSERT returned no row".into()))?;
             cx.crash_point(CrashPoint::AfterBusinessInsert);
-            let payout_id: uuid::Uuid = row.try_get(0)?;
-            let payload = serde_json::json!({"payoutId": payout_id, "paymentId": ev.payment_id,
-                "merchantId": ev.merchant_id, "amount": ev.amount_minor, "currency": ev.currency});
-            cx.execute(
-                "insert_outbox",
-                "INSERT INTO outbox_event (id, causation_id, event_type, aggregate_id, payload) \
-                 VALUES (gen_random_uuid(), $1, 'MerchantPayoutCreated', $2, $3)",
-                &[Val::Uuid(ev.event_id), Val::Uuid(ev.payment_id), Val::Json(payload)],
-            )
-            .await?;
+            insert_outbox(cx, &ev, row.try_get(0)?).await?;
             cx.commit().await
         }
         .await;
-        match r {
-            Ok(()) => {
-                cx.crash_point(CrashPoint::AfterCommit);
-                cx.unlock("unlock", &key).await?;
-                cx.delete(&d).await?;
-                cx.crash_point(CrashPoint::AfterDelete);
-                Ok(())
-            }
-            Err(e) => {
-                cx.rollback().await?;
-                fail_or_retry(cx, CONSUMER, &d, &e, Some(&key)).await
-            }
-        }
+        acknowledge(cx, CONSUMER, &d, &key, r).await
     }
 }

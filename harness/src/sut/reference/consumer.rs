@@ -1,7 +1,7 @@
 use async_trait::async_trait;
 use sqlx::Row;
 
-use super::{fail_or_retry, lock_key, park};
+use super::{acknowledge, lock_key, park};
 use crate::sim::cx::Val;
 use crate::sim::points::CrashPoint;
 use crate::sut::messages::PaymentCaptured;
@@ -16,6 +16,26 @@ pub struct PayoutConsumer;
 
 /// `consumer_name` of the payout consumer (seed 000).
 pub const CONSUMER: &str = "create-merchant-payout-v1";
+
+/// Inserts the `MerchantPayoutCreated` outbox row for `payout_id`, caused by `ev`
+/// (a yield point named `insert_outbox`), inside the caller's transaction.
+pub async fn insert_outbox(cx: &mut Cx, ev: &PaymentCaptured, payout_id: uuid::Uuid) -> Result<(), CallError> {
+    let payload = serde_json::json!({
+        "payoutId": payout_id,
+        "paymentId": ev.payment_id,
+        "merchantId": ev.merchant_id,
+        "amount": ev.amount_minor,
+        "currency": ev.currency,
+    });
+    cx.execute(
+        "insert_outbox",
+        "INSERT INTO outbox_event (id, causation_id, event_type, aggregate_id, payload) \
+         VALUES (gen_random_uuid(), $1, 'MerchantPayoutCreated', $2, $3)",
+        &[Val::Uuid(ev.event_id), Val::Uuid(ev.payment_id), Val::Json(payload)],
+    )
+    .await
+    .map(|_| ())
+}
 
 /// Runs the handler's transaction. `Ok(true)` when the payout was created, `Ok(false)` for
 /// a duplicate. The caller rolls back on error.
@@ -60,20 +80,7 @@ pub async fn handle(cx: &mut Cx, ev: &PaymentCaptured) -> Result<bool, CallError
     };
     let payout_id: uuid::Uuid = row.try_get(0)?;
     cx.label("po", payout_id);
-    let payload = serde_json::json!({
-        "payoutId": payout_id,
-        "paymentId": ev.payment_id,
-        "merchantId": ev.merchant_id,
-        "amount": ev.amount_minor,
-        "currency": ev.currency,
-    });
-    cx.execute(
-        "insert_outbox",
-        "INSERT INTO outbox_event (id, causation_id, event_type, aggregate_id, payload) \
-         VALUES (gen_random_uuid(), $1, 'MerchantPayoutCreated', $2, $3)",
-        &[Val::Uuid(ev.event_id), Val::Uuid(ev.payment_id), Val::Json(payload)],
-    )
-    .await?;
+    insert_outbox(cx, ev, payout_id).await?;
     cx.commit().await?;
     Ok(true)
 }
@@ -90,18 +97,7 @@ impl Consumer for PayoutConsumer {
             Err(e) => return park(cx, CONSUMER, &d, &format!("malformed PaymentCaptured: {e}"), None).await,
         };
         let key = lock_key(&ev.event_id);
-        match handle(cx, &ev).await {
-            Ok(_) => {
-                cx.crash_point(CrashPoint::AfterCommit);
-                cx.unlock("unlock", &key).await?;
-                cx.delete(&d).await?;
-                cx.crash_point(CrashPoint::AfterDelete);
-                Ok(())
-            }
-            Err(e) => {
-                cx.rollback().await?;
-                fail_or_retry(cx, CONSUMER, &d, &e, Some(&key)).await
-            }
-        }
+        let handled = handle(cx, &ev).await.map(|_| ());
+        acknowledge(cx, CONSUMER, &d, &key, handled).await
     }
 }

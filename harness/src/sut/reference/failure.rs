@@ -2,6 +2,7 @@
 //! in the failure transport when the error is unrecoverable or retries are exhausted.
 
 use crate::sim::cx::Val;
+use crate::sim::points::CrashPoint;
 use crate::sut::{CallError, Cx, Delivery};
 
 /// After a failed attempt (the transaction already rolled back): parks the message when the
@@ -58,4 +59,29 @@ pub async fn park(
         cx.unlock("unlock", key).await?;
     }
     cx.delete(d).await
+}
+
+/// Messenger's acknowledgement after the handler: on success release the dispatch lock and
+/// delete the message (crash points `after_commit` before, `after_delete` after); on error
+/// roll back, then retry or park ([`fail_or_retry`]).
+pub async fn acknowledge(
+    cx: &mut Cx,
+    consumer: &str,
+    d: &Delivery,
+    lock: &str,
+    handled: Result<(), CallError>,
+) -> Result<(), CallError> {
+    match handled {
+        Ok(()) => {
+            cx.crash_point(CrashPoint::AfterCommit);
+            cx.unlock("unlock", lock).await?;
+            cx.delete(d).await?;
+            cx.crash_point(CrashPoint::AfterDelete);
+            Ok(())
+        }
+        Err(e) => {
+            cx.rollback().await?;
+            fail_or_retry(cx, consumer, d, &e, Some(lock)).await
+        }
+    }
 }

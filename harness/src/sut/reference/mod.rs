@@ -20,7 +20,7 @@ use super::*;
 
 pub use consumer::PayoutConsumer;
 pub use downstream::SettlementProjection;
-pub use failure::{fail_or_retry, park};
+pub use failure::{acknowledge, fail_or_retry, park};
 pub use producer::DedupProducer;
 pub use relay::OutboxRelay;
 pub use retention::DedupRetention;

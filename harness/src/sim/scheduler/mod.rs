@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 
+mod drain;
+
 use super::admin::Admin;
 use super::clock::{Clock, Due};
 use super::cx::QueueUrls;
@@ -27,12 +29,22 @@ use crate::services::Endpoints;
 use crate::sut::messages::PaymentCaptured;
 use crate::sut::{System, SystemConfig};
 
-/// Rounds of the drain phase before the schedule is declared not quiescent.
-pub const DRAIN_ROUNDS_MAX: usize = 200;
+pub use drain::DRAIN_ROUNDS_MAX;
 /// Steps one decision may take to reach a crash point.
 const STEPS_TO_POINT_MAX: usize = 64;
 /// Real time a worker may take for one call before the harness gives up, s.
 const CALL_TIMEOUT_S: u64 = 60;
+
+/// A decision that cannot apply in the current state (the worker is elsewhere, blocked,
+/// crashed, or never reaches the crash point). Scripted schedules fail with it; generated ones
+/// skip the decision ([`Run::lenient`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Inapplicable(pub String);
+
+fn inapplicable(msg: String) -> anyhow::Error {
+    anyhow::Error::new(Inapplicable(msg))
+}
 
 /// What a schedule runs against.
 pub struct Setup {
@@ -61,6 +73,9 @@ pub struct Run<'a> {
     keys: BTreeSet<String>,
     /// The history so far.
     pub history: History,
+    /// Skip decisions that cannot apply (recording why) instead of failing.
+    pub lenient: bool,
+    polls: drain::Polls,
 }
 
 /// A finished schedule: its history and the admin connections, for the checker.
@@ -114,6 +129,8 @@ impl<'a> Run<'a> {
             events: setup.events,
             keys: BTreeSet::new(),
             history: History::default(),
+            lenient: false,
+            polls: drain::Polls::default(),
         };
         if let Err(e) = run.settle(None) {
             let Finished { admin, keys, .. } = run.finish();
@@ -137,7 +154,7 @@ impl<'a> Run<'a> {
 
     fn check_worker(&self, w: &str) -> Result<()> {
         if !self.workers.iter().any(|x| x == w) {
-            bail!("there is no worker `{w}` in this scenario (workers: {})", self.workers.join(" "));
+            return Err(inapplicable(format!("there is no worker `{w}` in this scenario (workers: {})", self.workers.join(" "))));
         }
         Ok(())
     }
@@ -145,6 +162,16 @@ impl<'a> Run<'a> {
     /// Applies one decision and settles. Errors: the decision cannot apply (the worker is at
     /// another call, blocked, crashed, or never reaches the crash point), or a host failed.
     pub fn apply(&mut self, d: &Decision) -> Result<()> {
+        match self.apply_strict(d) {
+            Err(e) if self.lenient && e.downcast_ref::<Inapplicable>().is_some() => {
+                self.fault(format!("skipped `{d}`: {e}"), vec![]);
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    fn apply_strict(&mut self, d: &Decision) -> Result<()> {
         match d {
             Decision::Step { worker, op } => {
                 self.check_worker(worker)?;
@@ -170,7 +197,18 @@ impl<'a> Run<'a> {
             Decision::Tick { ms } => self.tick(*ms),
             Decision::Replay => self.replay(),
             Decision::Dispatch { event } => self.dispatch(event),
+            Decision::RedisRestart => self.redis_restart(),
         }
+    }
+
+    /// Redis restarts without persistence: every lock of this schedule is lost.
+    fn redis_restart(&mut self) -> Result<()> {
+        let keys: Vec<String> = std::mem::take(&mut self.clock.locks).into_keys().collect();
+        for k in &keys {
+            self.admin.expire_key(k)?;
+        }
+        self.fault(format!("redis restarted: {} lock(s) lost", keys.len()), vec![]);
+        Ok(())
     }
 
     fn step(&mut self, w: &str, expect: Option<&str>) -> Result<()> {
@@ -178,18 +216,18 @@ impl<'a> Run<'a> {
             Status::Parked { op, .. } => {
                 if let Some(e) = expect {
                     if e != op {
-                        bail!("{w} is about to `{op}`, not `{e}`");
+                        return Err(inapplicable(format!("{w} is about to `{op}`, not `{e}`")));
                     }
                 }
             }
             Status::Running { op, .. } => {
                 let by = self.with_slot(w, |s| s.blocked_by.clone()).unwrap_or_default();
-                bail!("{w} is blocked in `{op}` by {}", by.join(", "));
+                return Err(inapplicable(format!("{w} is blocked in `{op}` by {}", by.join(", "))));
             }
-            Status::Crashed => bail!("{w} is crashed; restart it first (`{w}:restart`)"),
-            Status::Waiting { .. } => bail!("{w} has nothing to do"),
-            Status::Finished => bail!("{w} has finished"),
-            Status::Starting => bail!("{w} is still starting"),
+            Status::Crashed => return Err(inapplicable(format!("{w} is crashed; restart it first (`{w}:restart`)"))),
+            Status::Waiting { .. } => return Err(inapplicable(format!("{w} has nothing to do"))),
+            Status::Finished => return Err(inapplicable(format!("{w} has finished"))),
+            Status::Starting => return Err(inapplicable(format!("{w} is still starting"))),
         }
         let notify = self.with_slot(w, |s| {
             s.granted = true;
@@ -216,13 +254,16 @@ impl<'a> Run<'a> {
                 return Ok(());
             }
             let before = self.status(w);
-            self.step(w, None).map_err(|e| anyhow!("{w} cannot reach {what}: {e}"))?;
+            self.step(w, None).map_err(|e| match e.downcast_ref::<Inapplicable>() {
+                Some(_) => inapplicable(format!("{w} cannot reach {what}: {e}")),
+                None => e,
+            })?;
             let idle_again = self.with_slot(w, |s| s.idle) && self.status(w) == before;
             if idle_again && !self.with_slot(w, |s| done(s)) {
-                bail!("{w} cannot reach {what}: it has nothing to do");
+                return Err(inapplicable(format!("{w} cannot reach {what}: it has nothing to do")));
             }
         }
-        bail!("{w} did not reach {what} within {STEPS_TO_POINT_MAX} calls")
+        return Err(inapplicable(format!("{w} did not reach {what} within {STEPS_TO_POINT_MAX} calls")))
     }
 
     fn crash(&mut self, w: &str) -> Result<()> {
@@ -230,7 +271,7 @@ impl<'a> Run<'a> {
         let (at, op) = match &status {
             Status::Parked { at, .. } => (*at, None),
             Status::Running { op, at } => (*at, Some(op.to_string())),
-            Status::Crashed => bail!("{w} is already crashed"),
+            Status::Crashed => return Err(inapplicable(format!("{w} is already crashed"))),
             _ => (None, None),
         };
         self.sim.crash(w);
@@ -244,6 +285,7 @@ impl<'a> Run<'a> {
             s.backend_pid.take()
         });
         self.history.entries.push(Entry::Crash { t_ms: self.now(), worker: w.to_string(), at, op });
+        self.polls.outbox_changed();
         if let Some(pid) = pid {
             self.admin.terminate_backend(pid)?;
         }
@@ -252,7 +294,7 @@ impl<'a> Run<'a> {
 
     fn restart(&mut self, w: &str) -> Result<()> {
         if self.status(w) != Status::Crashed {
-            bail!("{w} is not crashed");
+            return Err(inapplicable(format!("{w} is not crashed")));
         }
         self.sim.bounce(w);
         self.with_slot(w, |s| {
@@ -277,6 +319,7 @@ impl<'a> Run<'a> {
             match d {
                 Due::Visibility { msg, queue, receipt } => {
                     let ok = self.admin.expire_visibility(queue, &receipt)?;
+                    self.polls.queue_changed(queue);
                     let what = if ok {
                         format!("visibility timeout of {msg} expired: it can be received again")
                     } else {
@@ -313,13 +356,13 @@ impl<'a> Run<'a> {
             .iter()
             .find(|(l, _)| l == event)
             .map(|(_, e)| e.clone())
-            .ok_or_else(|| anyhow!("there is no event `{event}` in this scenario"))?;
+            .ok_or_else(|| inapplicable(format!("there is no event `{event}` in this scenario")))?;
         let producer = self
             .workers
             .iter()
             .find(|w| Role::of(w) == Some(Role::Producer))
             .cloned()
-            .ok_or_else(|| anyhow!("this scenario has no producer `p`"))?;
+            .ok_or_else(|| inapplicable("this scenario has no producer `p`".into()))?;
         self.world.borrow_mut().to_dispatch.push_back(ev);
         self.fault(format!("{producer} will dispatch {event} again"), vec![]);
         if matches!(self.status(&producer), Status::Waiting { .. }) {
@@ -335,7 +378,7 @@ impl<'a> Run<'a> {
     fn fault(&mut self, what: String, facts: Vec<Fact>) {
         let what = self.world.borrow().names.relabel(&what);
         for f in &facts {
-            self.clock.apply(f);
+            self.apply_fact(f);
         }
         self.history.entries.push(Entry::Fault { t_ms: self.now(), what, facts });
     }
@@ -431,6 +474,18 @@ impl<'a> Run<'a> {
         Ok(changed)
     }
 
+    /// Feeds a fact to the logical clock and to the drain's poll bookkeeping.
+    fn apply_fact(&mut self, f: &Fact) {
+        self.clock.apply(f);
+        match f {
+            Fact::LockTaken { key, .. } => {
+                self.keys.insert(key.clone());
+            }
+            Fact::Sent { queue, .. } => self.polls.queue_changed(*queue),
+            _ => {}
+        }
+    }
+
     fn collect(&mut self, granted: Option<&str>) {
         let mut order: Vec<String> = granted.map(str::to_string).into_iter().collect();
         order.extend(self.workers.iter().filter(|w| Some(w.as_str()) != granted).cloned());
@@ -439,10 +494,11 @@ impl<'a> Run<'a> {
             if let Some(mut step) = step {
                 step.result = self.world.borrow().names.relabel(&step.result);
                 for f in &step.facts {
-                    self.clock.apply(f);
-                    if let Fact::LockTaken { key, .. } = f {
-                        self.keys.insert(key.clone());
-                    }
+                    self.apply_fact(f);
+                }
+                let busy = !self.with_slot(&w, |s| s.idle);
+                if busy && (step.op == "commit" || step.op == "rollback") {
+                    self.polls.outbox_changed();
                 }
                 self.history.entries.push(Entry::Step(step));
             }
@@ -451,55 +507,6 @@ impl<'a> Run<'a> {
                 self.history.entries.push(Entry::Note { t_ms: self.now(), worker: w.clone(), text });
             }
         }
-    }
-
-    /// Restarts crashed workers, then runs every worker but `ret` round-robin until the world
-    /// is quiescent: every worker idle for 3 rounds and nothing in flight (the clock jumps to
-    /// the next visibility deadline when only in-flight messages remain). `Ok(Some(why))`
-    /// when it is not quiescent after [`DRAIN_ROUNDS_MAX`] rounds (a liveness violation).
-    pub fn drain(&mut self) -> Result<Option<String>> {
-        self.fault("drain: restart crashed workers, run everyone until quiescent".into(), vec![]);
-        let drainers: Vec<String> =
-            self.workers.iter().filter(|w| Role::of(w) != Some(Role::Retention)).cloned().collect();
-        for w in &drainers {
-            if self.status(w) == Status::Crashed {
-                self.restart(w)?;
-            }
-        }
-        let mut quiet = 0;
-        for _ in 0..DRAIN_ROUNDS_MAX {
-            let mut all_idle = true;
-            for w in &drainers {
-                match self.status(w) {
-                    Status::Parked { .. } => {
-                        self.step(w, None)?;
-                        all_idle &= self.with_slot(w, |s| s.idle);
-                    }
-                    Status::Running { .. } => all_idle = false,
-                    _ => {}
-                }
-            }
-            if !all_idle {
-                quiet = 0;
-                continue;
-            }
-            if let Some(deadline) = self.clock.next_visibility_deadline() {
-                quiet = 0;
-                let jump = deadline.saturating_sub(self.clock.now_ms);
-                self.fault(format!("drain: clock +{}", format_duration_ms(jump)), vec![]);
-                self.advance_clock(deadline)?;
-                continue;
-            }
-            quiet += 1;
-            if quiet >= 3 {
-                return Ok(None);
-            }
-        }
-        let stuck: Vec<String> = self.clock.in_flight.keys().cloned().collect();
-        Ok(Some(format!(
-            "not quiescent after {DRAIN_ROUNDS_MAX} drain rounds; in flight: {}",
-            if stuck.is_empty() { "none".to_string() } else { stuck.join(", ") }
-        )))
     }
 
     /// Stops every host (closing their connections) and hands over the history and the admin
