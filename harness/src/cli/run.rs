@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// Run every schedule twice and compare the traces byte for byte.
     #[arg(long)]
     pub check_determinism: bool,
+    /// Enumerate every interleaving of the exhaustive scenarios (all of them when no scenario
+    /// is named); without it, exhaustive scenarios run only when named.
+    #[arg(long)]
+    pub exhaustive: bool,
 }
 
 /// Arguments of `repro`.
@@ -189,6 +193,38 @@ pub fn print_report(s: &Scenario, system: &str, r: &Report) {
     println!();
 }
 
+fn enumerated(endpoints: &Endpoints, system: &Rc<dyn System>, s: &Scenario) -> Result<bool> {
+    println!("== {}: {}", s.name, s.description);
+    let mut last = Instant::now();
+    let e = explore::exhaustive::enumerate(endpoints, system.clone(), s, |st| {
+        if last.elapsed() >= Duration::from_secs(5) {
+            last = Instant::now();
+            eprintln!("  … {} interleavings", st.schedules);
+        }
+    })?;
+    let st = &e.stats;
+    let (pg, sqs, redis) = st.calls_per_schedule();
+    println!(
+        "exhaustive: {} interleavings ({} with a crash) in {:.1} s: {:.1} schedules/s; calls per schedule: {pg:.1} pg, {sqs:.1} sqs, {redis:.1} redis",
+        st.schedules,
+        e.with_crash,
+        st.wall.as_secs_f64(),
+        st.per_second()
+    );
+    println!("crash-point coverage:");
+    for line in st.coverage_table().lines() {
+        println!("  {line}");
+    }
+    let Some(f) = &e.failure else {
+        println!("PASS {} ({}): every interleaving holds every invariant\n", s.name, system.name());
+        return Ok(true);
+    };
+    print_outcome(s, f);
+    let sys = if system.name() == "reference" { String::new() } else { format!(" --system {}", system.name()) };
+    println!("reproduce: crashpoint repro {}{sys} --schedule '{}'\n", s.name, f.schedule);
+    Ok(false)
+}
+
 fn default_seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
@@ -197,14 +233,21 @@ fn default_seed() -> u64 {
 /// within the budget. Exit code 0 when all pass, 1 when an invariant is violated (or a trace
 /// is not deterministic); errors (exit 2) for services or malformed scenarios.
 pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs) -> Result<i32> {
-    let chosen = select(scenario::discover(&scenario::scenarios_dir())?, &args.scenarios)?;
+    let mut chosen = select(scenario::discover(&scenario::scenarios_dir())?, &args.scenarios)?;
+    if args.exhaustive && args.scenarios.is_empty() {
+        chosen.retain(|s| s.exhaustive.is_some());
+    } else if !args.exhaustive && args.scenarios.is_empty() {
+        chosen.retain(|s| s.exhaustive.is_none());
+    }
     let system = crate::sut::by_name(&args.system)?;
     let seed = args.seed.unwrap_or_else(default_seed);
     println!("seed: {seed} (repeat this run with --seed {seed}); system: {}\n", system.name());
     with_services(rt, opts, |endpoints| {
         let mut failed = Vec::new();
         for s in &chosen {
-            let ok = if s.explore.is_some() {
+            let ok = if s.exhaustive.is_some() {
+                enumerated(endpoints, &system, s)?
+            } else if s.explore.is_some() {
                 explored(endpoints, &system, s, args, seed)?
             } else {
                 scripted(endpoints, &system, s, args)?

@@ -7,6 +7,7 @@
 //! real services. Minimal failures of the reference system are appended to
 //! `<scenario>.regressions` next to the scenario file, and re-tried first by later runs.
 
+pub mod exhaustive;
 mod regressions;
 mod stats;
 

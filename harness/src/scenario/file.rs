@@ -45,6 +45,23 @@ pub struct ExploreSpec {
     pub decisions_max: usize,
 }
 
+/// Exhaustive enumeration (`[exhaustive]` in a scenario file): after the scripted `schedule`
+/// (the prefix that hands each worker its message), every interleaving of the listed workers'
+/// calls, with and without one crash at each crash point.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExhaustiveSpec {
+    /// The workers whose calls are interleaved, e.g. `"c1 c2"`.
+    pub workers: String,
+    /// Also enumerate one crash at each crash point (default true).
+    #[serde(default = "yes")]
+    pub crash: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
 fn default_decisions_max() -> usize {
     24
 }
@@ -58,6 +75,8 @@ struct Raw {
     schedule: Option<toml::Spanned<String>>,
     #[serde(default)]
     explore: Option<ExploreSpec>,
+    #[serde(default)]
+    exhaustive: Option<ExhaustiveSpec>,
     #[serde(default)]
     expect_trace: Vec<String>,
     #[serde(default)]
@@ -81,6 +100,8 @@ pub struct Scenario {
     /// Present for an exploration scenario: schedules are generated within these bounds, and
     /// decisions that cannot apply are skipped rather than fatal.
     pub explore: Option<ExploreSpec>,
+    /// Present for an exhaustive scenario (run with `crashpoint run --exhaustive`).
+    pub exhaustive: Option<ExhaustiveSpec>,
     /// Substrings the trace must contain.
     pub expect_trace: Vec<String>,
     /// System timing and retries.
@@ -173,6 +194,7 @@ pub fn load(root: &Path, path: &Path) -> Result<Scenario> {
         workers,
         schedule,
         explore: raw.explore,
+        exhaustive: raw.exhaustive,
         expect_trace: raw.expect_trace,
         config: raw.config,
         events: raw.events,

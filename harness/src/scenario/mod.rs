@@ -26,5 +26,5 @@
 mod file;
 mod run;
 
-pub use file::{discover, load, scenarios_dir, EventSpec, ExploreSpec, Scenario};
-pub use run::{run_scenario, ScenarioOutcome};
+pub use file::{discover, load, scenarios_dir, EventSpec, ExhaustiveSpec, ExploreSpec, Scenario};
+pub use run::{run_driven, run_scenario, ScenarioOutcome};

@@ -72,17 +72,33 @@ pub fn materialize(s: &Scenario, ns: Uuid) -> (Vec<(String, PaymentCaptured)>, N
 
 /// Runs `schedule` (the scenario's own when `None`) of scenario `s` against `system`:
 /// the decisions, then the drain phase, then the checker. In an exploration scenario,
-/// decisions that cannot apply are skipped (and the skip is in the trace). The schedule's namespace is removed
-/// afterwards whatever happened. Errors: a decision that cannot apply (the message includes
-/// the trace so far), a service failure.
+/// decisions that cannot apply are skipped (and the skip is in the trace). The schedule's
+/// namespace is removed afterwards whatever happened. Errors: a decision that cannot apply
+/// (the message includes the trace so far), a service failure.
 pub fn run_scenario(
     endpoints: &Endpoints,
     system: Rc<dyn System>,
     s: &Scenario,
     schedule: Option<&Schedule>,
 ) -> Result<ScenarioOutcome> {
-    let started = Instant::now();
     let schedule = schedule.unwrap_or(&s.schedule).clone();
+    run_driven(endpoints, system, s, |run| {
+        for (i, d) in schedule.decisions.iter().enumerate() {
+            run.apply(d).map_err(|e| anyhow!("decision {} `{d}`: {e:#}", i + 1))?;
+        }
+        Ok(schedule.clone())
+    })
+}
+
+/// Like [`run_scenario`], but the decisions are made by `drive`, which applies them to the
+/// run (it may look at the run between decisions) and returns the schedule it applied.
+pub fn run_driven(
+    endpoints: &Endpoints,
+    system: Rc<dyn System>,
+    s: &Scenario,
+    drive: impl FnOnce(&mut Run) -> Result<Schedule>,
+) -> Result<ScenarioOutcome> {
+    let started = Instant::now();
     let (events, names) = materialize(s, Uuid::new_v4());
     let setup = Setup {
         endpoints: endpoints.clone(),
@@ -96,29 +112,20 @@ pub fn run_scenario(
     let mut run = Run::start(setup)?;
     run.lenient = s.explore.is_some();
     let setup_ms = t_setup.elapsed().as_secs_f64() * 1e3;
-    let mut failure = None;
-    for (i, d) in schedule.decisions.iter().enumerate() {
-        if let Err(e) = run.apply(d) {
-            failure = Some(anyhow!("{}: decision {} `{d}`: {e:#}", s.name, i + 1));
-            break;
-        }
-    }
-    let stuck = match failure {
-        None => match run.drain() {
-            Ok(stuck) => stuck,
-            Err(e) => {
-                failure = Some(anyhow!("{}: drain: {e:#}", s.name));
-                None
-            }
-        },
-        Some(_) => None,
+    let driven = drive(&mut run).map_err(|e| anyhow!("{}: {e:#}", s.name));
+    let stuck = match &driven {
+        Ok(_) => run.drain().map_err(|e| anyhow!("{}: drain: {e:#}", s.name)),
+        Err(_) => Ok(None),
     };
     let fin = run.finish();
     let text = trace::render(&fin.history);
-    if let Some(e) = failure {
-        fin.admin.destroy(&fin.keys);
-        return Err(anyhow!("{e}\ntrace so far:\n{text}"));
-    }
+    let (schedule, stuck) = match (driven, stuck) {
+        (Ok(schedule), Ok(stuck)) => (schedule, stuck),
+        (Err(e), _) | (_, Err(e)) => {
+            fin.admin.destroy(&fin.keys);
+            return Err(anyhow!("{e}\ntrace so far:\n{text}"));
+        }
+    };
     let verdicts = checker::check(&fin.admin, &fin.history, &events, &fin.names, stuck.as_deref());
     let t_teardown = Instant::now();
     fin.admin.destroy(&fin.keys);

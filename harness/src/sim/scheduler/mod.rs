@@ -108,7 +108,9 @@ impl<'a> Run<'a> {
     /// failing, a host failing to connect.
     pub fn start(setup: Setup) -> Result<Run<'a>> {
         let ns = unique_namespace();
+        let t0 = Instant::now();
         let admin = Admin::create(&setup.endpoints, &ns, setup.system.schema_sql())?;
+        let admin_ms = t0.elapsed().as_secs_f64() * 1e3;
         let world = World::new(&setup.workers, setup.names);
         world.borrow_mut().to_dispatch = setup.events.iter().map(|(_, e)| e.clone()).collect();
         let spec = Rc::new(HostSpec {
@@ -132,11 +134,13 @@ impl<'a> Run<'a> {
             lenient: false,
             polls: drain::Polls::default(),
         };
+        let t1 = Instant::now();
         if let Err(e) = run.settle(None) {
             let Finished { admin, keys, .. } = run.finish();
             admin.destroy(&keys);
             return Err(e);
         }
+        tracing::debug!(admin_ms, hosts_ms = t1.elapsed().as_secs_f64() * 1e3, "run started (namespace created; hosts connected)");
         Ok(run)
     }
 
@@ -157,6 +161,24 @@ impl<'a> Run<'a> {
             return Err(inapplicable(format!("there is no worker `{w}` in this scenario (workers: {})", self.workers.join(" "))));
         }
         Ok(())
+    }
+
+    /// The decisions that can apply now to `workers` for exhaustive enumeration, in a fixed
+    /// order: a step for each worker parked in the middle of handling a message (not at its
+    /// receive, not blocked), and, when `crash` is allowed, a crash for each worker standing at
+    /// a crash point.
+    pub fn choices(&self, workers: &[String], crash: bool) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for w in workers {
+            let Status::Parked { op, at } = self.status(w) else { continue };
+            if op != "recv" {
+                out.push(Decision::Step { worker: w.clone(), op: None });
+            }
+            if crash && at.is_some() {
+                out.push(Decision::Crash { worker: w.clone(), at: None });
+            }
+        }
+        out
     }
 
     /// Applies one decision and settles. Errors: the decision cannot apply (the worker is at
