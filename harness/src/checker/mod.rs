@@ -31,7 +31,7 @@ pub const INVARIANTS: [&str; 8] = [
     "one outbox row per causation",
     "every outbox event published at least once",
     "downstream effect exactly once per outbox id",
-    "nothing lost: every sent event has its payout or sits in the failure transport",
+    "nothing lost: every sent event has its effect or sits in the failure transport",
     "no dedup row without its effect",
     "quiescence: every message deleted or parked",
 ];
@@ -155,28 +155,31 @@ pub fn check(
         problems.push(format!("settlement for unknown publication {}", n(id)));
     }
     v.push(verdict(INVARIANTS[4], problems));
-    // 6. nothing lost
+    // 6. nothing lost: the event's effect committed (its outbox row, written in the same
+    // transaction as the payout) or it sits in the failure transport with a reason.
+    let caused: BTreeSet<Uuid> = st.outbox.iter().map(|(_, cause)| *cause).collect();
     let problems = sent_events
         .iter()
         .filter(|e| {
-            let paid = payment_of.get(e).map(|p| payout_count(p) > 0).unwrap_or(false);
             let parked = st.parked.get(e).map(|r| !r.trim().is_empty()).unwrap_or(false);
-            !paid && !parked
+            !caused.contains(e) && !parked
         })
-        .map(|e| format!("event {} has no payout and is not in the failure transport", n(e)))
+        .map(|e| format!("event {} has no effect and is not in the failure transport", n(e)))
         .collect();
     v.push(verdict(INVARIANTS[5], problems));
     // 7. no dedup row without its effect
     let mut problems = Vec::new();
     for (c, m) in &st.dedup {
         let ok = if c == CONSUMER {
-            payment_of.get(m).map(|p| payout_count(p) > 0).unwrap_or(false)
+            caused.contains(m)
         } else if c == DOWNSTREAM {
             st.settlements.contains_key(m)
         } else {
             true
         };
-        if !ok {
+        if !ok && !payment_of.contains_key(m) && !known.contains(m) {
+            problems.push(format!("{c} recorded {}, which is no message's identity", n(m)));
+        } else if !ok {
             problems.push(format!("{c} recorded {} as processed but its effect is missing", n(m)));
         }
     }

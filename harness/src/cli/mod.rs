@@ -3,6 +3,7 @@
 //! Exit codes: 0 ok, 1 an invariant violated, 2 a harness or services error
 //! (see [`crate::error`]).
 
+mod catalogue;
 mod doctor;
 mod list;
 mod run;
@@ -57,6 +58,8 @@ enum Command {
     Repro(run::ReproArgs),
     /// List the scenarios, crash points and fault kinds.
     List,
+    /// Explore every mutant, then the reference, under one budget; print the detection table.
+    Catalogue(catalogue::CatalogueArgs),
 }
 
 /// Parses the arguments, runs the command and returns the process exit code.
@@ -76,6 +79,7 @@ pub fn main() -> i32 {
         Command::Up => rt.block_on(updown::up()),
         Command::Down => updown::down(),
         Command::List => list::list(),
+        Command::Catalogue(args) => catalogue::catalogue(&rt, &opts, &args),
         Command::Run(args) => run::run(&rt, &opts, &args),
         Command::Repro(args) => run::repro(&rt, &opts, &args),
     };

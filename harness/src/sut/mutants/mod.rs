@@ -1,22 +1,58 @@
 //! Known-bad handlers (mutants) that the harness must catch. Each one replaces one role of
 //! the [`super::reference::Reference`] system, and possibly its schema.
 
-mod check_then_insert;
-mod no_dedup;
+mod consumers;
+mod others;
 
 use std::rc::Rc;
 
-use super::reference::{self, DedupProducer, DedupRetention, OutboxRelay, SettlementProjection};
+use super::reference::{self, DedupProducer, DedupRetention, OutboxRelay, PayoutConsumer, SettlementProjection};
 use super::*;
 
-pub use check_then_insert::CheckThenInsertConsumer;
-pub use no_dedup::NoDedupConsumer;
+pub use consumers::*;
+pub use others::*;
 
-/// The reference system with some roles and the schema replaced.
+/// The reference system with some roles, and possibly the schema, replaced.
 pub struct Mutant {
     name: &'static str,
     schema: String,
     consumer: Rc<dyn Consumer>,
+    relay: Rc<dyn Relay>,
+    downstream: Rc<dyn Downstream>,
+    retention: Rc<dyn Retention>,
+}
+
+impl Mutant {
+    fn new(name: &'static str) -> Mutant {
+        Mutant {
+            name,
+            schema: reference::SCHEMA_SQL.to_string(),
+            consumer: Rc::new(PayoutConsumer),
+            relay: Rc::new(OutboxRelay),
+            downstream: Rc::new(SettlementProjection),
+            retention: Rc::new(DedupRetention),
+        }
+    }
+    fn without_payout_unique(mut self) -> Mutant {
+        self.schema = schema_without_payout_unique();
+        self
+    }
+    fn consumer(mut self, c: impl Consumer + 'static) -> Mutant {
+        self.consumer = Rc::new(c);
+        self
+    }
+    fn relay(mut self, r: impl Relay + 'static) -> Mutant {
+        self.relay = Rc::new(r);
+        self
+    }
+    fn downstream(mut self, d: impl Downstream + 'static) -> Mutant {
+        self.downstream = Rc::new(d);
+        self
+    }
+    fn retention(mut self, r: impl Retention + 'static) -> Mutant {
+        self.retention = Rc::new(r);
+        self
+    }
 }
 
 impl System for Mutant {
@@ -33,13 +69,13 @@ impl System for Mutant {
         self.consumer.clone()
     }
     fn relay(&self) -> Rc<dyn Relay> {
-        Rc::new(OutboxRelay)
+        self.relay.clone()
     }
     fn downstream(&self) -> Rc<dyn Downstream> {
-        Rc::new(SettlementProjection)
+        self.downstream.clone()
     }
     fn retention(&self) -> Rc<dyn Retention> {
-        Rc::new(DedupRetention)
+        self.retention.clone()
     }
 }
 
@@ -57,21 +93,37 @@ pub fn schema_without_payout_unique() -> String {
 pub const CATALOGUE: &[(&str, &str)] = &[
     ("no-dedup", "no processed_message claim, and no unique constraint on the payout"),
     ("check-then-insert", "SELECT EXISTS on the payout, then INSERT, with no unique constraint"),
+    ("redis-only-dedup", "Redis SET NX with a TTL is the only record of processed; no durable row, no unique constraint"),
+    ("dedup-separate-tx", "the dedup row commits in its own transaction before the business effect"),
+    ("key-per-attempt", "a fresh id per attempt is used as the message identity"),
+    ("ack-before-commit", "DeleteMessage is called before the transaction commits"),
+    ("relay-mark-before-send", "the relay commits published_at, then sends"),
+    ("naive-downstream", "the downstream consumer has no dedup"),
+    ("short-retention", "dedup rows are purged after 1 s, with no unique constraint on the payout"),
+    ("lock-released-on-failure", "the dispatch lock is released when the handler throws (with no-dedup)"),
+    ("skip-without-delete", "a detected duplicate returns without deleting the message"),
+    ("park-failure-acked", "writing to the failure transport fails, and the message is deleted anyway"),
+    ("relay-mark-fails-after-send", "the relay's mark errors after a successful send (with naive-downstream)"),
 ];
 
 /// The mutant named `name`, if any.
 pub fn by_name(name: &str) -> Option<Rc<dyn System>> {
-    match name {
-        "no-dedup" => Some(Rc::new(Mutant {
-            name: "no-dedup",
-            schema: schema_without_payout_unique(),
-            consumer: Rc::new(NoDedupConsumer),
-        })),
-        "check-then-insert" => Some(Rc::new(Mutant {
-            name: "check-then-insert",
-            schema: schema_without_payout_unique(),
-            consumer: Rc::new(CheckThenInsertConsumer),
-        })),
-        _ => None,
-    }
+    let m = Mutant::new(CATALOGUE.iter().find(|(n, _)| *n == name)?.0);
+    let m = match name {
+        "no-dedup" => m.without_payout_unique().consumer(NoDedup),
+        "check-then-insert" => m.without_payout_unique().consumer(CheckThenInsert),
+        "redis-only-dedup" => m.without_payout_unique().consumer(RedisOnlyDedup),
+        "dedup-separate-tx" => m.consumer(DedupSeparateTx),
+        "key-per-attempt" => m.consumer(KeyPerAttempt),
+        "ack-before-commit" => m.consumer(AckBeforeCommit),
+        "relay-mark-before-send" => m.relay(MarkBeforeSend),
+        "naive-downstream" => m.downstream(NaiveDownstream),
+        "short-retention" => m.without_payout_unique().retention(ShortRetention),
+        "lock-released-on-failure" => m.without_payout_unique().consumer(LockReleasedOnFailure),
+        "skip-without-delete" => m.consumer(SkipWithoutDelete),
+        "park-failure-acked" => m.consumer(ParkFailureAcked),
+        "relay-mark-fails-after-send" => m.relay(MarkFailsAfterSend::default()).downstream(NaiveDownstream),
+        _ => return None,
+    };
+    Some(Rc::new(m))
 }

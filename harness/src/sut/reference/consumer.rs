@@ -37,49 +37,61 @@ pub async fn insert_outbox(cx: &mut Cx, ev: &PaymentCaptured, payout_id: uuid::U
     .map(|_| ())
 }
 
-/// Runs the handler's transaction. `Ok(true)` when the payout was created, `Ok(false)` for
-/// a duplicate. The caller rolls back on error.
-pub async fn handle(cx: &mut Cx, ev: &PaymentCaptured) -> Result<bool, CallError> {
-    cx.crash_point(CrashPoint::AfterReceive);
-    cx.begin().await?;
-    let claimed = cx
+/// Claims `id` for `consumer` in `processed_message` (`INSERT … ON CONFLICT DO NOTHING
+/// RETURNING`, a yield point named `claim`); false when it was already claimed (a duplicate).
+pub async fn claim(cx: &mut Cx, consumer: &str, id: uuid::Uuid) -> Result<bool, CallError> {
+    let row = cx
         .fetch_optional(
             "claim",
             "INSERT INTO processed_message (consumer_name, message_id, processed_at) \
              VALUES ($1, $2, $3) ON CONFLICT (consumer_name, message_id) DO NOTHING \
              RETURNING message_id",
-            &[Val::Text(CONSUMER.into()), Val::Uuid(ev.event_id), Val::Now],
+            &[Val::Text(consumer.into()), Val::Uuid(id), Val::Now],
         )
         .await?;
+    Ok(row.is_some())
+}
+
+/// Inserts the payout of `ev` (a yield point named `insert_payout`). With `guarded`, `ON
+/// CONFLICT (source_payment_id) DO NOTHING` (seed 000); `None` when the payment already had one.
+pub async fn insert_payout(cx: &mut Cx, ev: &PaymentCaptured, guarded: bool) -> Result<Option<uuid::Uuid>, CallError> {
+    let sql = if guarded {
+        "INSERT INTO merchant_payout (id, source_payment_id, merchant_id, amount_minor, currency) \
+         VALUES (gen_random_uuid(), $1, $2, $3, $4) \
+         ON CONFLICT (source_payment_id) DO NOTHING RETURNING id"
+    } else {
+        "INSERT INTO merchant_payout (id, source_payment_id, merchant_id, amount_minor, currency) \
+         VALUES (gen_random_uuid(), $1, $2, $3, $4) RETURNING id"
+    };
+    let vals = [Val::Uuid(ev.payment_id), Val::Uuid(ev.merchant_id), Val::I64(ev.amount_minor), Val::Text(ev.currency.clone())];
+    let row = cx.fetch_optional("insert_payout", sql, &vals).await?;
+    let id = row.map(|r| r.try_get::<uuid::Uuid, _>(0)).transpose()?;
+    if let Some(id) = id {
+        cx.label("po", id);
+    }
+    Ok(id)
+}
+
+/// Runs the handler's transaction (seed 000's `CreateMerchantPayoutHandler`). `Ok(true)` when
+/// the payout was created, `Ok(false)` for a duplicate. The caller rolls back on error.
+pub async fn handle(cx: &mut Cx, ev: &PaymentCaptured) -> Result<bool, CallError> {
+    cx.crash_point(CrashPoint::AfterReceive);
+    cx.begin().await?;
+    let claimed = claim(cx, CONSUMER, ev.event_id).await?;
     cx.crash_point(CrashPoint::AfterClaim);
-    if claimed.is_none() {
+    if !claimed {
         cx.note(format!("{} already processed: duplicate, no effect", ev.event_id));
         cx.commit().await?;
         return Ok(false);
     }
-    let payout = cx
-        .fetch_optional(
-            "insert_payout",
-            "INSERT INTO merchant_payout (id, source_payment_id, merchant_id, amount_minor, currency) \
-             VALUES (gen_random_uuid(), $1, $2, $3, $4) \
-             ON CONFLICT (source_payment_id) DO NOTHING RETURNING id",
-            &[
-                Val::Uuid(ev.payment_id),
-                Val::Uuid(ev.merchant_id),
-                Val::I64(ev.amount_minor),
-                Val::Text(ev.currency.clone()),
-            ],
-        )
-        .await?;
+    let payout = insert_payout(cx, ev, true).await?;
     cx.crash_point(CrashPoint::AfterBusinessInsert);
-    let Some(row) = payout else {
+    let Some(payout_id) = payout else {
         return Err(CallError::Unrecoverable(format!(
             "Payment {} already has a merchant payout",
             ev.payment_id
         )));
     };
-    let payout_id: uuid::Uuid = row.try_get(0)?;
-    cx.label("po", payout_id);
     insert_outbox(cx, ev, payout_id).await?;
     cx.commit().await?;
     Ok(true)

@@ -41,25 +41,23 @@ impl Downstream for SettlementProjection {
 
 async fn apply(cx: &mut Cx, ev: &MerchantPayoutCreated) -> Result<(), CallError> {
     cx.begin().await?;
-    let claimed = cx
-        .fetch_optional(
-            "claim",
-            "INSERT INTO processed_message (consumer_name, message_id, processed_at) \
-             VALUES ($1, $2, $3) ON CONFLICT (consumer_name, message_id) DO NOTHING \
-             RETURNING message_id",
-            &[Val::Text(DOWNSTREAM.into()), Val::Uuid(ev.outbox_id), Val::Now],
-        )
-        .await?;
-    if claimed.is_none() {
+    let claimed = super::consumer::claim(cx, DOWNSTREAM, ev.outbox_id).await?;
+    if !claimed {
         cx.note(format!("publication {} already applied: duplicate, no effect", ev.outbox_id));
         return cx.commit().await;
     }
+    apply_settlement(cx, ev).await?;
+    cx.commit().await
+}
+
+/// Inserts the settlement entry of `ev` (a yield point named `apply`), without any dedup.
+pub async fn apply_settlement(cx: &mut Cx, ev: &MerchantPayoutCreated) -> Result<(), CallError> {
     cx.execute(
         "apply",
         "INSERT INTO settlement_entry (outbox_id, payout_id, payment_id, amount_minor) \
          VALUES ($1, $2, $3, $4)",
         &[Val::Uuid(ev.outbox_id), Val::Uuid(ev.payout_id), Val::Uuid(ev.payment_id), Val::I64(ev.amount_minor)],
     )
-    .await?;
-    cx.commit().await
+    .await
+    .map(|_| ())
 }

@@ -11,7 +11,7 @@ pub mod consumer;
 pub mod downstream;
 mod failure;
 mod producer;
-mod relay;
+pub mod relay;
 mod retention;
 
 use std::rc::Rc;

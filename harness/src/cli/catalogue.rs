@@ -1,0 +1,88 @@
+//! `crashpoint catalogue`: every mutant, then the reference, explored under the same budget.
+
+use std::fmt::Write;
+
+use anyhow::{anyhow, Result};
+
+use crate::error::{EXIT_OK, EXIT_VIOLATION};
+use crate::explore::{self, Options, Report};
+use crate::scenario;
+use crate::services::{ServiceOptions, Services};
+use crate::sut::{self, mutants::CATALOGUE};
+
+/// Arguments of `catalogue`.
+#[derive(Debug, clap::Args)]
+pub struct CatalogueArgs {
+    /// Schedules per system (each stops at its first failure).
+    #[arg(long, default_value_t = 100)]
+    pub budget: u64,
+    /// Run seed, the same for every system.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The exploration scenario.
+    #[arg(long, default_value = "payout/explore")]
+    pub scenario: String,
+}
+
+fn row(name: &str, r: &Report) -> String {
+    match &r.failure {
+        Some(f) => {
+            let why: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant).collect();
+            format!(
+                "| {name} | yes | {} | {:.1} | {} | {} |",
+                f.schedules_until,
+                r.stats.wall.as_secs_f64(),
+                f.minimal.schedule.decisions.len(),
+                why.join("; ")
+            )
+        }
+        None => format!("| {name} | no | – | {:.1} | – | – |", r.stats.wall.as_secs_f64()),
+    }
+}
+
+/// Explores every mutant of the catalogue and then the reference with the same budget and
+/// seed, prints the detection table and writes it to `reports/catalogue.md`. Exit 0 when
+/// every mutant was caught and the reference passed, 1 otherwise.
+pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &CatalogueArgs) -> Result<i32> {
+    let s = scenario::discover(&scenario::scenarios_dir())?
+        .into_iter()
+        .find(|s| s.name == args.scenario && s.explore.is_some())
+        .ok_or_else(|| anyhow!("no exploration scenario `{}`", args.scenario))?;
+    let services = rt.block_on(Services::start(opts))?;
+    let result = (|| {
+        services.check_destructive("creating and dropping schemas and queues")?;
+        let options = Options { schedules: Some(args.budget), time: None, seed: args.seed, check_determinism: false };
+        let mut table = String::from(
+            "| system | caught | schedules to first failure | wall s | shrunk length | invariant |\n|---|---|---|---|---|---|\n",
+        );
+        let mut all_caught = true;
+        for (name, _) in CATALOGUE {
+            let system = sut::by_name(name)?;
+            let r = explore::explore(&services.endpoints, system, &s, &options, |_| {})?;
+            all_caught &= r.failure.is_some();
+            let line = row(name, &r);
+            println!("{line}");
+            writeln!(table, "{line}")?;
+        }
+        let r = explore::explore(&services.endpoints, sut::by_name("reference")?, &s, &options, |_| {})?;
+        let reference_ok = r.failure.is_none();
+        let line = row("reference (must not be caught)", &r);
+        println!("{line}");
+        writeln!(table, "{line}")?;
+        let verdict = format!(
+            "\nbudget {} schedules per system, seed {}, scenario {}: {}\n",
+            args.budget,
+            args.seed,
+            s.name,
+            if all_caught && reference_ok { "every mutant caught, the reference passes" } else { "FAIL" }
+        );
+        print!("{verdict}");
+        table.push_str(&verdict);
+        std::fs::create_dir_all("reports")?;
+        std::fs::write("reports/catalogue.md", &table)?;
+        println!("written to reports/catalogue.md");
+        Ok(if all_caught && reference_ok { EXIT_OK } else { EXIT_VIOLATION })
+    })();
+    rt.block_on(services.stop());
+    result
+}

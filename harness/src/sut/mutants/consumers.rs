@@ -1,0 +1,305 @@
+//! Payout consumers that get at-least-once delivery wrong, each as the seeds describe it.
+//! They are built from the reference consumer's steps ([`claim`], [`insert_payout`],
+//! [`insert_outbox`], [`acknowledge`]) put together differently.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::sim::cx::Val;
+use crate::sim::points::CrashPoint;
+use crate::sut::messages::PaymentCaptured;
+use crate::sut::reference::consumer::{claim, insert_outbox, insert_payout, CONSUMER};
+use crate::sut::reference::{acknowledge, fail_or_retry, lock_key};
+use crate::sut::{CallError, Consumer, Cx, Delivery};
+
+fn parse(d: &Delivery) -> Result<PaymentCaptured, CallError> {
+    serde_json::from_str(&d.body).map_err(|e| CallError::Service(format!("malformed PaymentCaptured: {e}")))
+}
+
+/// Payout and outbox row inside the caller's transaction, with no dedup of any kind.
+async fn pay_in_tx(cx: &mut Cx, ev: &PaymentCaptured) -> Result<(), CallError> {
+    let payout = insert_payout(cx, ev, false).await?;
+    cx.crash_point(CrashPoint::AfterBusinessInsert);
+    let id = payout.ok_or_else(|| CallError::Service("INSERT returned no row".into()))?;
+    insert_outbox(cx, ev, id).await
+}
+
+/// [`pay_in_tx`] in a transaction of its own.
+async fn pay(cx: &mut Cx, ev: &PaymentCaptured) -> Result<(), CallError> {
+    cx.begin().await?;
+    pay_in_tx(cx, ev).await?;
+    cx.commit().await
+}
+
+/// `no-dedup`: no `processed_message` claim, and (with its schema) no unique constraint on the
+/// payout. Every redelivery pays again.
+pub struct NoDedup;
+
+#[async_trait(?Send)]
+impl Consumer for NoDedup {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        cx.crash_point(CrashPoint::AfterReceive);
+        let r = pay(cx, &ev).await;
+        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+    }
+}
+
+/// `check-then-insert`: `SELECT EXISTS` on the payout, then `INSERT`, with no claim and no
+/// unique constraint (seed 000: "both pods can observe 'not found' before either inserts").
+/// A payment found paid is parked as the reference does, so the race is its only defect.
+pub struct CheckThenInsert;
+
+#[async_trait(?Send)]
+impl Consumer for CheckThenInsert {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        cx.crash_point(CrashPoint::AfterReceive);
+        let r = async {
+            cx.begin().await?;
+            let row = cx
+                .fetch_optional(
+                    "check",
+                    "SELECT EXISTS (SELECT 1 FROM merchant_payout WHERE source_payment_id = $1)",
+                    &[Val::Uuid(ev.payment_id)],
+                )
+                .await?;
+            if row.map(|r| r.try_get::<bool, _>(0)).transpose()?.unwrap_or(false) {
+                return Err(CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id)));
+            }
+            pay_in_tx(cx, &ev).await?;
+            cx.commit().await
+        }
+        .await;
+        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+    }
+}
+
+/// `redis-only-dedup`: `SET processed.<event_id> NX` with a TTL is the only record of
+/// "processed" (seed 000, "What I got wrong"). When the key expires or Redis restarts, a
+/// redelivery pays again.
+pub struct RedisOnlyDedup;
+
+#[async_trait(?Send)]
+impl Consumer for RedisOnlyDedup {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        cx.crash_point(CrashPoint::AfterReceive);
+        let ttl_ms = cx.config.lock_ttl_s * 1000;
+        if !cx.lock("mark_processed", &format!("processed.{}", ev.event_id), ttl_ms).await? {
+            cx.note(format!("{} marked processed in Redis: skipped", ev.event_id));
+            return acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), Ok(())).await;
+        }
+        cx.crash_point(CrashPoint::AfterClaim);
+        let r = pay(cx, &ev).await;
+        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+    }
+}
+
+/// `dedup-separate-tx`: the claim commits in its own transaction before the business effect.
+/// A crash in between makes every retry skip the event: silent loss (seed 000).
+pub struct DedupSeparateTx;
+
+#[async_trait(?Send)]
+impl Consumer for DedupSeparateTx {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        cx.crash_point(CrashPoint::AfterReceive);
+        let r = async {
+            cx.begin().await?;
+            let claimed = claim(cx, CONSUMER, ev.event_id).await?;
+            cx.commit().await?;
+            cx.crash_point(CrashPoint::AfterClaim);
+            if !claimed {
+                cx.note(format!("{} already claimed: skipped", ev.event_id));
+                return Ok(());
+            }
+            pay(cx, &ev).await
+        }
+        .await;
+        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+    }
+}
+
+/// `key-per-attempt`: a fresh id per attempt serves as the message identity, for the claim and
+/// the outbox causation (seed 000: "Generating it inside the handler defeats the entire
+/// design"). The id is derived from the worker and the receive count, so traces stay
+/// deterministic; it is still new on every attempt.
+pub struct KeyPerAttempt;
+
+#[async_trait(?Send)]
+impl Consumer for KeyPerAttempt {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let mut ev = parse(&d)?;
+        let key = lock_key(&ev.event_id);
+        let attempt = format!("{}/{}/{}", cx.name(), d.msg, d.receive_count);
+        ev.event_id = Uuid::new_v5(&ev.event_id, attempt.as_bytes());
+        cx.crash_point(CrashPoint::AfterReceive);
+        let r = async {
+            cx.begin().await?;
+            claim(cx, CONSUMER, ev.event_id).await?;
+            cx.crash_point(CrashPoint::AfterClaim);
+            let payout = insert_payout(cx, &ev, true).await?;
+            cx.crash_point(CrashPoint::AfterBusinessInsert);
+            let id = payout.ok_or_else(|| CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id)))?;
+            insert_outbox(cx, &ev, id).await?;
+            cx.commit().await
+        }
+        .await;
+        acknowledge(cx, CONSUMER, &d, &key, r).await
+    }
+}
+
+/// `ack-before-commit`: DeleteMessage before COMMIT. A crash in between rolls the transaction
+/// back after the message is gone: the event is lost (seed 000: "If the message is deleted
+/// first, a crash can lose the business operation completely").
+pub struct AckBeforeCommit;
+
+#[async_trait(?Send)]
+impl Consumer for AckBeforeCommit {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        let key = lock_key(&ev.event_id);
+        cx.crash_point(CrashPoint::AfterReceive);
+        let r = async {
+            cx.begin().await?;
+            let claimed = claim(cx, CONSUMER, ev.event_id).await?;
+            cx.crash_point(CrashPoint::AfterClaim);
+            if claimed {
+                let payout = insert_payout(cx, &ev, true).await?;
+                cx.crash_point(CrashPoint::AfterBusinessInsert);
+                if let Some(id) = payout {
+                    insert_outbox(cx, &ev, id).await?;
+                }
+            }
+            cx.delete(&d).await?;
+            cx.crash_point(CrashPoint::AfterDelete);
+            cx.commit().await?;
+            cx.unlock("unlock", &key).await
+        }
+        .await;
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                cx.rollback().await?;
+                fail_or_retry(cx, CONSUMER, &d, &e, Some(&key)).await
+            }
+        }
+    }
+}
+
+/// `skip-without-delete`: a detected duplicate returns without deleting the message, which
+/// comes back at every visibility expiry (caught by the liveness invariant).
+pub struct SkipWithoutDelete;
+
+#[async_trait(?Send)]
+impl Consumer for SkipWithoutDelete {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        let key = lock_key(&ev.event_id);
+        cx.crash_point(CrashPoint::AfterReceive);
+        let r = async {
+            cx.begin().await?;
+            let claimed = claim(cx, CONSUMER, ev.event_id).await?;
+            cx.crash_point(CrashPoint::AfterClaim);
+            if !claimed {
+                cx.commit().await?;
+                return Ok(false);
+            }
+            let id = insert_payout(cx, &ev, true).await?.ok_or_else(|| {
+                CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id))
+            })?;
+            cx.crash_point(CrashPoint::AfterBusinessInsert);
+            insert_outbox(cx, &ev, id).await?;
+            cx.commit().await?;
+            Ok(true)
+        }
+        .await;
+        match r {
+            Ok(false) => {
+                cx.note(format!("{} is a duplicate: returned without deleting {}", ev.event_id, d.msg));
+                Ok(())
+            }
+            Ok(true) => acknowledge(cx, CONSUMER, &d, &key, Ok(())).await,
+            Err(e) => acknowledge(cx, CONSUMER, &d, &key, Err(e)).await,
+        }
+    }
+}
+
+/// `lock-released-on-failure` (paired with no-dedup): when the handler throws, the dispatch
+/// lock is released before the retry, so a fresh dispatch with the same key runs beside it.
+pub struct LockReleasedOnFailure;
+
+#[async_trait(?Send)]
+impl Consumer for LockReleasedOnFailure {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        let key = lock_key(&ev.event_id);
+        cx.crash_point(CrashPoint::AfterReceive);
+        let r = pay(cx, &ev).await;
+        if r.is_err() {
+            cx.rollback().await?;
+            cx.unlock("unlock", &key).await?;
+        }
+        acknowledge(cx, CONSUMER, &d, &key, r).await
+    }
+}
+
+/// `park-failure-acked`: writing to the failure transport fails, and the message is deleted
+/// anyway: an event that had to be parked is lost.
+pub struct ParkFailureAcked;
+
+#[async_trait(?Send)]
+impl Consumer for ParkFailureAcked {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        let key = lock_key(&ev.event_id);
+        let r = crate::sut::reference::consumer::handle(cx, &ev).await;
+        match r {
+            Ok(_) => acknowledge(cx, CONSUMER, &d, &key, Ok(())).await,
+            Err(e @ CallError::Unrecoverable(_)) => {
+                cx.rollback().await?;
+                let parked = cx
+                    .execute(
+                        "park",
+                        "INSERT INTO failed_messages (consumer_name, message_id, reason) VALUES ($1, $2, $3)",
+                        &[Val::Text(CONSUMER.into()), Val::Uuid(ev.event_id), Val::Text(e.to_string())],
+                    )
+                    .await;
+                if let Err(pe) = parked {
+                    cx.note(format!("parking {} failed ({pe}); deleting it anyway", d.msg));
+                }
+                cx.delete(&d).await
+            }
+            Err(e) => acknowledge(cx, CONSUMER, &d, &key, Err(e)).await,
+        }
+    }
+}

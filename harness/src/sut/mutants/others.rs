@@ -1,0 +1,116 @@
+//! Relays, downstream consumers and retention jobs that get at-least-once delivery wrong.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+
+use async_trait::async_trait;
+
+use crate::sim::cx::Val;
+use crate::sim::history::QueueRole;
+use crate::sim::points::CrashPoint;
+use crate::sut::messages::MerchantPayoutCreated;
+use crate::sut::reference::downstream::{apply_settlement, DOWNSTREAM};
+use crate::sut::reference::relay::{publication, SELECT_UNPUBLISHED};
+use crate::sut::reference::fail_or_retry;
+use crate::sut::{CallError, Cx, Delivery, Downstream, Relay, Retention};
+
+/// `relay-mark-before-send`: commits `published_at`, then sends. A crash in between loses
+/// the publication (seed 000: "Marking the row first creates the opposite failure").
+pub struct MarkBeforeSend;
+
+#[async_trait(?Send)]
+impl Relay for MarkBeforeSend {
+    async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
+        cx.begin().await?;
+        let rows = cx.fetch_all("select", SELECT_UNPUBLISHED, &[Val::I64(cx.config.relay_batch)]).await?;
+        cx.idle(rows.is_empty());
+        if rows.is_empty() {
+            return cx.commit().await;
+        }
+        cx.crash_point(CrashPoint::RelayAfterSelect);
+        let events = rows.iter().map(|r| publication(cx, r)).collect::<Result<Vec<_>, _>>()?;
+        for ev in &events {
+            cx.execute("mark", "UPDATE outbox_event SET published_at = $2 WHERE id = $1", &[Val::Uuid(ev.outbox_id), Val::Now]).await?;
+        }
+        cx.commit().await?;
+        cx.crash_point(CrashPoint::RelayAfterMark);
+        for ev in &events {
+            cx.send("send", QueueRole::Payouts, ev, ev.outbox_id).await?;
+            cx.crash_point(CrashPoint::RelayAfterSend);
+        }
+        Ok(())
+    }
+}
+
+/// `relay-mark-fails-after-send`: the first mark of each row (per relay process) errors after
+/// a successful send, and the transaction rolls back, so the row is published again. Harmless
+/// with the reference downstream; paired with `naive-downstream` it applies twice.
+#[derive(Default)]
+pub struct MarkFailsAfterSend {
+    failed_once: RefCell<BTreeSet<uuid::Uuid>>,
+}
+
+#[async_trait(?Send)]
+impl Relay for MarkFailsAfterSend {
+    async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
+        cx.begin().await?;
+        let rows = cx.fetch_all("select", SELECT_UNPUBLISHED, &[Val::I64(cx.config.relay_batch)]).await?;
+        cx.idle(rows.is_empty());
+        if rows.is_empty() {
+            return cx.commit().await;
+        }
+        cx.crash_point(CrashPoint::RelayAfterSelect);
+        for row in &rows {
+            let ev = publication(cx, row)?;
+            cx.send("send", QueueRole::Payouts, &ev, ev.outbox_id).await?;
+            cx.crash_point(CrashPoint::RelayAfterSend);
+            let first = self.failed_once.borrow_mut().insert(ev.outbox_id);
+            let column = if first { "published_at_typo" } else { "published_at" };
+            cx.execute("mark", &format!("UPDATE outbox_event SET {column} = $2 WHERE id = $1"), &[Val::Uuid(ev.outbox_id), Val::Now])
+                .await?;
+            cx.crash_point(CrashPoint::RelayAfterMark);
+        }
+        cx.commit().await
+    }
+}
+
+/// `naive-downstream`: applies every `MerchantPayoutCreated` it receives, with no dedup, so a
+/// duplicate publication is applied twice.
+pub struct NaiveDownstream;
+
+#[async_trait(?Send)]
+impl Downstream for NaiveDownstream {
+    fn name(&self) -> &'static str {
+        DOWNSTREAM
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev: MerchantPayoutCreated =
+            serde_json::from_str(&d.body).map_err(|e| CallError::Service(format!("malformed body: {e}")))?;
+        let r = async {
+            cx.begin().await?;
+            apply_settlement(cx, &ev).await?;
+            cx.commit().await
+        }
+        .await;
+        match r {
+            Ok(()) => cx.delete(&d).await,
+            Err(e) => {
+                cx.rollback().await?;
+                fail_or_retry(cx, DOWNSTREAM, &d, &e, None).await
+            }
+        }
+    }
+}
+
+/// `short-retention`: purges dedup rows older than 1 s, far sooner than a redelivery or a
+/// replay can arrive; with no unique constraint on the payout, the late copy pays again.
+pub struct ShortRetention;
+
+#[async_trait(?Send)]
+impl Retention for ShortRetention {
+    async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
+        let n = cx.execute("purge", "DELETE FROM processed_message WHERE processed_at < $1", &[Val::NowMinusS(1)]).await?;
+        cx.note(format!("retention purged {n} dedup rows older than 1s"));
+        Ok(())
+    }
+}
