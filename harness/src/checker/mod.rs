@@ -8,7 +8,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::sim::admin::Admin;
-use crate::sim::history::{Fact, History, QueueRole};
+use crate::sim::history::{Fact, History, QueueRole, Service};
 use crate::sim::world::Names;
 use crate::sut::messages::PaymentCaptured;
 use crate::sut::reference::{consumer::CONSUMER, downstream::DOWNSTREAM};
@@ -25,7 +25,7 @@ pub struct Verdict {
 }
 
 /// The invariants' names, in the order they are checked.
-pub const INVARIANTS: [&str; 8] = [
+pub const INVARIANTS: [&str; 10] = [
     "exactly one payout per payment",
     "one processed_message per (consumer, event)",
     "one outbox row per causation",
@@ -34,6 +34,8 @@ pub const INVARIANTS: [&str; 8] = [
     "nothing lost: every sent event has its effect or sits in the failure transport",
     "no dedup row without its effect",
     "quiescence: every message deleted or parked",
+    "merchant balance equals the sum of its payouts",
+    "no unexpected PostgreSQL error: every failed statement was an injected failure",
 ];
 
 struct State {
@@ -42,6 +44,7 @@ struct State {
     outbox: Vec<(Uuid, Uuid)>,
     settlements: BTreeMap<Uuid, i64>,
     parked: BTreeMap<Uuid, String>,
+    balances: Vec<(Uuid, i64, i64)>,
 }
 
 async fn read_state(admin: &Admin) -> Result<State> {
@@ -61,7 +64,14 @@ async fn read_state(admin: &Admin) -> Result<State> {
     let parked = sqlx::query("SELECT message_id, reason FROM failed_message ORDER BY id")
         .fetch_all(pg).await?
         .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
-    Ok(State { payouts, dedup, outbox, settlements, parked })
+    let balances = sqlx::query(
+        "SELECT b.merchant_id, b.available_minor, \
+                COALESCE((SELECT sum(p.amount_minor) FROM merchant_payout p WHERE p.merchant_id = b.merchant_id), 0)::bigint \
+         FROM merchant_balance b ORDER BY 1",
+    )
+    .fetch_all(pg).await?
+    .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect::<Result<_, sqlx::Error>>()?;
+    Ok(State { payouts, dedup, outbox, settlements, parked, balances })
 }
 
 fn verdict(invariant: &'static str, problems: Vec<String>) -> Verdict {
@@ -186,5 +196,22 @@ pub fn check(
     v.push(verdict(INVARIANTS[6], problems));
     // 8. quiescence
     v.push(verdict(INVARIANTS[7], not_quiescent.map(|s| vec![s.to_string()]).unwrap_or_default()));
+    // 9. balances, where a system keeps them
+    let problems = st
+        .balances
+        .iter()
+        .filter(|(_, bal, paid)| bal != paid)
+        .map(|(m, bal, paid)| format!("merchant {} has a balance of {bal} for payouts of {paid}", n(m)))
+        .collect();
+    v.push(verdict(INVARIANTS[8], problems));
+    // 10. a statement that fails for real is a handler bug, even when retries then park the
+    // message (a handler that parks everything loses nothing and pays nothing).
+    let problems = history
+        .steps()
+        .filter(|s| s.service == Service::Postgres && s.result.starts_with("error: "))
+        .map(|s| format!("{} `{}` at {} ms: {}", s.worker, s.op, s.t_ms, &s.result["error: ".len()..]))
+        .take(3)
+        .collect();
+    v.push(verdict(INVARIANTS[9], problems));
     Ok(v)
 }

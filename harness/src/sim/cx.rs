@@ -13,7 +13,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
-use super::history::{Fact, QueueRole, Step};
+use super::history::{Fact, QueueRole, Service, Step};
 use super::points::CrashPoint;
 use super::world::{SharedWorld, Status};
 use crate::sut::SystemConfig;
@@ -199,18 +199,18 @@ impl Cx {
             }
         };
         if let Some(cp) = armed {
-            self.complete(op, format!("✗ injected failure at {cp}: `{op}` not made"), vec![]);
+            self.complete(op, Service::None, format!("✗ injected failure at {cp}: `{op}` not made"), vec![]);
             return Err(CallError::Injected(cp));
         }
         Ok(())
     }
 
-    fn complete(&mut self, op: &'static str, result: String, facts: Vec<Fact>) {
+    fn complete(&mut self, op: &'static str, service: Service, result: String, facts: Vec<Fact>) {
         let at = self.at.take();
         let mut w = self.world.borrow_mut();
         let t_ms = w.now_ms;
         w.slot(&self.me).completed =
-            Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), at, result, facts });
+            Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, result, facts });
     }
 
     fn set_idle(&self, idle: bool) {
@@ -252,7 +252,7 @@ impl Cx {
         let r = sqlx::raw_sql(sql).execute(&mut self.pg).await;
         // COMMIT and ROLLBACK end the transaction even when they report an error.
         self.in_tx = in_tx_after && r.is_ok();
-        self.complete(op, result_text(&r.as_ref().map(|_| "ok".to_string())), vec![]);
+        self.complete(op, Service::Postgres, result_text(&r.as_ref().map(|_| "ok".to_string())), vec![]);
         r.map(|_| ()).map_err(Into::into)
     }
 
@@ -268,7 +268,7 @@ impl Cx {
         self.count(1, 0, 0);
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_optional(&mut self.pg).await;
         let text = r.as_ref().map(|o| if o.is_some() { "1 row".to_string() } else { "no row".into() });
-        self.complete(op, result_text(&text), vec![]);
+        self.complete(op, Service::Postgres, result_text(&text), vec![]);
         Ok(r?)
     }
 
@@ -278,7 +278,7 @@ impl Cx {
         self.count(1, 0, 0);
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_all(&mut self.pg).await;
         let text = r.as_ref().map(|rows| plural(rows.len() as u64, "row"));
-        self.complete(op, result_text(&text), vec![]);
+        self.complete(op, Service::Postgres, result_text(&text), vec![]);
         Ok(r?)
     }
 
@@ -288,7 +288,7 @@ impl Cx {
         self.count(1, 0, 0);
         let r = bind(sqlx::query(sql), vals, self.now()).execute(&mut self.pg).await;
         let text = r.as_ref().map(|d| plural(d.rows_affected(), "row"));
-        self.complete(op, result_text(&text), vec![]);
+        self.complete(op, Service::Postgres, result_text(&text), vec![]);
         Ok(r?.rows_affected())
     }
 
@@ -342,7 +342,7 @@ impl Cx {
             Err(e) => (format!("error: {e}"), vec![]),
         };
         self.set_idle(matches!(out, Ok(None)));
-        self.complete("recv", text, facts);
+        self.complete("recv", Service::Sqs, text, facts);
         out
     }
 
@@ -363,12 +363,12 @@ impl Cx {
             Ok(out) => {
                 let msg = self.label(queue.prefix(), out.message_id.unwrap_or_default());
                 let who = self.world.borrow().names.uuid(&identity);
-                self.complete(op, format!("{msg} ({who})"), vec![Fact::Sent { queue, msg: msg.clone(), identity }]);
+                self.complete(op, Service::Sqs, format!("{msg} ({who})"), vec![Fact::Sent { queue, msg: msg.clone(), identity }]);
                 Ok(msg)
             }
             Err(e) => {
                 let e = format!("SendMessage: {}", aws_err(&e));
-                self.complete(op, format!("error: {e}"), vec![]);
+                self.complete(op, Service::Sqs, format!("error: {e}"), vec![]);
                 Err(CallError::Service(e))
             }
         }
@@ -381,12 +381,12 @@ impl Cx {
         let r = self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send().await;
         match r {
             Ok(_) => {
-                self.complete("delete", format!("{} deleted", d.msg), vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }]);
+                self.complete("delete", Service::Sqs, format!("{} deleted", d.msg), vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }]);
                 Ok(())
             }
             Err(e) => {
                 let e = format!("DeleteMessage: {}", aws_err(&e));
-                self.complete("delete", format!("error: {e}"), vec![]);
+                self.complete("delete", Service::Sqs, format!("error: {e}"), vec![]);
                 Err(CallError::Service(e))
             }
         }
@@ -409,6 +409,7 @@ impl Cx {
             Ok(_) => {
                 self.complete(
                     op,
+                    Service::Sqs,
                     format!("{} visible again in {secs}s", d.msg),
                     vec![Fact::VisibilityChanged { queue: d.queue, msg: d.msg.clone(), secs }],
                 );
@@ -416,7 +417,7 @@ impl Cx {
             }
             Err(e) => {
                 let e = format!("ChangeMessageVisibility: {}", aws_err(&e));
-                self.complete(op, format!("error: {e}"), vec![]);
+                self.complete(op, Service::Sqs, format!("error: {e}"), vec![]);
                 Err(CallError::Service(e))
             }
         }
@@ -441,11 +442,11 @@ impl Cx {
             Ok(v) => {
                 let taken = v.is_some();
                 let facts = if taken { vec![Fact::LockTaken { key: key.to_string(), ttl_ms }] } else { vec![] };
-                self.complete(op, if taken { "acquired".into() } else { "held elsewhere".into() }, facts);
+                self.complete(op, Service::Redis, if taken { "acquired".into() } else { "held elsewhere".into() }, facts);
                 Ok(taken)
             }
             Err(e) => {
-                self.complete(op, format!("error: {e}"), vec![]);
+                self.complete(op, Service::Redis, format!("error: {e}"), vec![]);
                 Err(CallError::Service(format!("redis SET NX: {e}")))
             }
         }
@@ -458,11 +459,11 @@ impl Cx {
         let r: redis::RedisResult<i64> = redis::cmd("DEL").arg(key).query_async(&mut self.redis).await;
         match r {
             Ok(n) => {
-                self.complete(op, if n > 0 { "released".into() } else { "not held".into() }, vec![Fact::LockReleased { key: key.to_string() }]);
+                self.complete(op, Service::Redis, if n > 0 { "released".into() } else { "not held".into() }, vec![Fact::LockReleased { key: key.to_string() }]);
                 Ok(())
             }
             Err(e) => {
-                self.complete(op, format!("error: {e}"), vec![]);
+                self.complete(op, Service::Redis, format!("error: {e}"), vec![]);
                 Err(CallError::Service(format!("redis DEL: {e}")))
             }
         }
@@ -487,7 +488,7 @@ impl Cx {
             return;
         }
         self.set_idle(true);
-        self.complete(op, "nothing to do".into(), vec![]);
+        self.complete(op, Service::None, "nothing to do".into(), vec![]);
     }
 
     /// Marks the worker idle (nothing to do) or busy, for the drain phase.

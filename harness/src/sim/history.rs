@@ -44,6 +44,20 @@ pub enum Fact {
     LockReleased { key: String },
 }
 
+/// The service a call went to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Service {
+    /// PostgreSQL.
+    Postgres,
+    /// SQS.
+    Sqs,
+    /// Redis.
+    Redis,
+    /// No call (a pause).
+    None,
+}
+
 /// One call a worker made: its result and what it did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Step {
@@ -53,6 +67,8 @@ pub struct Step {
     pub worker: String,
     /// The call, e.g. `claim`, `commit`, `recv`.
     pub op: String,
+    /// The service it went to.
+    pub service: Service,
     /// The crash point the worker stood at before the call.
     pub at: Option<CrashPoint>,
     /// A short result, e.g. `1 row`, `no row`, `m1 (receive 2)`.

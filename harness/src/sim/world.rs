@@ -44,6 +44,8 @@ pub struct Slot {
     pub backend_pid: Option<i32>,
     /// Crash points where the next pass throws an injected failure.
     pub armed_failures: Vec<CrashPoint>,
+    /// Crash points where the worker is killed the next time it stands there.
+    pub armed_crashes: Vec<CrashPoint>,
     /// The call that completed since the scheduler last looked.
     pub completed: Option<Step>,
     /// Notes the worker wrote since the scheduler last looked.
@@ -64,6 +66,7 @@ impl Slot {
             notify: Rc::new(Notify::new()),
             backend_pid: None,
             armed_failures: Vec::new(),
+            armed_crashes: Vec::new(),
             completed: None,
             notes: Vec::new(),
             blocked_by: None,

@@ -67,22 +67,23 @@ impl Run<'_> {
 
     /// Restarts crashed workers, then runs every worker but `ret` round-robin until the world
     /// is quiescent: a round in which nobody had anything to do, nothing in flight (the clock
-    /// jumps to the next visibility deadline while something is), and SQS and PostgreSQL
+    /// jumps to the next visibility deadline while something is, and `ret`, the periodic
+    /// retention job, runs once after each jump), and SQS and PostgreSQL
     /// confirm that no message and no unpublished outbox row is left. `Ok(Some(why))` when it
     /// is not quiescent after [`DRAIN_ROUNDS_MAX`] rounds: a liveness violation.
     pub fn drain(&mut self) -> Result<Option<String>> {
         self.fault("drain: restart crashed workers, run everyone until quiescent".into(), vec![]);
         let drainers: Vec<String> =
             self.workers.iter().filter(|w| Role::of(w) != Some(Role::Retention)).cloned().collect();
-        for w in &drainers {
-            if self.status(w) == Status::Crashed {
-                self.restart(w)?;
-            }
-        }
         self.polls.seen.clear();
         for _ in 0..DRAIN_ROUNDS_MAX {
             let mut moved = false;
             for w in &drainers {
+                // The orchestrator restarts a crashed pod (an armed crash may fire here).
+                if self.status(w) == Status::Crashed {
+                    self.restart(w)?;
+                    moved = true;
+                }
                 match self.status(w) {
                     Status::Parked { .. } if !self.poll_is_stale(w) => {
                         self.step(w, None)?;
@@ -104,6 +105,12 @@ impl Run<'_> {
                 let jump = deadline.saturating_sub(self.clock.now_ms);
                 self.fault(format!("drain: clock +{}", format_duration_ms(jump)), vec![]);
                 self.advance_clock(deadline)?;
+                // Time passed: the periodic retention job runs once, as it would in production.
+                if let Some(ret) = self.workers.iter().find(|w| Role::of(w) == Some(Role::Retention)).cloned() {
+                    if matches!(self.status(&ret), Status::Parked { .. }) {
+                        self.step(&ret, None)?;
+                    }
+                }
                 continue;
             }
             let left = self.admin.leftovers()?;

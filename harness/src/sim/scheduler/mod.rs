@@ -202,13 +202,17 @@ impl<'a> Run<'a> {
             Decision::Crash { worker, at } => {
                 self.check_worker(worker)?;
                 if let Some(cp) = at {
-                    self.run_to(worker, *cp)?;
+                    if let Err(e) = self.run_to(worker, *cp) {
+                        return self.arm_instead(worker, *cp, "crash", e);
+                    }
                 }
                 self.crash(worker)
             }
             Decision::Fail { worker, at } => {
                 self.check_worker(worker)?;
-                self.run_to(worker, *at)?;
+                if let Err(e) = self.run_to(worker, *at) {
+                    return self.arm_instead(worker, *at, "fail", e);
+                }
                 self.with_slot(worker, |s| s.armed_failures.push(*at));
                 self.step(worker, None)
             }
@@ -231,6 +235,40 @@ impl<'a> Run<'a> {
         }
         self.fault(format!("redis restarted: {} lock(s) lost", keys.len()), vec![]);
         Ok(())
+    }
+
+    /// In a lenient run, a crash or failure at a point the worker cannot reach now is armed
+    /// instead: it fires the next time the worker stands at (crash) or passes (fail) the
+    /// point, in the drain phase too, as FoundationDB's buggify does. Strict runs fail with
+    /// the original error.
+    fn arm_instead(&mut self, w: &str, cp: CrashPoint, kind: &str, e: anyhow::Error) -> Result<()> {
+        if !self.lenient || e.downcast_ref::<Inapplicable>().is_none() || self.status(w) == Status::Crashed {
+            return Err(e);
+        }
+        self.with_slot(w, |s| match kind {
+            "crash" => s.armed_crashes.push(cp),
+            _ => s.armed_failures.push(cp),
+        });
+        self.fault(format!("{w}:{kind}@{cp} armed: {e}; it fires when {w} next gets there"), vec![]);
+        Ok(())
+    }
+
+    /// Crashes the first worker that stands at a crash point where a crash is armed.
+    fn fire_armed_crashes(&mut self) -> Result<()> {
+        let due = self.workers.iter().find_map(|w| {
+            let mut world = self.world.borrow_mut();
+            let slot = world.slot(w);
+            let at = match slot.status {
+                Status::Parked { at: Some(cp), .. } | Status::Waiting { at: Some(cp) } => cp,
+                _ => return None,
+            };
+            let i = slot.armed_crashes.iter().position(|c| *c == at)?;
+            slot.armed_crashes.remove(i);
+            Some((w.clone(), at))
+        });
+        let Some((w, cp)) = due else { return Ok(()) };
+        self.fault(format!("armed crash of {w} at {cp} fires"), vec![]);
+        self.crash(&w)
     }
 
     fn step(&mut self, w: &str, expect: Option<&str>) -> Result<()> {
@@ -322,6 +360,7 @@ impl<'a> Run<'a> {
         self.with_slot(w, |s| {
             s.status = Status::Starting;
             s.armed_failures.clear();
+            s.armed_crashes.clear();
         });
         self.history.entries.push(Entry::Restart { t_ms: self.now(), worker: w.to_string() });
         self.settle(None)
@@ -436,7 +475,7 @@ impl<'a> Run<'a> {
             }
         }
         self.collect(granted);
-        Ok(())
+        self.fire_armed_crashes()
     }
 
     fn name_of_pid(&self, pid: i32) -> String {

@@ -303,3 +303,55 @@ impl Consumer for ParkFailureAcked {
         }
     }
 }
+
+/// `balance-increment`: `available = available + amount` on the merchant balance with no dedup
+/// record (seed 004's counter shape). The payout insert is still guarded, but the increment is
+/// not: a redelivery credits twice.
+pub struct BalanceIncrement;
+
+#[async_trait(?Send)]
+impl Consumer for BalanceIncrement {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        cx.crash_point(CrashPoint::AfterReceive);
+        let r = async {
+            cx.begin().await?;
+            let payout = insert_payout(cx, &ev, true).await?;
+            cx.crash_point(CrashPoint::AfterBusinessInsert);
+            cx.execute(
+                "credit",
+                "INSERT INTO merchant_balance (merchant_id, available_minor) VALUES ($1, $2) \
+                 ON CONFLICT (merchant_id) DO UPDATE SET available_minor = merchant_balance.available_minor + EXCLUDED.available_minor",
+                &[Val::Uuid(ev.merchant_id), Val::I64(ev.amount_minor)],
+            )
+            .await?;
+            if let Some(id) = payout {
+                insert_outbox(cx, &ev, id).await?;
+            }
+            cx.commit().await
+        }
+        .await;
+        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+    }
+}
+
+/// The reference consumer for a schema without the payout's unique constraint: the dedup
+/// table is the only protection (seed 000: "A generic deduplication table becomes useful when
+/// the business table has no natural unique key"). Correct on its own; `short-retention`
+/// pairs it with a retention window shorter than redelivery.
+pub struct DedupTableOnly;
+
+#[async_trait(?Send)]
+impl Consumer for DedupTableOnly {
+    fn name(&self) -> &'static str {
+        CONSUMER
+    }
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        let handled = crate::sut::reference::consumer::handle_with(cx, &ev, false).await.map(|_| ());
+        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), handled).await
+    }
+}

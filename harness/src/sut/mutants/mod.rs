@@ -104,6 +104,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("skip-without-delete", "a detected duplicate returns without deleting the message"),
     ("park-failure-acked", "writing to the failure transport fails, and the message is deleted anyway"),
     ("relay-mark-fails-after-send", "the relay's mark errors after a successful send (with naive-downstream)"),
+    ("balance-increment", "UPDATE balance = balance + amount with no dedup record (seed 004's counter)"),
 ];
 
 /// The mutant named `name`, if any.
@@ -118,11 +119,12 @@ pub fn by_name(name: &str) -> Option<Rc<dyn System>> {
         "ack-before-commit" => m.consumer(AckBeforeCommit),
         "relay-mark-before-send" => m.relay(MarkBeforeSend),
         "naive-downstream" => m.downstream(NaiveDownstream),
-        "short-retention" => m.without_payout_unique().retention(ShortRetention),
+        "short-retention" => m.without_payout_unique().consumer(DedupTableOnly).retention(ShortRetention),
         "lock-released-on-failure" => m.without_payout_unique().consumer(LockReleasedOnFailure),
         "skip-without-delete" => m.consumer(SkipWithoutDelete),
         "park-failure-acked" => m.consumer(ParkFailureAcked),
         "relay-mark-fails-after-send" => m.relay(MarkFailsAfterSend::default()).downstream(NaiveDownstream),
+        "balance-increment" => m.consumer(BalanceIncrement),
         _ => return None,
     };
     Some(Rc::new(m))

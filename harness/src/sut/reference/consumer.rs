@@ -75,6 +75,12 @@ pub async fn insert_payout(cx: &mut Cx, ev: &PaymentCaptured, guarded: bool) -> 
 /// Runs the handler's transaction (seed 000's `CreateMerchantPayoutHandler`). `Ok(true)` when
 /// the payout was created, `Ok(false)` for a duplicate. The caller rolls back on error.
 pub async fn handle(cx: &mut Cx, ev: &PaymentCaptured) -> Result<bool, CallError> {
+    handle_with(cx, ev, true).await
+}
+
+/// [`handle`], with the payout insert guarded by `ON CONFLICT (source_payment_id)` or not
+/// (for schemas without the constraint, where the dedup table is the only protection).
+pub async fn handle_with(cx: &mut Cx, ev: &PaymentCaptured, guarded: bool) -> Result<bool, CallError> {
     cx.crash_point(CrashPoint::AfterReceive);
     cx.begin().await?;
     let claimed = claim(cx, CONSUMER, ev.event_id).await?;
@@ -84,7 +90,7 @@ pub async fn handle(cx: &mut Cx, ev: &PaymentCaptured) -> Result<bool, CallError
         cx.commit().await?;
         return Ok(false);
     }
-    let payout = insert_payout(cx, ev, true).await?;
+    let payout = insert_payout(cx, ev, guarded).await?;
     cx.crash_point(CrashPoint::AfterBusinessInsert);
     let Some(payout_id) = payout else {
         return Err(CallError::Unrecoverable(format!(
