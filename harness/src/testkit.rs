@@ -38,3 +38,12 @@ pub fn endpoints() -> Endpoints {
         .clone()
         .unwrap_or_else(|e| panic!("cannot start the services for the tests: {e}"))
 }
+
+/// The scenario named `name` from the scenarios directory. Panics when it is missing.
+pub fn scenario(name: &str) -> crate::scenario::Scenario {
+    crate::scenario::discover(&crate::scenario::scenarios_dir())
+        .expect("scenarios load")
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no scenario {name}"))
+}

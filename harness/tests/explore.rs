@@ -2,21 +2,14 @@
 //! reproduces with the same trace; the reference passes generated schedules, deterministically.
 
 use crashpoint::explore::{self, Options};
-use crashpoint::scenario::{self, run_scenario, Scenario};
+use crashpoint::scenario::run_scenario;
 use crashpoint::sut;
 use crashpoint::testkit;
 
-fn explore_scenario() -> Scenario {
-    scenario::discover(&scenario::scenarios_dir())
-        .unwrap()
-        .into_iter()
-        .find(|s| s.name == "payout/explore")
-        .expect("payout/explore")
-}
 
 #[test]
 fn check_then_insert_is_caught_and_shrinks_to_at_most_8_decisions() {
-    let s = explore_scenario();
+    let s = testkit::scenario("payout/explore");
     let system = sut::by_name("check-then-insert").unwrap();
     let opts = Options { schedules: Some(60), time: None, seed: 7, check_determinism: false };
     let report = explore::explore(&testkit::endpoints(), system.clone(), &s, &opts, |_| {}).unwrap();
@@ -41,7 +34,7 @@ fn check_then_insert_is_caught_and_shrinks_to_at_most_8_decisions() {
 
 #[test]
 fn reference_passes_generated_schedules_and_each_runs_twice_identically() {
-    let s = explore_scenario();
+    let s = testkit::scenario("payout/explore");
     let opts = Options { schedules: Some(15), time: None, seed: 20261129, check_determinism: true };
     let report = explore::explore(&testkit::endpoints(), sut::by_name("reference").unwrap(), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &report.failure {

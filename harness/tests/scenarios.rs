@@ -2,22 +2,14 @@
 //! started once for this test process through the harness (`crashpoint::testkit`).
 //! Each test asserts the verdict, the key trace facts, and a snapshot of the whole trace.
 
-use crashpoint::scenario::{self, run_scenario, Scenario, ScenarioOutcome};
+use crashpoint::scenario::{run_scenario, ScenarioOutcome};
 use crashpoint::schedule;
 use crashpoint::sut;
 use crashpoint::testkit;
 
-fn load(name: &str) -> Scenario {
-    let dir = scenario::scenarios_dir();
-    scenario::discover(&dir)
-        .expect("scenarios load")
-        .into_iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no scenario {name}"))
-}
 
 fn run(system: &str, name: &str, schedule: Option<&str>) -> ScenarioOutcome {
-    let s = load(name);
+    let s = testkit::scenario(name);
     let schedule = schedule.map(|t| schedule::parse(t).expect("schedule parses"));
     run_scenario(&testkit::endpoints(), sut::by_name(system).unwrap(), &s, schedule.as_ref())
         .unwrap_or_else(|e| panic!("{e:#}"))

@@ -61,8 +61,6 @@ pub trait Producer {
 /// (DeleteMessage), retry and parking in the failure transport.
 #[async_trait(?Send)]
 pub trait Consumer {
-    /// The `consumer_name` in `processed_message`.
-    fn name(&self) -> &'static str;
     /// Handles `delivery`. Errors are service errors the worker loop logs; a crash simply
     /// drops the future.
     async fn on_delivery(&self, cx: &mut Cx, delivery: Delivery) -> Result<(), CallError>;
@@ -78,8 +76,6 @@ pub trait Relay {
 /// Handles one `MerchantPayoutCreated` delivery from the payouts queue.
 #[async_trait(?Send)]
 pub trait Downstream {
-    /// The downstream's `consumer_name` (distinct from the payout consumer's).
-    fn name(&self) -> &'static str;
     /// Handles `delivery`, including its acknowledgement.
     async fn on_delivery(&self, cx: &mut Cx, delivery: Delivery) -> Result<(), CallError>;
 }

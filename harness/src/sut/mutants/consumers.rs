@@ -17,6 +17,27 @@ fn parse(d: &Delivery) -> Result<PaymentCaptured, CallError> {
     serde_json::from_str(&d.body).map_err(|e| CallError::Service(format!("malformed PaymentCaptured: {e}")))
 }
 
+/// The handling of one event, between the reference's parse and `after_receive` crash point
+/// and its acknowledgement ([`acknowledge`]); [`Acked`] makes a [`Consumer`] of it.
+#[async_trait(?Send)]
+pub trait Body {
+    /// Handles `ev`, received as `d`. The caller rolls back on error.
+    async fn body(&self, cx: &mut Cx, ev: &PaymentCaptured, d: &Delivery) -> Result<(), CallError>;
+}
+
+/// A [`Body`] run as a payout consumer with the reference's acknowledgement.
+pub struct Acked<B>(pub B);
+
+#[async_trait(?Send)]
+impl<B: Body> Consumer for Acked<B> {
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        cx.crash_point(CrashPoint::AfterReceive);
+        let r = self.0.body(cx, &ev, &d).await;
+        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+    }
+}
+
 /// Payout and outbox row inside the caller's transaction, with no dedup of any kind.
 async fn pay_in_tx(cx: &mut Cx, ev: &PaymentCaptured) -> Result<(), CallError> {
     let payout = insert_payout(cx, ev, false).await?;
@@ -37,15 +58,9 @@ async fn pay(cx: &mut Cx, ev: &PaymentCaptured) -> Result<(), CallError> {
 pub struct NoDedup;
 
 #[async_trait(?Send)]
-impl Consumer for NoDedup {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
-    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
-        let ev = parse(&d)?;
-        cx.crash_point(CrashPoint::AfterReceive);
-        let r = pay(cx, &ev).await;
-        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+impl Body for NoDedup {
+    async fn body(&self, cx: &mut Cx, ev: &PaymentCaptured, _: &Delivery) -> Result<(), CallError> {
+        pay(cx, ev).await
     }
 }
 
@@ -55,30 +70,21 @@ impl Consumer for NoDedup {
 pub struct CheckThenInsert;
 
 #[async_trait(?Send)]
-impl Consumer for CheckThenInsert {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
-    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
-        let ev = parse(&d)?;
-        cx.crash_point(CrashPoint::AfterReceive);
-        let r = async {
-            cx.begin().await?;
-            let row = cx
-                .fetch_optional(
-                    "check",
-                    "SELECT EXISTS (SELECT 1 FROM merchant_payout WHERE source_payment_id = $1)",
-                    &[Val::Uuid(ev.payment_id)],
-                )
-                .await?;
-            if row.map(|r| r.try_get::<bool, _>(0)).transpose()?.unwrap_or(false) {
-                return Err(CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id)));
-            }
-            pay_in_tx(cx, &ev).await?;
-            cx.commit().await
+impl Body for CheckThenInsert {
+    async fn body(&self, cx: &mut Cx, ev: &PaymentCaptured, _: &Delivery) -> Result<(), CallError> {
+        cx.begin().await?;
+        let row = cx
+            .fetch_optional(
+                "check",
+                "SELECT EXISTS (SELECT 1 FROM merchant_payout WHERE source_payment_id = $1)",
+                &[Val::Uuid(ev.payment_id)],
+            )
+            .await?;
+        if row.map(|r| r.try_get::<bool, _>(0)).transpose()?.unwrap_or(false) {
+            return Err(CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id)));
         }
-        .await;
-        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+        pay_in_tx(cx, ev).await?;
+        cx.commit().await
     }
 }
 
@@ -89,9 +95,6 @@ pub struct RedisOnlyDedup;
 
 #[async_trait(?Send)]
 impl Consumer for RedisOnlyDedup {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev = parse(&d)?;
         cx.crash_point(CrashPoint::AfterReceive);
@@ -111,26 +114,17 @@ impl Consumer for RedisOnlyDedup {
 pub struct DedupSeparateTx;
 
 #[async_trait(?Send)]
-impl Consumer for DedupSeparateTx {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
-    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
-        let ev = parse(&d)?;
-        cx.crash_point(CrashPoint::AfterReceive);
-        let r = async {
-            cx.begin().await?;
-            let claimed = claim(cx, CONSUMER, ev.event_id).await?;
-            cx.commit().await?;
-            cx.crash_point(CrashPoint::AfterClaim);
-            if !claimed {
-                cx.note(format!("{} already claimed: skipped", ev.event_id));
-                return Ok(());
-            }
-            pay(cx, &ev).await
+impl Body for DedupSeparateTx {
+    async fn body(&self, cx: &mut Cx, ev: &PaymentCaptured, _: &Delivery) -> Result<(), CallError> {
+        cx.begin().await?;
+        let claimed = claim(cx, CONSUMER, ev.event_id).await?;
+        cx.commit().await?;
+        cx.crash_point(CrashPoint::AfterClaim);
+        if !claimed {
+            cx.note(format!("{} already claimed: skipped", ev.event_id));
+            return Ok(());
         }
-        .await;
-        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+        pay(cx, ev).await
     }
 }
 
@@ -142,9 +136,6 @@ pub struct KeyPerAttempt;
 
 #[async_trait(?Send)]
 impl Consumer for KeyPerAttempt {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let mut ev = parse(&d)?;
         let key = lock_key(&ev.event_id);
@@ -173,9 +164,6 @@ pub struct AckBeforeCommit;
 
 #[async_trait(?Send)]
 impl Consumer for AckBeforeCommit {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev = parse(&d)?;
         let key = lock_key(&ev.event_id);
@@ -213,9 +201,6 @@ pub struct SkipWithoutDelete;
 
 #[async_trait(?Send)]
 impl Consumer for SkipWithoutDelete {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev = parse(&d)?;
         let key = lock_key(&ev.event_id);
@@ -254,9 +239,6 @@ pub struct LockReleasedOnFailure;
 
 #[async_trait(?Send)]
 impl Consumer for LockReleasedOnFailure {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev = parse(&d)?;
         let key = lock_key(&ev.event_id);
@@ -276,9 +258,6 @@ pub struct ParkFailureAcked;
 
 #[async_trait(?Send)]
 impl Consumer for ParkFailureAcked {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev = parse(&d)?;
         let key = lock_key(&ev.event_id);
@@ -310,31 +289,22 @@ impl Consumer for ParkFailureAcked {
 pub struct BalanceIncrement;
 
 #[async_trait(?Send)]
-impl Consumer for BalanceIncrement {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
-    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
-        let ev = parse(&d)?;
-        cx.crash_point(CrashPoint::AfterReceive);
-        let r = async {
-            cx.begin().await?;
-            let payout = insert_payout(cx, &ev, true).await?;
-            cx.crash_point(CrashPoint::AfterBusinessInsert);
-            cx.execute(
-                "credit",
-                "INSERT INTO merchant_balance (merchant_id, available_minor) VALUES ($1, $2) \
-                 ON CONFLICT (merchant_id) DO UPDATE SET available_minor = merchant_balance.available_minor + EXCLUDED.available_minor",
-                &[Val::Uuid(ev.merchant_id), Val::I64(ev.amount_minor)],
-            )
-            .await?;
-            if let Some(id) = payout {
-                insert_outbox(cx, &ev, id).await?;
-            }
-            cx.commit().await
+impl Body for BalanceIncrement {
+    async fn body(&self, cx: &mut Cx, ev: &PaymentCaptured, _: &Delivery) -> Result<(), CallError> {
+        cx.begin().await?;
+        let payout = insert_payout(cx, ev, true).await?;
+        cx.crash_point(CrashPoint::AfterBusinessInsert);
+        cx.execute(
+            "credit",
+            "INSERT INTO merchant_balance (merchant_id, available_minor) VALUES ($1, $2) \
+             ON CONFLICT (merchant_id) DO UPDATE SET available_minor = merchant_balance.available_minor + EXCLUDED.available_minor",
+            &[Val::Uuid(ev.merchant_id), Val::I64(ev.amount_minor)],
+        )
+        .await?;
+        if let Some(id) = payout {
+            insert_outbox(cx, ev, id).await?;
         }
-        .await;
-        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+        cx.commit().await
     }
 }
 
@@ -345,13 +315,8 @@ impl Consumer for BalanceIncrement {
 pub struct DedupTableOnly;
 
 #[async_trait(?Send)]
-impl Consumer for DedupTableOnly {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
-    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
-        let ev = parse(&d)?;
-        let handled = crate::sut::reference::consumer::handle_with(cx, &ev, false).await.map(|_| ());
-        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), handled).await
+impl Body for DedupTableOnly {
+    async fn body(&self, cx: &mut Cx, ev: &PaymentCaptured, _: &Delivery) -> Result<(), CallError> {
+        crate::sut::reference::consumer::handle_with(cx, ev, false).await.map(|_| ())
     }
 }

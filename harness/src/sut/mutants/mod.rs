@@ -111,20 +111,20 @@ pub const CATALOGUE: &[(&str, &str)] = &[
 pub fn by_name(name: &str) -> Option<Rc<dyn System>> {
     let m = Mutant::new(CATALOGUE.iter().find(|(n, _)| *n == name)?.0);
     let m = match name {
-        "no-dedup" => m.without_payout_unique().consumer(NoDedup),
-        "check-then-insert" => m.without_payout_unique().consumer(CheckThenInsert),
+        "no-dedup" => m.without_payout_unique().consumer(Acked(NoDedup)),
+        "check-then-insert" => m.without_payout_unique().consumer(Acked(CheckThenInsert)),
         "redis-only-dedup" => m.without_payout_unique().consumer(RedisOnlyDedup),
-        "dedup-separate-tx" => m.consumer(DedupSeparateTx),
+        "dedup-separate-tx" => m.consumer(Acked(DedupSeparateTx)),
         "key-per-attempt" => m.consumer(KeyPerAttempt),
         "ack-before-commit" => m.consumer(AckBeforeCommit),
         "relay-mark-before-send" => m.relay(MarkBeforeSend),
         "naive-downstream" => m.downstream(NaiveDownstream),
-        "short-retention" => m.without_payout_unique().consumer(DedupTableOnly).retention(ShortRetention),
+        "short-retention" => m.without_payout_unique().consumer(Acked(DedupTableOnly)).retention(ShortRetention),
         "lock-released-on-failure" => m.without_payout_unique().consumer(LockReleasedOnFailure),
         "skip-without-delete" => m.consumer(SkipWithoutDelete),
         "park-failure-acked" => m.consumer(ParkFailureAcked),
         "relay-mark-fails-after-send" => m.relay(MarkFailsAfterSend::default()).downstream(NaiveDownstream),
-        "balance-increment" => m.consumer(BalanceIncrement),
+        "balance-increment" => m.consumer(Acked(BalanceIncrement)),
         _ => return None,
     };
     Some(Rc::new(m))

@@ -10,7 +10,7 @@ use crate::sim::history::QueueRole;
 use crate::sim::points::CrashPoint;
 use crate::sut::messages::MerchantPayoutCreated;
 use crate::sut::reference::downstream::{apply_settlement, DOWNSTREAM};
-use crate::sut::reference::relay::{publication, SELECT_UNPUBLISHED};
+use crate::sut::reference::relay::{mark, select_batch};
 use crate::sut::reference::fail_or_retry;
 use crate::sut::{CallError, Cx, Delivery, Downstream, Relay, Retention};
 
@@ -21,20 +21,13 @@ pub struct MarkBeforeSend;
 #[async_trait(?Send)]
 impl Relay for MarkBeforeSend {
     async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
-        cx.begin().await?;
-        let rows = cx.fetch_all("select", SELECT_UNPUBLISHED, &[Val::I64(cx.config.relay_batch)]).await?;
-        cx.idle(rows.is_empty());
-        if rows.is_empty() {
-            return cx.commit().await;
-        }
-        cx.crash_point(CrashPoint::RelayAfterSelect);
-        let events = rows.iter().map(|r| publication(cx, r)).collect::<Result<Vec<_>, _>>()?;
-        for ev in &events {
-            cx.execute("mark", "UPDATE outbox_event SET published_at = $2 WHERE id = $1", &[Val::Uuid(ev.outbox_id), Val::Now]).await?;
+        let Some(batch) = select_batch(cx).await? else { return Ok(()) };
+        for ev in &batch {
+            mark(cx, ev.outbox_id, "published_at").await?;
         }
         cx.commit().await?;
         cx.crash_point(CrashPoint::RelayAfterMark);
-        for ev in &events {
+        for ev in &batch {
             cx.send("send", QueueRole::Payouts, ev, ev.outbox_id).await?;
             cx.crash_point(CrashPoint::RelayAfterSend);
         }
@@ -53,21 +46,12 @@ pub struct MarkFailsAfterSend {
 #[async_trait(?Send)]
 impl Relay for MarkFailsAfterSend {
     async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
-        cx.begin().await?;
-        let rows = cx.fetch_all("select", SELECT_UNPUBLISHED, &[Val::I64(cx.config.relay_batch)]).await?;
-        cx.idle(rows.is_empty());
-        if rows.is_empty() {
-            return cx.commit().await;
-        }
-        cx.crash_point(CrashPoint::RelayAfterSelect);
-        for row in &rows {
-            let ev = publication(cx, row)?;
-            cx.send("send", QueueRole::Payouts, &ev, ev.outbox_id).await?;
+        let Some(batch) = select_batch(cx).await? else { return Ok(()) };
+        for ev in &batch {
+            cx.send("send", QueueRole::Payouts, ev, ev.outbox_id).await?;
             cx.crash_point(CrashPoint::RelayAfterSend);
             let first = self.failed_once.borrow_mut().insert(ev.outbox_id);
-            let column = if first { "published_at_typo" } else { "published_at" };
-            cx.execute("mark", &format!("UPDATE outbox_event SET {column} = $2 WHERE id = $1"), &[Val::Uuid(ev.outbox_id), Val::Now])
-                .await?;
+            mark(cx, ev.outbox_id, if first { "published_at_typo" } else { "published_at" }).await?;
             cx.crash_point(CrashPoint::RelayAfterMark);
         }
         cx.commit().await
@@ -80,9 +64,6 @@ pub struct NaiveDownstream;
 
 #[async_trait(?Send)]
 impl Downstream for NaiveDownstream {
-    fn name(&self) -> &'static str {
-        DOWNSTREAM
-    }
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev: MerchantPayoutCreated =
             serde_json::from_str(&d.body).map_err(|e| CallError::Service(format!("malformed body: {e}")))?;

@@ -105,10 +105,6 @@ pub async fn handle_with(cx: &mut Cx, ev: &PaymentCaptured, guarded: bool) -> Re
 
 #[async_trait(?Send)]
 impl Consumer for PayoutConsumer {
-    fn name(&self) -> &'static str {
-        CONSUMER
-    }
-
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev: PaymentCaptured = match serde_json::from_str(&d.body) {
             Ok(ev) => ev,

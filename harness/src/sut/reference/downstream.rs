@@ -16,10 +16,6 @@ pub const DOWNSTREAM: &str = "settlement-projection-v1";
 
 #[async_trait(?Send)]
 impl Downstream for SettlementProjection {
-    fn name(&self) -> &'static str {
-        DOWNSTREAM
-    }
-
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev: MerchantPayoutCreated = match serde_json::from_str(&d.body) {
             Ok(ev) => ev,

@@ -35,26 +35,36 @@ pub fn publication(cx: &Cx, row: &sqlx::postgres::PgRow) -> Result<MerchantPayou
     })
 }
 
+/// Opens the relay's transaction and selects a batch ([`SELECT_UNPUBLISHED`], a yield point
+/// named `select`). With nothing to publish it commits, marks the worker idle and returns
+/// `None`; otherwise it passes crash point `relay_after_select` and returns the publications,
+/// their rows still locked by the open transaction.
+pub async fn select_batch(cx: &mut Cx) -> Result<Option<Vec<MerchantPayoutCreated>>, CallError> {
+    cx.begin().await?;
+    let rows = cx.fetch_all("select", SELECT_UNPUBLISHED, &[Val::I64(cx.config.relay_batch)]).await?;
+    cx.idle(rows.is_empty());
+    if rows.is_empty() {
+        cx.commit().await?;
+        return Ok(None);
+    }
+    cx.crash_point(CrashPoint::RelayAfterSelect);
+    rows.iter().map(|r| publication(cx, r)).collect::<Result<Vec<_>, _>>().map(Some)
+}
+
+/// Sets `published_at` of outbox row `id` to the logical now (a yield point named `mark`).
+pub async fn mark(cx: &mut Cx, id: uuid::Uuid, column: &str) -> Result<(), CallError> {
+    let sql = format!("UPDATE outbox_event SET {column} = $2 WHERE id = $1");
+    cx.execute("mark", &sql, &[Val::Uuid(id), Val::Now]).await.map(|_| ())
+}
+
 #[async_trait(?Send)]
 impl Relay for OutboxRelay {
     async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
-        cx.begin().await?;
-        let rows = cx.fetch_all("select", SELECT_UNPUBLISHED, &[Val::I64(cx.config.relay_batch)]).await?;
-        cx.idle(rows.is_empty());
-        if rows.is_empty() {
-            return cx.commit().await;
-        }
-        cx.crash_point(CrashPoint::RelayAfterSelect);
-        for row in &rows {
-            let event = publication(cx, row)?;
-            cx.send("send", QueueRole::Payouts, &event, event.outbox_id).await?;
+        let Some(batch) = select_batch(cx).await? else { return Ok(()) };
+        for event in &batch {
+            cx.send("send", QueueRole::Payouts, event, event.outbox_id).await?;
             cx.crash_point(CrashPoint::RelayAfterSend);
-            cx.execute(
-                "mark",
-                "UPDATE outbox_event SET published_at = $2 WHERE id = $1",
-                &[Val::Uuid(event.outbox_id), Val::Now],
-            )
-            .await?;
+            mark(cx, event.outbox_id, "published_at").await?;
             cx.crash_point(CrashPoint::RelayAfterMark);
         }
         cx.commit().await
