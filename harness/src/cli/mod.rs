@@ -31,7 +31,8 @@ pub struct ServiceArgs {
     /// Force a provider instead of choosing external → containers → native.
     #[arg(long, global = true, value_enum)]
     services: Option<ProviderKind>,
-    /// Allow destructive resets (TRUNCATE, FLUSHDB, queue deletion) on non-loopback hosts.
+    /// Allow the destructive parts of a run (CREATE/DROP SCHEMA, DeleteQueue, DEL of the run's
+    /// keys) on non-loopback hosts.
     #[arg(long, global = true)]
     allow_remote: bool,
 }
@@ -52,7 +53,8 @@ enum Command {
     Up,
     /// Stop the services that `up` started.
     Down,
-    /// Run scenarios (all by default): scripted ones once, exploration ones within a budget.
+    /// Run scenarios (all but the exhaustive ones by default): scripted ones once, exploration
+    /// ones within a budget, exhaustive ones completely (`--exhaustive`).
     Run(run::RunArgs),
     /// Run one schedule of a scenario, given as text or regenerated from a case seed.
     Repro(run::ReproArgs),

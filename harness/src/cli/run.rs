@@ -25,9 +25,10 @@ pub struct RunArgs {
     /// Exploration budget in wall time, e.g. `60s` or `5m`.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub time: Option<Duration>,
-    /// Run seed (printed at the start; random when not given).
-    #[arg(long)]
-    pub seed: Option<u64>,
+    /// Run seed, printed at the start (default 0, so that a plain run repeats exactly; pass
+    /// e.g. `--seed $RANDOM` to explore other schedules).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// Run every schedule twice and compare the traces byte for byte.
     #[arg(long)]
     pub check_determinism: bool,
@@ -225,22 +226,22 @@ fn enumerated(endpoints: &Endpoints, system: &Rc<dyn System>, s: &Scenario) -> R
     Ok(false)
 }
 
-fn default_seed() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-}
 
 /// Runs the chosen scenarios against real services: scripted ones once, exploration ones
-/// within the budget. Exit code 0 when all pass, 1 when an invariant is violated (or a trace
+/// within the budget, exhaustive ones (only with `--exhaustive` or when named) completely. Exit code 0 when all pass, 1 when an invariant is violated (or a trace
 /// is not deterministic); errors (exit 2) for services or malformed scenarios.
 pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs) -> Result<i32> {
     let mut chosen = select(scenario::discover(&scenario::scenarios_dir())?, &args.scenarios)?;
-    if args.exhaustive && args.scenarios.is_empty() {
-        chosen.retain(|s| s.exhaustive.is_some());
-    } else if !args.exhaustive && args.scenarios.is_empty() {
-        chosen.retain(|s| s.exhaustive.is_none());
-    }
     let system = crate::sut::by_name(&args.system)?;
-    let seed = args.seed.unwrap_or_else(default_seed);
+    if args.scenarios.is_empty() {
+        // By default: exhaustive scenarios only with --exhaustive; a mutant gets the
+        // exploration scenarios (scripts name the reference's calls, which a mutant may not make).
+        chosen.retain(|s| s.exhaustive.is_some() == args.exhaustive);
+        if system.name() != "reference" && !args.exhaustive {
+            chosen.retain(|s| s.explore.is_some());
+        }
+    }
+    let seed = args.seed;
     println!("seed: {seed} (repeat this run with --seed {seed}); system: {}\n", system.name());
     with_services(rt, opts, |endpoints| {
         let mut failed = Vec::new();

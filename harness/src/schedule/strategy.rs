@@ -87,12 +87,33 @@ mod tests {
         }
     }
 
+    /// Every decision form, including named calls and arbitrary durations, which the
+    /// exploration strategy itself does not generate.
+    fn any_decision() -> impl Strategy<Value = Decision> {
+        prop_oneof![
+            decision(&menu()),
+            (select(menu().workers), "[a-z_]{1,14}")
+                .prop_filter("crash, fail and restart are decisions, not calls", |(_, op)| {
+                    !["crash", "fail", "restart"].contains(&op.as_str())
+                })
+                .prop_map(|(worker, op)| Decision::Step { worker, op: Some(op) }),
+            (1u64..10_000_000).prop_map(|ms| Decision::Tick { ms }),
+        ]
+    }
+
     proptest! {
         /// parse ∘ print = id on every generated schedule.
         #[test]
         fn text_form_round_trips(s in schedules(&menu())) {
             let text = s.to_string();
             prop_assert_eq!(crate::schedule::parse(&text).unwrap(), s);
+        }
+
+        /// parse ∘ print = id on every decision form.
+        #[test]
+        fn every_decision_form_round_trips(ds in proptest::collection::vec(any_decision(), 0..40)) {
+            let s = Schedule { decisions: ds };
+            prop_assert_eq!(crate::schedule::parse(&s.to_string()).unwrap(), s);
         }
     }
 

@@ -58,22 +58,14 @@ pub struct Endpoints {
     pub redis_url: String,
 }
 
-impl Endpoints {
-    /// The env lines that make a later run use these endpoints as the external provider.
-    pub fn env_lines(&self) -> String {
-        format!(
-            "DATABASE_URL={}\nSQS_ENDPOINT_URL={}\nREDIS_URL={}\n",
-            self.database_url, self.sqs_endpoint_url, self.redis_url
-        )
-    }
-}
 
 /// Options shared by every command that needs services.
 #[derive(Debug, Clone, Default)]
 pub struct ServiceOptions {
     /// Force a provider instead of choosing one automatically.
     pub force: Option<ProviderKind>,
-    /// Allow destructive operations (TRUNCATE, FLUSHDB, queue deletion) on non-loopback hosts.
+    /// Allow the destructive parts of a run (CREATE/DROP SCHEMA, DeleteQueue, DEL of the run's
+    /// keys) on non-loopback hosts.
     pub allow_remote: bool,
 }
 

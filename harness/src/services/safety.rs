@@ -19,7 +19,7 @@ fn host_of(raw: &str) -> Option<String> {
     url::Url::parse(raw).ok().and_then(|u| u.host_str().map(str::to_string))
 }
 
-/// Refuses `what` (e.g. "TRUNCATE of the payout tables") when any endpoint is not on loopback,
+/// Refuses `what` (e.g. "creating and dropping schemas and queues") when any endpoint is not on loopback,
 /// unless `allow_remote`. A URL with a Unix-socket host (no host part) counts as local.
 pub fn check_destructive(endpoints: &Endpoints, allow_remote: bool, what: &str) -> Result<()> {
     if allow_remote {

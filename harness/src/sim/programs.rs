@@ -42,7 +42,8 @@ impl Role {
     }
 }
 
-/// Runs `role`'s loop forever (the producer's ends when it has nothing left and was told so).
+/// Runs `role`'s loop until the host is crashed or the simulation ends (a producer with
+/// nothing left to dispatch waits for work).
 /// Service errors are noted in the trace and the loop goes on, as a Messenger worker does.
 pub async fn run(role: Role, mut cx: Cx, system: Rc<dyn System>) {
     match role {

@@ -26,7 +26,7 @@ pub enum Status {
     /// Nothing to do until the scheduler gives it work (a producer with nothing to dispatch);
     /// `at` is the crash point it stands at.
     Waiting { at: Option<CrashPoint> },
-    /// Its program ended.
+    /// Its program ended (no built-in program ends; kept for systems whose workers do).
     Finished,
     /// Killed; nothing runs on its host until a restart.
     Crashed,
@@ -50,7 +50,8 @@ pub struct Slot {
     pub completed: Option<Step>,
     /// Notes the worker wrote since the scheduler last looked.
     pub notes: Vec<String>,
-    /// Whether the worker is blocked in the server (set by the scheduler).
+    /// Who blocks the worker in the server (set by the scheduler from `pg_blocking_pids`), or
+    /// `None` when it is not blocked.
     pub blocked_by: Option<Vec<String>>,
     /// Whether its last receive/select found nothing (it is idle).
     pub idle: bool,

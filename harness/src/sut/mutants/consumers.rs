@@ -175,9 +175,10 @@ impl Consumer for AckBeforeCommit {
             if claimed {
                 let payout = insert_payout(cx, &ev, true).await?;
                 cx.crash_point(CrashPoint::AfterBusinessInsert);
-                if let Some(id) = payout {
-                    insert_outbox(cx, &ev, id).await?;
-                }
+                let id = payout.ok_or_else(|| {
+                    CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id))
+                })?;
+                insert_outbox(cx, &ev, id).await?;
             }
             cx.delete(&d).await?;
             cx.crash_point(CrashPoint::AfterDelete);

@@ -7,7 +7,9 @@ use crate::sut::{CallError, Cx, Delivery};
 
 /// After a failed attempt (the transaction already rolled back): parks the message when the
 /// error is [`CallError::Unrecoverable`] or when `receive_count > max_retries`, else makes it
-/// visible again after `retry_delay_s * 2^(attempt-1)` logical seconds (the lock is kept for
+/// visible again later. Attempts are counted by SQS `ApproximateReceiveCount`, so redeliveries
+/// after crashes count too (Messenger counts its own retries instead);
+/// the delay is `retry_delay_s * 2^(attempt-1)` logical seconds (the lock is kept for
 /// the retries, as Symfony's failure listener does). `lock` is released when parking.
 pub async fn fail_or_retry(
     cx: &mut Cx,
