@@ -19,8 +19,9 @@ pub struct CatalogueArgs {
     /// Run seed, the same for every system.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// The exploration scenario.
-    #[arg(long, default_value = "payout/explore")]
+    /// The exploration scenario (its events pay distinct payments, so that each mutant is
+    /// caught through its own failure window).
+    #[arg(long, default_value = "payout/catalogue")]
     pub scenario: String,
 }
 

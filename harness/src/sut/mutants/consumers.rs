@@ -262,25 +262,28 @@ impl Consumer for ParkFailureAcked {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev = parse(&d)?;
         let key = lock_key(&ev.event_id);
-        let r = crate::sut::reference::consumer::handle(cx, &ev).await;
-        match r {
-            Ok(_) => acknowledge(cx, CONSUMER, &d, &key, Ok(())).await,
-            Err(e @ CallError::Unrecoverable(_)) => {
-                cx.rollback().await?;
-                let parked = cx
-                    .execute(
-                        "park",
-                        "INSERT INTO failed_messages (consumer_name, message_id, reason) VALUES ($1, $2, $3)",
-                        &[Val::Text(CONSUMER.into()), Val::Uuid(ev.event_id), Val::Text(e.to_string())],
-                    )
-                    .await;
-                if let Err(pe) = parked {
-                    cx.note(format!("parking {} failed ({pe}); deleting it anyway", d.msg));
-                }
-                cx.delete(&d).await
-            }
-            Err(e) => acknowledge(cx, CONSUMER, &d, &key, Err(e)).await,
+        let r = crate::sut::reference::consumer::handle(cx, &ev).await.map(|_| ());
+        let must_park = match &r {
+            Err(CallError::Unrecoverable(_)) => true,
+            Err(_) => d.receive_count > cx.config.max_retries,
+            Ok(()) => false,
+        };
+        if !must_park {
+            return acknowledge(cx, CONSUMER, &d, &key, r).await;
         }
+        let reason = r.err().map(|e| e.to_string()).unwrap_or_default();
+        cx.rollback().await?;
+        let parked = cx
+            .execute(
+                "park",
+                "INSERT INTO failed_messages (consumer_name, message_id, reason) VALUES ($1, $2, $3)",
+                &[Val::Text(CONSUMER.into()), Val::Uuid(ev.event_id), Val::Text(reason)],
+            )
+            .await;
+        if let Err(pe) = parked {
+            cx.note(format!("parking {} failed ({pe}); deleting it anyway", d.msg));
+        }
+        cx.delete(&d).await
     }
 }
 
