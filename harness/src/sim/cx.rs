@@ -482,28 +482,9 @@ impl Cx {
         notify.notified().await;
     }
 
-    /// A yield point without a call, for a worker with nothing to do (`op`, e.g. `idle`).
-    pub async fn pause(&mut self, op: &'static str) {
-        if self.gate(op).await.is_err() {
-            return;
-        }
-        self.set_idle(true);
-        self.complete(op, Service::None, "nothing to do".into(), vec![]);
-    }
-
     /// Marks the worker idle (nothing to do) or busy, for the drain phase.
     pub fn idle(&self, idle: bool) {
         self.set_idle(idle);
-    }
-
-    /// Whether a transaction is open.
-    pub fn in_transaction(&self) -> bool {
-        self.in_tx
-    }
-
-    /// Closes the PostgreSQL connection cleanly (used when a program ends).
-    pub async fn close(self) {
-        let _ = self.pg.close().await;
     }
 }
 

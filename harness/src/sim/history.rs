@@ -54,7 +54,7 @@ pub enum Service {
     Sqs,
     /// Redis.
     Redis,
-    /// No call (a pause).
+    /// No call was made (an injected failure replaced it).
     None,
 }
 

@@ -26,8 +26,6 @@ pub enum Status {
     /// Nothing to do until the scheduler gives it work (a producer with nothing to dispatch);
     /// `at` is the crash point it stands at.
     Waiting { at: Option<CrashPoint> },
-    /// Its program ended (no built-in program ends; kept for systems whose workers do).
-    Finished,
     /// Killed; nothing runs on its host until a restart.
     Crashed,
 }

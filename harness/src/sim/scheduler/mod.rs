@@ -286,7 +286,6 @@ impl<'a> Run<'a> {
             }
             Status::Crashed => return Err(inapplicable(format!("{w} is crashed; restart it first (`{w}:restart`)"))),
             Status::Waiting { .. } => return Err(inapplicable(format!("{w} has nothing to do"))),
-            Status::Finished => return Err(inapplicable(format!("{w} has finished"))),
             Status::Starting => return Err(inapplicable(format!("{w} is still starting"))),
         }
         let notify = self.with_slot(w, |s| {
