@@ -10,7 +10,7 @@ use std::rc::Rc;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
-use sqlx::{Connection, PgConnection};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::history::{Fact, QueueRole, Service, Step};
