@@ -73,7 +73,10 @@ async fn read_state(admin: &Admin) -> Result<State> {
     Ok(State { payouts, dedup, outbox, settlements, parked, balances })
 }
 
-fn verdict(invariant: &'static str, problems: Vec<String>) -> Verdict {
+/// A verdict from its problems, sorted: they come from maps keyed by per-run UUIDs, and the
+/// printed detail must not depend on them.
+fn verdict(invariant: &'static str, mut problems: Vec<String>) -> Verdict {
+    problems.sort();
     Verdict { invariant, holds: problems.is_empty(), detail: problems.join("; ") }
 }
 

@@ -16,6 +16,8 @@ pub struct InFlight {
     pub receipt: String,
     /// When it becomes visible again, logical ms.
     pub deadline_ms: u64,
+    /// Order of registration, to break ties between equal deadlines deterministically.
+    pub seq: u64,
 }
 
 /// Deadlines by message label and by lock key.
@@ -25,10 +27,13 @@ pub struct Clock {
     pub now_ms: u64,
     /// In-flight messages by label.
     pub in_flight: BTreeMap<String, InFlight>,
-    /// Lock expiry by key, logical ms.
-    pub locks: BTreeMap<String, u64>,
+    /// Lock expiry by key: (logical ms, order of registration).
+    pub locks: BTreeMap<String, (u64, u64)>,
     /// Visibility timeout applied at receive, ms.
     pub visibility_ms: u64,
+    /// Registrations so far. Keys embed per-run UUIDs, so ties between equal deadlines are
+    /// broken by registration order (which follows the history), never by key.
+    seq: u64,
 }
 
 /// Something due at the new logical time.
@@ -50,21 +55,24 @@ impl Clock {
     pub fn apply(&mut self, fact: &Fact) {
         match fact {
             Fact::Received { queue, msg, receipt, .. } => {
-                self.in_flight.insert(
-                    msg.clone(),
-                    InFlight { queue: *queue, receipt: receipt.clone(), deadline_ms: self.now_ms + self.visibility_ms },
-                );
+                self.seq += 1;
+                let deadline_ms = self.now_ms + self.visibility_ms;
+                self.in_flight
+                    .insert(msg.clone(), InFlight { queue: *queue, receipt: receipt.clone(), deadline_ms, seq: self.seq });
             }
             Fact::VisibilityChanged { msg, secs, .. } => {
+                self.seq += 1;
                 if let Some(f) = self.in_flight.get_mut(msg) {
                     f.deadline_ms = self.now_ms + secs * 1000;
+                    f.seq = self.seq;
                 }
             }
             Fact::Deleted { msg, .. } => {
                 self.in_flight.remove(msg);
             }
             Fact::LockTaken { key, ttl_ms } => {
-                self.locks.insert(key.clone(), self.now_ms + ttl_ms);
+                self.seq += 1;
+                self.locks.insert(key.clone(), (self.now_ms + ttl_ms, self.seq));
             }
             Fact::LockReleased { key } => {
                 self.locks.remove(key);
@@ -74,32 +82,30 @@ impl Clock {
     }
 
     /// Advances to `now_ms` and removes and returns what became due, ordered by deadline,
-    /// then by label or key.
+    /// then by order of registration.
     pub fn advance_to(&mut self, now_ms: u64) -> Vec<Due> {
         self.now_ms = self.now_ms.max(now_ms);
-        let mut due: Vec<(u64, Due)> = Vec::new();
+        let mut due: Vec<(u64, u64, Due)> = Vec::new();
         let now = self.now_ms;
         self.in_flight.retain(|msg, f| {
             if f.deadline_ms <= now {
-                due.push((
-                    f.deadline_ms,
-                    Due::Visibility { msg: msg.clone(), queue: f.queue, receipt: f.receipt.clone() },
-                ));
+                let d = Due::Visibility { msg: msg.clone(), queue: f.queue, receipt: f.receipt.clone() };
+                due.push((f.deadline_ms, f.seq, d));
                 false
             } else {
                 true
             }
         });
-        self.locks.retain(|key, at| {
+        self.locks.retain(|key, (at, seq)| {
             if *at <= now {
-                due.push((*at, Due::Lock { key: key.clone() }));
+                due.push((*at, *seq, Due::Lock { key: key.clone() }));
                 false
             } else {
                 true
             }
         });
-        due.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| format!("{:?}", a.1).cmp(&format!("{:?}", b.1))));
-        due.into_iter().map(|(_, d)| d).collect()
+        due.sort_by_key(|(at, seq, _)| (*at, *seq));
+        due.into_iter().map(|(_, _, d)| d).collect()
     }
 
     /// The earliest visibility deadline of an in-flight message, if any.
@@ -111,6 +117,14 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn equal_deadlines_come_due_in_registration_order_whatever_the_keys() {
+        let mut c = Clock::new(30_000);
+        c.apply(&Fact::LockTaken { key: "zzz".into(), ttl_ms: 10_000 });
+        c.apply(&Fact::LockTaken { key: "aaa".into(), ttl_ms: 10_000 });
+        assert_eq!(c.advance_to(10_000), vec![Due::Lock { key: "zzz".into() }, Due::Lock { key: "aaa".into() }]);
+    }
 
     #[test]
     fn expiries_come_due_in_deadline_order() {
