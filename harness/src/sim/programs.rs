@@ -64,36 +64,8 @@ pub async fn run(role: Role, mut cx: Cx, system: Rc<dyn System>) {
                 }
             }
         }
-        Role::Consumer => {
-            let consumer = system.consumer();
-            loop {
-                match cx.receive(QueueRole::Payments).await {
-                    Ok(Some(d)) => {
-                        if let Err(e) = consumer.on_delivery(&mut cx, d).await {
-                            cx.note(format!("error: {e}"));
-                            let _ = cx.rollback().await;
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(e) => cx.note(format!("receive failed: {e}")),
-                }
-            }
-        }
-        Role::Downstream => {
-            let downstream = system.downstream();
-            loop {
-                match cx.receive(QueueRole::Payouts).await {
-                    Ok(Some(d)) => {
-                        if let Err(e) = downstream.on_delivery(&mut cx, d).await {
-                            cx.note(format!("error: {e}"));
-                            let _ = cx.rollback().await;
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(e) => cx.note(format!("receive failed: {e}")),
-                }
-            }
-        }
+        Role::Consumer => serve(&mut cx, QueueRole::Payments, Handler::Payout(system.consumer())).await,
+        Role::Downstream => serve(&mut cx, QueueRole::Payouts, Handler::Downstream(system.downstream())).await,
         Role::Relay => {
             let relay = system.relay();
             loop {
@@ -110,6 +82,33 @@ pub async fn run(role: Role, mut cx: Cx, system: Rc<dyn System>) {
                     cx.note(format!("retention failed: {e}"));
                 }
             }
+        }
+    }
+}
+
+/// The handler of a queue-consuming worker.
+enum Handler {
+    Payout(Rc<dyn crate::sut::Consumer>),
+    Downstream(Rc<dyn crate::sut::Downstream>),
+}
+
+/// The Messenger worker loop of a consumer: receive, handle, and on a service error note it
+/// and roll back; forever.
+async fn serve(cx: &mut Cx, queue: QueueRole, handler: Handler) {
+    loop {
+        match cx.receive(queue).await {
+            Ok(Some(d)) => {
+                let handled = match &handler {
+                    Handler::Payout(h) => h.on_delivery(cx, d).await,
+                    Handler::Downstream(h) => h.on_delivery(cx, d).await,
+                };
+                if let Err(e) = handled {
+                    cx.note(format!("error: {e}"));
+                    let _ = cx.rollback().await;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => cx.note(format!("receive failed: {e}")),
         }
     }
 }
