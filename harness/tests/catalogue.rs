@@ -49,7 +49,7 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
     let s = testkit::scenario(CATALOGUE_SCENARIO);
     let mut missed = Vec::new();
     for (name, budget, invariant) in BUDGETS {
-        let opts = Options { schedules: Some(*budget), time: None, seed: 1, check_determinism: false };
+        let opts = Options { schedules: Some(*budget), time: None, seed: 1, check_determinism: false, shard: Default::default() };
         let r = explore::explore(&testkit::endpoints(), sut::by_name(name).unwrap(), &s, &opts, |_| {}).unwrap();
         match r.failure {
             None => missed.push(format!("{name}: not caught in {budget} schedules")),
@@ -72,7 +72,7 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
 #[test]
 fn reference_passes_1000_generated_schedules() {
     let s = testkit::scenario("payout/explore");
-    let opts = Options { schedules: Some(1000), time: None, seed: 1000, check_determinism: false };
+    let opts = Options { schedules: Some(1000), time: None, seed: 1000, check_determinism: false, shard: Default::default() };
     let r = explore::explore(&testkit::endpoints(), sut::by_name("reference").unwrap(), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &r.failure {
         panic!("reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);

@@ -87,3 +87,35 @@ fn a_handler_without_dedup_is_caught_paying_twice() {
     assert!(!v.holds, "{v:?}");
     assert_eq!(v.detail, "payment p1 has 2 payouts");
 }
+
+// ---- AWS behaviours that LocalStack does not produce, injected by the nemesis ----
+
+#[test]
+fn stale_delete_noop_leaves_the_message_to_the_latest_handle() {
+    window("aws/stale-delete-noop", &["c1   delete                                  → ok, but m1 is not deleted"]);
+}
+
+#[test]
+fn skip_without_delete_loses_liveness_when_a_stale_delete_keeps_the_message() {
+    let o = run("skip-without-delete", "aws/stale-delete-noop", None);
+    let v = o.verdicts.iter().find(|v| v.invariant.starts_with("quiescence")).unwrap();
+    assert!(!v.holds, "skip-without-delete passed under sqs:stale-delete-noop:\n{}", o.trace);
+    // On LocalStack alone (no fault), c1's stale delete removes the message and hides the bug;
+    // the run records that its verdict rests on that behaviour.
+    let s = testkit::scenario("aws/stale-delete-noop");
+    let without: String = s.schedule.to_string().replacen("sqs:stale-delete-noop ", "", 1);
+    let o = run("skip-without-delete", "aws/stale-delete-noop", Some(&without));
+    assert!(o.passed(), "expected LocalStack to hide the bug:\n{}", o.trace);
+    assert!(o.trace.contains("m1 deleted with a stale receipt handle"), "{}", o.trace);
+    assert!(o.history.depends_on().contains("stale-receipt-handle"));
+}
+
+#[test]
+fn redelivery_after_delete_is_a_no_op() {
+    window("aws/redeliver-after-delete", &["c2   claim                                   → no row"]);
+}
+
+#[test]
+fn a_lost_receive_comes_back_after_the_visibility_timeout() {
+    window("aws/receive-lost", &["c2   recv                                    → empty", "c2   commit                                  → ok"]);
+}

@@ -22,6 +22,38 @@ pub struct Verdict {
     pub holds: bool,
     /// What was found (labels, not raw ids); empty when it holds trivially.
     pub detail: String,
+    /// For a violation: what its first problem (in the order of `detail`) is about, so that
+    /// a report can point at the step that broke it. Not serialized: it holds per-run ids.
+    #[serde(skip)]
+    pub culprit: Option<Culprit>,
+}
+
+/// What a violation is about: the message identities concerned (`event_id`s or `outbox_id`s)
+/// and whether there is too much of an effect or too little.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Culprit {
+    /// Identities of the messages whose handling the problem concerns.
+    pub identities: Vec<Uuid>,
+    /// The kind of problem.
+    pub kind: CulpritKind,
+}
+
+/// How a violation shows in the final state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CulpritKind {
+    /// An effect committed more than once (payouts, outbox rows, settlements, a balance).
+    Excess,
+    /// An effect missing: lost, never published, a dedup row without its effect.
+    Missing,
+    /// Work left in flight after the drain.
+    Stuck,
+}
+
+/// One problem found by an invariant: its text (labels) and what it is about.
+struct Problem(String, Culprit);
+
+fn problem(text: String, kind: CulpritKind, identities: impl IntoIterator<Item = Uuid>) -> Problem {
+    Problem(text, Culprit { identities: identities.into_iter().collect(), kind })
 }
 
 /// The invariants' names, in the order they are checked.
@@ -75,9 +107,11 @@ async fn read_state(admin: &Admin) -> Result<State> {
 
 /// A verdict from its problems, sorted: they come from maps keyed by per-run UUIDs, and the
 /// printed detail must not depend on them.
-fn verdict(invariant: &'static str, mut problems: Vec<String>) -> Verdict {
-    problems.sort();
-    Verdict { invariant, holds: problems.is_empty(), detail: problems.join("; ") }
+fn verdict(invariant: &'static str, mut problems: Vec<Problem>) -> Verdict {
+    problems.sort_by(|a, b| a.0.cmp(&b.0));
+    let detail = problems.iter().map(|p| p.0.as_str()).collect::<Vec<_>>().join("; ");
+    let culprit = problems.into_iter().next().map(|p| p.1);
+    Verdict { invariant, holds: culprit.is_none(), detail, culprit }
 }
 
 /// Checks every invariant. `events` maps the scenario's events (to find an event's payment);
@@ -103,6 +137,10 @@ pub fn check(
         }
     }
     let payout_count = |p: &Uuid| st.payouts.get(p).copied().unwrap_or(0);
+    let events_of = |p: &Uuid| -> Vec<Uuid> {
+        events.iter().filter(|(_, e)| &e.payment_id == p).map(|(_, e)| e.event_id).collect()
+    };
+    use CulpritKind::{Excess, Missing, Stuck};
 
     let mut v = Vec::new();
     // 1. exactly one payout per payment
@@ -110,7 +148,7 @@ pub fn check(
     let payments: BTreeSet<Uuid> = sent_events.iter().filter_map(|e| payment_of.get(e).copied()).collect();
     for (p, c) in &st.payouts {
         if *c > 1 {
-            problems.push(format!("payment {} has {c} payouts", n(p)));
+            problems.push(problem(format!("payment {} has {c} payouts", n(p)), Excess, events_of(p)));
         }
     }
     for p in &payments {
@@ -119,7 +157,7 @@ pub fn check(
             .filter(|e| payment_of.get(e) == Some(p))
             .all(|e| st.parked.contains_key(e));
         if payout_count(p) == 0 && !all_parked {
-            problems.push(format!("payment {} has no payout", n(p)));
+            problems.push(problem(format!("payment {} has no payout", n(p)), Missing, events_of(p)));
         }
     }
     v.push(verdict(INVARIANTS[0], problems));
@@ -131,7 +169,7 @@ pub fn check(
     let problems = seen
         .iter()
         .filter(|(_, c)| **c > 1)
-        .map(|((c, m), k)| format!("{c} has {k} rows for {}", n(m)))
+        .map(|((c, m), k)| problem(format!("{c} has {k} rows for {}", n(m)), Excess, [*m]))
         .collect();
     v.push(verdict(INVARIANTS[1], problems));
     // 3. one outbox row per causation
@@ -142,7 +180,7 @@ pub fn check(
     let problems = per_cause
         .iter()
         .filter(|(_, c)| **c > 1)
-        .map(|(e, c)| format!("{} caused {c} outbox rows", n(e)))
+        .map(|(e, c)| problem(format!("{} caused {c} outbox rows", n(e)), Excess, [*e]))
         .collect();
     v.push(verdict(INVARIANTS[2], problems));
     // 4. every outbox event published at least once
@@ -150,21 +188,22 @@ pub fn check(
         .outbox
         .iter()
         .filter(|(id, _)| !published.contains(id))
-        .map(|(id, cause)| format!("outbox row {} (from {}) was never sent", n(id), n(cause)))
+        .map(|(id, cause)| problem(format!("outbox row {} (from {}) was never sent", n(id), n(cause)), Missing, [*id, *cause]))
         .collect();
     v.push(verdict(INVARIANTS[3], problems));
     // 5. downstream effect exactly once per outbox id
-    let mut problems: Vec<String> = st
+    let mut problems: Vec<Problem> = st
         .outbox
         .iter()
         .filter_map(|(id, _)| {
             let c = st.settlements.get(id).copied().unwrap_or(0);
-            (c != 1).then(|| format!("publication {} applied {c} times", n(id)))
+            let kind = if c > 1 { Excess } else { Missing };
+            (c != 1).then(|| problem(format!("publication {} applied {c} times", n(id)), kind, [*id]))
         })
         .collect();
     let known: BTreeSet<Uuid> = st.outbox.iter().map(|(id, _)| *id).collect();
     for id in st.settlements.keys().filter(|id| !known.contains(id)) {
-        problems.push(format!("settlement for unknown publication {}", n(id)));
+        problems.push(problem(format!("settlement for unknown publication {}", n(id)), Excess, [*id]));
     }
     v.push(verdict(INVARIANTS[4], problems));
     // 6. nothing lost: the event's effect committed (its outbox row, written in the same
@@ -176,7 +215,7 @@ pub fn check(
             let parked = st.parked.get(e).map(|r| !r.trim().is_empty()).unwrap_or(false);
             !caused.contains(e) && !parked
         })
-        .map(|e| format!("event {} has no effect and is not in the failure transport", n(e)))
+        .map(|e| problem(format!("event {} has no effect and is not in the failure transport", n(e)), Missing, [*e]))
         .collect();
     v.push(verdict(INVARIANTS[5], problems));
     // 7. no dedup row without its effect
@@ -190,20 +229,25 @@ pub fn check(
             true
         };
         if !ok && !payment_of.contains_key(m) && !known.contains(m) {
-            problems.push(format!("{c} recorded {}, which is no message's identity", n(m)));
+            problems.push(problem(format!("{c} recorded {}, which is no message's identity", n(m)), Missing, [*m]));
         } else if !ok {
-            problems.push(format!("{c} recorded {} as processed but its effect is missing", n(m)));
+            problems.push(problem(format!("{c} recorded {} as processed but its effect is missing", n(m)), Missing, [*m]));
         }
     }
     v.push(verdict(INVARIANTS[6], problems));
     // 8. quiescence
-    v.push(verdict(INVARIANTS[7], not_quiescent.map(|s| vec![s.to_string()]).unwrap_or_default()));
+    let stuck = not_quiescent.map(|s| vec![problem(s.to_string(), Stuck, [])]).unwrap_or_default();
+    v.push(verdict(INVARIANTS[7], stuck));
     // 9. balances, where a system keeps them
     let problems = st
         .balances
         .iter()
         .filter(|(_, bal, paid)| bal != paid)
-        .map(|(m, bal, paid)| format!("merchant {} has a balance of {bal} for payouts of {paid}", n(m)))
+        .map(|(m, bal, paid)| {
+            let of_merchant = events.iter().filter(|(_, e)| &e.merchant_id == m).map(|(_, e)| e.event_id);
+            let kind = if bal > paid { Excess } else { Missing };
+            problem(format!("merchant {} has a balance of {bal} for payouts of {paid}", n(m)), kind, of_merchant)
+        })
         .collect();
     v.push(verdict(INVARIANTS[8], problems));
     Ok(v)

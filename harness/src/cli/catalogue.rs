@@ -4,11 +4,16 @@ use std::fmt::Write;
 
 use anyhow::{anyhow, Result};
 
-use crate::error::{EXIT_OK, EXIT_VIOLATION};
-use crate::explore::{self, Options, Report};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::explore::{self, Options, Report, Shard};
+use crate::report::model::{Budget, Outcome, ScenarioReport};
+use crate::report::{ReportDir, DEFAULT_DIR};
 use crate::scenario;
 use crate::services::{ServiceOptions, Services};
 use crate::sut::{self, mutants::CATALOGUE};
+use super::run::{add_timeline, new_report};
 
 /// Arguments of `catalogue`.
 #[derive(Debug, clap::Args)]
@@ -23,6 +28,10 @@ pub struct CatalogueArgs {
     /// caught through its own failure window).
     #[arg(long, default_value = "payout/catalogue")]
     pub scenario: String,
+    /// Where `junit.xml` (one test case per system), `report.json`, `summary.md` and the
+    /// mutants' timelines go.
+    #[arg(long, default_value = DEFAULT_DIR)]
+    pub report_dir: PathBuf,
 }
 
 fn row(name: &str, r: &Report) -> String {
@@ -42,17 +51,21 @@ fn row(name: &str, r: &Report) -> String {
 }
 
 /// Explores every mutant of the catalogue and then the reference with the same budget and
-/// seed, prints the detection table and writes it to `reports/catalogue.md`. Exit 0 when
-/// every mutant was caught and the reference passed, 1 otherwise.
+/// seed, prints the detection table and writes it to `reports/catalogue.md`, and the reports
+/// to `--report-dir` (a mutant's test case passes when it is caught). Exit 0 when every mutant
+/// was caught and the reference passed, 1 otherwise.
 pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &CatalogueArgs) -> Result<i32> {
     let s = scenario::discover(&scenario::scenarios_dir())?
         .into_iter()
         .find(|s| s.name == args.scenario && s.explore.is_some())
         .ok_or_else(|| anyhow!("no exploration scenario `{}`", args.scenario))?;
+    let dir = ReportDir::create(&args.report_dir)?;
+    let started = Instant::now();
+    let mut report = new_report("catalogue", args.seed, Budget { schedules: Some(args.budget), seconds: None }, Shard::default());
     let services = rt.block_on(Services::start(opts))?;
     let result = (|| {
         services.check_destructive("creating and dropping schemas and queues")?;
-        let options = Options { schedules: Some(args.budget), time: None, seed: args.seed, check_determinism: false };
+        let options = Options { schedules: Some(args.budget), time: None, seed: args.seed, check_determinism: false, shard: Default::default() };
         let mut table = String::from(
             "| system | caught | schedules to first failure | wall s | shrunk length | invariant |\n|---|---|---|---|---|---|\n",
         );
@@ -61,12 +74,19 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
             let system = sut::by_name(name)?;
             let r = explore::explore(&services.endpoints, system, &s, &options, |_| {})?;
             all_caught &= r.failure.is_some();
+            let mut sr = ScenarioReport::explored(&s, name, &r);
+            sr.expected = Outcome::Fail;
+            add_timeline(&dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
+            report.scenarios.push(sr);
             let line = row(name, &r);
             println!("{line}");
             writeln!(table, "{line}")?;
         }
         let r = explore::explore(&services.endpoints, sut::by_name("reference")?, &s, &options, |_| {})?;
         let reference_ok = r.failure.is_none();
+        let mut sr = ScenarioReport::explored(&s, "reference", &r);
+        add_timeline(&dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
+        report.scenarios.push(sr);
         let line = row("reference (must not be caught)", &r);
         println!("{line}");
         writeln!(table, "{line}")?;
@@ -82,8 +102,16 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
         std::fs::create_dir_all("reports")?;
         std::fs::write("reports/catalogue.md", &table)?;
         println!("written to reports/catalogue.md");
-        Ok(if all_caught && reference_ok { EXIT_OK } else { EXIT_VIOLATION })
+        anyhow::Ok(())
     })();
     rt.block_on(services.stop());
-    result
+    report.wall_s = started.elapsed().as_secs_f64();
+    if let Err(e) = &result {
+        report.error = Some(format!("{e:#}"));
+    }
+    report.conclude();
+    dir.finish(&report)?;
+    result?;
+    println!("reports: {}", dir.path().display());
+    Ok(report.exit_code())
 }

@@ -6,7 +6,10 @@
 mod catalogue;
 mod doctor;
 mod list;
+mod print;
+mod progress;
 mod run;
+mod shot;
 mod updown;
 
 use clap::{Args, Parser, Subcommand};
@@ -62,6 +65,8 @@ enum Command {
     List,
     /// Explore every mutant, then the reference, under one budget; print the detection table.
     Catalogue(catalogue::CatalogueArgs),
+    /// Take a PNG of a report page (a timeline) with headless Chromium.
+    Screenshot(shot::ScreenshotArgs),
 }
 
 /// Parses the arguments, runs the command and returns the process exit code.
@@ -84,6 +89,7 @@ pub fn main() -> i32 {
         Command::Catalogue(args) => catalogue::catalogue(&rt, &opts, &args),
         Command::Run(args) => run::run(&rt, &opts, &args),
         Command::Repro(args) => run::repro(&rt, &opts, &args),
+        Command::Screenshot(args) => shot::screenshot(&args),
     };
     drop(rt);
     match result {

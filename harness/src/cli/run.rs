@@ -1,15 +1,39 @@
 //! `crashpoint run` and `crashpoint repro`.
 
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 
+use super::print;
+use super::progress::Progress;
 use crate::error::{EXIT_OK, EXIT_VIOLATION};
-use crate::explore::{self, first_divergence, Options, Report};
-use crate::scenario::{self, run_scenario, Scenario, ScenarioOutcome};
+use crate::explore::{self, first_divergence, Options, Shard};
+use crate::report::model::{Budget, Outcome, RunReport, ScenarioReport, ShardInfo, SCHEMA_VERSION};
+use crate::report::{ReportDir, DEFAULT_DIR};
+use crate::scenario::{self, run_scenario, Scenario};
 use crate::services::{Endpoints, ServiceOptions, Services};
 use crate::sut::System;
+
+/// An exploration budget: a number of schedules, or a wall-clock duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetArg {
+    /// At most this many schedules per exploration scenario (before sharding).
+    Schedules(u64),
+    /// At most this much wall time per exploration scenario.
+    Time(Duration),
+}
+
+/// Parses `--budget`: `500` (schedules) or a duration such as `90s`, `5m`.
+pub fn parse_budget(s: &str) -> Result<BudgetArg, String> {
+    if let Ok(n) = s.parse::<u64>() {
+        return Ok(BudgetArg::Schedules(n));
+    }
+    humantime::parse_duration(s)
+        .map(BudgetArg::Time)
+        .map_err(|e| format!("`{s}`: expected a number of schedules (e.g. 500) or a duration (e.g. 90s, 5m): {e}"))
+}
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
@@ -19,16 +43,27 @@ pub struct RunArgs {
     /// The system under test: `reference` or a mutant (see `crashpoint list`).
     #[arg(long, alias = "mutant", default_value = "reference")]
     pub system: String,
-    /// Exploration budget in schedules (default 100 when --time is not given either).
+    /// Exploration budget per scenario: schedules (`500`) or wall time (`90s`, `5m`).
+    /// Default: 100 schedules.
+    #[arg(long, value_parser = parse_budget, conflicts_with_all = ["schedules", "time"])]
+    pub budget: Option<BudgetArg>,
+    /// Exploration budget in schedules (the same as `--budget N`).
     #[arg(long)]
     pub schedules: Option<u64>,
-    /// Exploration budget in wall time, e.g. `60s` or `5m`.
+    /// Exploration budget in wall time (the same as `--budget 60s`).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub time: Option<Duration>,
     /// Run seed, printed at the start (default 0, so that a plain run repeats exactly; pass
     /// e.g. `--seed $RANDOM` to explore other schedules).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Run only shard I of N (`1/4`): explored cases, saved regressions and scripted scenarios
+    /// are dealt round-robin, so N jobs together run exactly what one unsharded job runs.
+    #[arg(long, default_value = "1/1")]
+    pub shard: Shard,
+    /// Where `junit.xml`, `report.json`, `summary.md` and the timelines go.
+    #[arg(long, default_value = DEFAULT_DIR)]
+    pub report_dir: PathBuf,
     /// Run every schedule twice and compare the traces byte for byte.
     #[arg(long)]
     pub check_determinism: bool,
@@ -36,6 +71,19 @@ pub struct RunArgs {
     /// is named); without it, exhaustive scenarios run only when named.
     #[arg(long)]
     pub exhaustive: bool,
+}
+
+impl RunArgs {
+    fn budget(&self) -> Budget {
+        match (self.budget, self.schedules, self.time) {
+            (Some(BudgetArg::Schedules(n)), _, _) => Budget { schedules: Some(n), seconds: None },
+            (Some(BudgetArg::Time(t)), _, _) => Budget { schedules: None, seconds: Some(t.as_secs_f64()) },
+            (None, n, t) => Budget {
+                schedules: n.or(if t.is_none() { Some(100) } else { None }),
+                seconds: t.map(|t| t.as_secs_f64()),
+            },
+        }
+    }
 }
 
 /// Arguments of `repro`.
@@ -52,6 +100,9 @@ pub struct ReproArgs {
     /// The system under test.
     #[arg(long, alias = "mutant", default_value = "reference")]
     pub system: String,
+    /// Where the reports of this one schedule go (its timeline when it fails).
+    #[arg(long, default_value = DEFAULT_DIR)]
+    pub report_dir: PathBuf,
 }
 
 fn select(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenario>> {
@@ -71,30 +122,9 @@ fn select(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenario>> {
     Ok(out)
 }
 
-/// Prints one schedule's result: schedule, trace, invariants, verdict.
-pub fn print_outcome(s: &Scenario, o: &ScenarioOutcome) {
-    println!("schedule: {}", o.schedule);
-    println!("trace:");
-    for line in o.trace.lines() {
-        println!("  {line}");
-    }
-    println!("invariants:");
-    for v in &o.verdicts {
-        let mark = if v.holds { "ok  " } else { "FAIL" };
-        if v.detail.is_empty() {
-            println!("  {mark} {}", v.invariant);
-        } else {
-            println!("  {mark} {}: {}", v.invariant, v.detail);
-        }
-    }
-    for f in &o.missing_trace_facts {
-        println!("  FAIL expected trace fact missing: {f:?}");
-    }
-    println!("calls: {} pg, {} sqs, {} redis", o.calls.pg, o.calls.sqs, o.calls.redis);
-    println!("{} {}\n", if o.passed() { "PASS" } else { "FAIL" }, s.name);
-}
-
-fn with_services<T>(
+/// Starts the services, checks that destroying schemas and queues is allowed there, runs `f`
+/// and stops them whatever happened.
+pub fn with_services<T>(
     rt: &tokio::runtime::Runtime,
     opts: &ServiceOptions,
     f: impl FnOnce(&Endpoints) -> Result<T>,
@@ -107,129 +137,113 @@ fn with_services<T>(
     result
 }
 
-fn scripted(endpoints: &Endpoints, system: &Rc<dyn System>, s: &Scenario, args: &RunArgs) -> Result<bool> {
-    println!("== {}: {}", s.name, s.description);
-    let o = run_scenario(endpoints, system.clone(), s, None)?;
-    print_outcome(s, &o);
-    if args.check_determinism {
-        let again = run_scenario(endpoints, system.clone(), s, None)?;
-        if let Some(d) = first_divergence(&o.trace, &again.trace) {
-            println!("FAIL {}: not deterministic; first divergence at {d}\n", s.name);
-            return Ok(false);
-        }
-        println!("determinism: a second run gave the same trace, byte for byte\n");
-    }
-    Ok(o.passed())
-}
-
-fn explored(endpoints: &Endpoints, system: &Rc<dyn System>, s: &Scenario, args: &RunArgs, seed: u64) -> Result<bool> {
-    println!("== {}: {}", s.name, s.description);
-    let opts = Options {
-        schedules: args.schedules.or(if args.time.is_none() { Some(100) } else { None }),
-        time: args.time,
+/// A new report for `command` with this run's seed, budget and shard.
+pub fn new_report(command: &str, seed: u64, budget: Budget, shard: Shard) -> RunReport {
+    RunReport {
+        schema: SCHEMA_VERSION,
+        crashpoint: env!("CARGO_PKG_VERSION"),
+        command: command.to_string(),
         seed,
-        check_determinism: args.check_determinism,
-    };
-    let mut last = Instant::now();
-    let report = explore::explore(endpoints, system.clone(), s, &opts, |st| {
-        if last.elapsed() >= Duration::from_secs(5) {
-            last = Instant::now();
-            eprintln!("  … {} schedules", st.schedules);
+        budget,
+        shard: ShardInfo { index: shard.index, count: shard.count },
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        wall_s: 0.0,
+        verdict: Outcome::Pass,
+        scenarios: Vec::new(),
+        caveats: Vec::new(),
+        error: None,
+    }
+}
+
+/// Writes the failing schedule's timeline (when `r` failed) and records its file name.
+pub fn add_timeline(
+    dir: &ReportDir,
+    r: &mut ScenarioReport,
+    o: Option<&scenario::ScenarioOutcome>,
+    with_system: bool,
+) -> Result<()> {
+    if let (Some(f), Some(o)) = (r.failure.as_mut(), o) {
+        let title = format!("{} (system {})", r.name, r.system);
+        let slug = if with_system { format!("{}-{}", r.name.replace('/', "-"), r.system) } else { r.name.replace('/', "-") };
+        f.timeline = Some(dir.timeline(&slug, &title, o, &f.repro)?);
+    }
+    Ok(())
+}
+
+struct Job<'a> {
+    endpoints: &'a Endpoints,
+    system: Rc<dyn System>,
+    args: &'a RunArgs,
+    dir: ReportDir,
+    failures: usize,
+}
+
+impl Job<'_> {
+    fn scripted(&mut self, s: &Scenario) -> Result<ScenarioReport> {
+        println!("== {}: {}", s.name, s.description);
+        let o = run_scenario(self.endpoints, self.system.clone(), s, None)?;
+        print::outcome(s, &o);
+        let mut r = ScenarioReport::scripted(s, self.system.name(), &o);
+        if self.args.check_determinism {
+            let again = run_scenario(self.endpoints, self.system.clone(), s, None)?;
+            match first_divergence(&o.trace, &again.trace) {
+                Some(d) => {
+                    println!("FAIL {}: not deterministic; first divergence at {d}\n", s.name);
+                    r.verdict = Outcome::Fail;
+                    r.invariants.push(crate::report::model::InvariantResult {
+                        invariant: "determinism".into(),
+                        holds: false,
+                        detail: format!("first divergence at {d}"),
+                    });
+                }
+                None => println!("determinism: a second run gave the same trace, byte for byte\n"),
+            }
         }
-    })?;
-    print_report(s, system.name(), &report);
-    Ok(report.failure.is_none())
-}
+        add_timeline(&self.dir, &mut r, Some(&o), false)?;
+        Ok(r)
+    }
 
-/// Prints an exploration's summary, coverage and, for a failure, the minimal schedule, its
-/// trace and the commands that reproduce it.
-pub fn print_report(s: &Scenario, system: &str, r: &Report) {
-    let st = &r.stats;
-    let (pg, sqs, redis) = st.calls_per_schedule();
-    println!(
-        "{} schedules in {:.1} s: {:.1} schedules/s; calls per schedule: {pg:.1} pg, {sqs:.1} sqs, {redis:.1} redis",
-        st.schedules,
-        st.wall.as_secs_f64(),
-        st.per_second()
-    );
-    println!("crash-point coverage:");
-    for line in st.coverage_table().lines() {
-        println!("  {line}");
+    fn explored(&mut self, s: &Scenario) -> Result<ScenarioReport> {
+        println!("== {}: {}", s.name, s.description);
+        let budget = self.args.budget();
+        let opts = Options {
+            schedules: budget.schedules,
+            time: budget.seconds.map(Duration::from_secs_f64),
+            seed: self.args.seed,
+            check_determinism: self.args.check_determinism,
+            shard: self.args.shard,
+        };
+        let total = budget.schedules.map(|n| (0..n).filter(|k| opts.shard.owns(*k)).count() as u64);
+        let started = Instant::now();
+        let mut progress = Progress::start(&s.name, total, self.failures);
+        let report = explore::explore(self.endpoints, self.system.clone(), s, &opts, |st| progress.update(st, started));
+        progress.finish();
+        let report = report?;
+        print::exploration(s, self.system.name(), &report);
+        let mut r = ScenarioReport::explored(s, self.system.name(), &report);
+        add_timeline(&self.dir, &mut r, report.failure.as_ref().map(|f| &f.minimal), false)?;
+        Ok(r)
     }
-    let Some(f) = &r.failure else {
-        println!("PASS {} ({system})\n", s.name);
-        return;
-    };
-    if let Some(d) = &f.divergence {
-        println!("FAIL {} ({system}): not deterministic; first divergence at {d}", s.name);
-    }
-    let broken: Vec<String> = f
-        .minimal
-        .verdicts
-        .iter()
-        .filter(|v| !v.holds)
-        .map(|v| format!("{}: {}", v.invariant, v.detail))
-        .collect();
-    if !broken.is_empty() {
-        println!("FAIL {} ({system}): {}", s.name, broken.join("; "));
-    }
-    println!(
-        "found at schedule {}{}; shrunk from {} to {} decisions in {} runs",
-        f.schedules_until,
-        f.case_seed.map(|c| format!(" (case seed {c})")).unwrap_or_else(|| " (a saved regression)".into()),
-        f.original.decisions.len(),
-        f.minimal.schedule.decisions.len(),
-        f.shrink_runs
-    );
-    println!("minimal schedule: {}", f.minimal.schedule);
-    println!("trace:");
-    for line in f.minimal.trace.lines() {
-        println!("  {line}");
-    }
-    let sys = if system == "reference" { String::new() } else { format!(" --system {system}") };
-    println!("reproduce: crashpoint repro {}{sys} --schedule '{}'", s.name, f.minimal.schedule);
-    if let Some(c) = f.case_seed {
-        println!("           crashpoint repro {}{sys} --seed {c}    (the schedule before shrinking)", s.name);
-    }
-    println!();
-}
 
-fn enumerated(endpoints: &Endpoints, system: &Rc<dyn System>, s: &Scenario) -> Result<bool> {
-    println!("== {}: {}", s.name, s.description);
-    let mut last = Instant::now();
-    let e = explore::exhaustive::enumerate(endpoints, system.clone(), s, |st| {
-        if last.elapsed() >= Duration::from_secs(5) {
-            last = Instant::now();
-            eprintln!("  … {} interleavings", st.schedules);
-        }
-    })?;
-    let st = &e.stats;
-    let (pg, sqs, redis) = st.calls_per_schedule();
-    println!(
-        "exhaustive: {} interleavings ({} with a crash) in {:.1} s: {:.1} schedules/s; calls per schedule: {pg:.1} pg, {sqs:.1} sqs, {redis:.1} redis",
-        st.schedules,
-        e.with_crash,
-        st.wall.as_secs_f64(),
-        st.per_second()
-    );
-    println!("crash-point coverage:");
-    for line in st.coverage_table().lines() {
-        println!("  {line}");
+    fn enumerated(&mut self, s: &Scenario) -> Result<ScenarioReport> {
+        println!("== {}: {}", s.name, s.description);
+        let started = Instant::now();
+        let mut progress = Progress::start(&s.name, None, self.failures);
+        let e = explore::exhaustive::enumerate(self.endpoints, self.system.clone(), s, |st| progress.update(st, started));
+        progress.finish();
+        let e = e?;
+        print::enumeration(s, self.system.name(), &e);
+        let mut r = ScenarioReport::exhaustive(s, self.system.name(), &e);
+        add_timeline(&self.dir, &mut r, e.failure.as_ref(), false)?;
+        Ok(r)
     }
-    let Some(f) = &e.failure else {
-        println!("PASS {} ({}): every interleaving holds every invariant\n", s.name, system.name());
-        return Ok(true);
-    };
-    print_outcome(s, f);
-    let sys = if system.name() == "reference" { String::new() } else { format!(" --system {}", system.name()) };
-    println!("reproduce: crashpoint repro {}{sys} --schedule '{}'\n", s.name, f.schedule);
-    Ok(false)
 }
-
 
 /// Runs the chosen scenarios against real services: scripted ones once, exploration ones
-/// within the budget, exhaustive ones (only with `--exhaustive` or when named) completely. Exit code 0 when all pass, 1 when an invariant is violated (or a trace
-/// is not deterministic); errors (exit 2) for services or malformed scenarios.
+/// within the budget, exhaustive ones (only with `--exhaustive` or when named) completely,
+/// and writes the reports. Exit code 0 when all pass, 1 when an invariant is violated (or a
+/// trace is not deterministic); errors (exit 2) for services, malformed scenarios, or a report
+/// directory that cannot be written.
 pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs) -> Result<i32> {
     let mut chosen = select(scenario::discover(&scenario::scenarios_dir())?, &args.scenarios)?;
     let system = crate::sut::by_name(&args.system)?;
@@ -241,30 +255,47 @@ pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs) 
             chosen.retain(|s| s.explore.is_some());
         }
     }
+    let chosen = scenario::for_shard(chosen, args.shard);
+    let dir = ReportDir::create(&args.report_dir)?;
     let seed = args.seed;
-    println!("seed: {seed} (repeat this run with --seed {seed}); system: {}\n", system.name());
-    with_services(rt, opts, |endpoints| {
-        let mut failed = Vec::new();
+    let started = Instant::now();
+    let span = tracing::info_span!("run", seed, system = system.name(), shard = %args.shard);
+    let _enter = span.enter();
+    println!("seed: {seed} (repeat this run with --seed {seed}); system: {}; shard {}\n", system.name(), args.shard);
+    let mut report = new_report("run", seed, args.budget(), args.shard);
+    let result = with_services(rt, opts, |endpoints| {
+        let mut job = Job { endpoints, system: system.clone(), args, dir: dir.clone(), failures: 0 };
         for s in &chosen {
-            let ok = if s.exhaustive.is_some() {
-                enumerated(endpoints, &system, s)?
+            let _s = tracing::info_span!("scenario", name = %s.name).entered();
+            let r = if s.exhaustive.is_some() {
+                job.enumerated(s)?
             } else if s.explore.is_some() {
-                explored(endpoints, &system, s, args, seed)?
+                job.explored(s)?
             } else {
-                scripted(endpoints, &system, s, args)?
+                job.scripted(s)?
             };
-            if !ok {
-                failed.push(s.name.clone());
+            if r.verdict == Outcome::Fail {
+                job.failures += 1;
             }
+            report.scenarios.push(r);
         }
-        let passed = chosen.len() - failed.len();
-        println!("{passed} passed, {} failed", failed.len());
-        Ok(if failed.is_empty() { EXIT_OK } else { EXIT_VIOLATION })
-    })
+        Ok(())
+    });
+    report.wall_s = started.elapsed().as_secs_f64();
+    if let Err(e) = &result {
+        report.error = Some(format!("{e:#}"));
+    }
+    report.conclude();
+    dir.finish(&report)?;
+    result?;
+    let failed = report.scenarios.iter().filter(|s| s.verdict == Outcome::Fail).count();
+    println!("{} passed, {failed} failed", report.scenarios.len() - failed);
+    println!("reports: {}", dir.path().display());
+    Ok(report.exit_code())
 }
 
-/// Runs one schedule of a scenario (given as text, or regenerated from a case seed) and prints
-/// its trace and verdict. Exit 1 when it violates an invariant.
+/// Runs one schedule of a scenario (given as text, or regenerated from a case seed), prints
+/// its trace and verdict, and writes its reports. Exit 1 when it violates an invariant.
 pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproArgs) -> Result<i32> {
     let all = scenario::discover(&scenario::scenarios_dir())?;
     let s = select(all, std::slice::from_ref(&args.scenario))?
@@ -278,10 +309,20 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
         (None, None) => s.schedule.clone(),
     };
     let system = crate::sut::by_name(&args.system)?;
+    let dir = ReportDir::create(&args.report_dir)?;
+    let started = Instant::now();
     with_services(rt, opts, |endpoints| {
         println!("== {}: {}", s.name, s.description);
         let o = run_scenario(endpoints, system.clone(), &s, Some(&schedule))?;
-        print_outcome(&s, &o);
+        print::outcome(&s, &o);
+        let mut report = new_report("repro", args.seed.unwrap_or(0), Budget::default(), Shard::default());
+        let mut r = ScenarioReport::scripted(&s, system.name(), &o);
+        add_timeline(&dir, &mut r, Some(&o), false)?;
+        report.scenarios.push(r);
+        report.wall_s = started.elapsed().as_secs_f64();
+        report.conclude();
+        dir.finish(&report)?;
+        println!("reports: {}", dir.path().display());
         Ok(if o.passed() { EXIT_OK } else { EXIT_VIOLATION })
     })
 }

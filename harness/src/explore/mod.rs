@@ -9,6 +9,7 @@
 
 pub mod exhaustive;
 mod regressions;
+mod shard;
 mod stats;
 
 use std::rc::Rc;
@@ -18,7 +19,8 @@ use anyhow::Result;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-pub use stats::{Coverage, Stats};
+pub use shard::Shard;
+pub use stats::{Case, Coverage, Stats};
 
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
 use crate::schedule::{schedules, Menu, Schedule};
@@ -39,6 +41,8 @@ pub struct Options {
     pub seed: u64,
     /// Run every schedule twice and compare the traces byte for byte.
     pub check_determinism: bool,
+    /// This job's shard: it runs the cases (and saved regressions) whose index it owns.
+    pub shard: Shard,
 }
 
 /// A failing schedule and its minimal form.
@@ -80,6 +84,7 @@ fn menu(s: &Scenario) -> Menu {
         workers: s.workers.clone(),
         events: s.events.iter().map(|e| e.name.clone()).collect(),
         decisions_max: s.explore.as_ref().map(|e| e.decisions_max).unwrap_or(24),
+        sqs_faults: s.explore.as_ref().is_some_and(|e| e.sqs_faults),
     }
 }
 
@@ -162,7 +167,8 @@ pub fn explore(
     let started = Instant::now();
     let persist = system.name() == "reference";
     let mut ex = Explorer { endpoints, system, scenario: s, stats: Stats::default() };
-    for schedule in regressions::load(s, ex.system.name())? {
+    let saved = regressions::load(s, ex.system.name())?;
+    for schedule in saved.into_iter().enumerate().filter(|(k, _)| opts.shard.owns(*k as u64)).map(|(_, r)| r) {
         let o = ex.run(&schedule)?;
         ex.stats.record(&o);
         if !o.passed() {
@@ -188,6 +194,10 @@ pub fn explore(
         }
         let seed = case_seed(opts.seed, index);
         index += 1;
+        if !opts.shard.owns(index - 1) {
+            continue;
+        }
+        ex.stats.cases.push(Case { index: index - 1, case_seed: seed });
         let mut tree = strategy.new_tree(&mut runner_for(seed)).map_err(|e| anyhow::anyhow!("{e}"))?;
         let schedule = tree.current();
         let o = ex.run(&schedule)?;

@@ -19,6 +19,15 @@ pub struct Coverage {
     pub failed: u64,
 }
 
+/// One explored case: its index in the (unsharded) run and its case seed (`repro --seed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Case {
+    /// Index in the unsharded run, 0-based.
+    pub index: u64,
+    /// Case seed.
+    pub case_seed: u64,
+}
+
 /// Totals over the schedules run.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
@@ -30,6 +39,10 @@ pub struct Stats {
     pub coverage: BTreeMap<CrashPoint, Coverage>,
     /// Wall time of the exploration.
     pub wall: Duration,
+    /// Generated cases run, in order (regressions and scripted schedules are not cases).
+    pub cases: Vec<Case>,
+    /// SQS behaviours (calibration probe names) that some schedule's outcome depended on.
+    pub depends_on: std::collections::BTreeSet<String>,
 }
 
 impl Stats {
@@ -39,6 +52,7 @@ impl Stats {
         self.calls.pg += o.calls.pg;
         self.calls.sqs += o.calls.sqs;
         self.calls.redis += o.calls.redis;
+        self.depends_on.extend(o.history.depends_on());
         let mut passed: Vec<CrashPoint> = o.passed.clone();
         passed.sort();
         passed.dedup();

@@ -2,7 +2,10 @@
 //!
 //! Crashes, restarts and injected failures are applied by the scheduler at yield points;
 //! expiries by the logical clock. This module holds the operator actions that touch the
-//! services directly, such as replaying the failure transport (`messenger:failed:retry`).
+//! services directly, such as replaying the failure transport (`messenger:failed:retry`), and
+//! ([`sqs`]) the AWS behaviours LocalStack does not produce.
+
+pub mod sqs;
 
 use anyhow::Result;
 use sqlx::Row;
@@ -21,6 +24,9 @@ pub const KINDS: &[(&str, &str)] = &[
     ("replay", "replay every message of the failure transport to its queue"),
     ("dispatch:<event>", "the producer dispatches an event once more"),
     ("redis:restart", "Redis restarts without persistence: every lock is lost"),
+    ("sqs:stale-delete-noop", "from now on, DeleteMessage with a stale receipt handle returns OK and deletes nothing (AWS allows it)"),
+    ("sqs:redeliver-after-delete", "the next message deleted is delivered once more (AWS at-least-once delivery)"),
+    ("sqs:receive-lost", "the next message received is in flight and counted, but never reaches its consumer"),
 ];
 
 /// One message sent back from the failure transport.
@@ -36,6 +42,18 @@ pub struct Replayed {
     pub reason: String,
 }
 
+/// The queue a message body belongs to and its message identity: `outbox_id` (a
+/// MerchantPayoutCreated, payouts queue) or `event_id` (a PaymentCaptured, payments queue).
+/// `None` when the body has neither.
+pub fn identity_of(body: &serde_json::Value) -> Option<(QueueRole, Uuid)> {
+    let (queue, key) = if body.get("outbox_id").is_some() {
+        (QueueRole::Payouts, "outbox_id")
+    } else {
+        (QueueRole::Payments, "event_id")
+    };
+    body.get(key).and_then(|v| v.as_str()).and_then(|s| s.parse().ok()).map(|id| (queue, id))
+}
+
 /// Sends every `failed_message` row back to its queue (a body with `event_id` to payments,
 /// one with `outbox_id` to payouts), oldest first, and deletes the rows.
 pub fn replay_failure_transport(admin: &Admin) -> Result<Vec<Replayed>> {
@@ -48,12 +66,7 @@ pub fn replay_failure_transport(admin: &Admin) -> Result<Vec<Replayed>> {
         rows.sort_by_key(|r| r.0);
         let mut out = Vec::new();
         for (_, body, reason) in rows {
-            let (queue, key) = if body.get("outbox_id").is_some() {
-                (QueueRole::Payouts, "outbox_id")
-            } else {
-                (QueueRole::Payments, "event_id")
-            };
-            let identity = body.get(key).and_then(|v| v.as_str()).and_then(|s| s.parse().ok()).unwrap_or_default();
+            let (queue, identity) = identity_of(&body).unwrap_or((QueueRole::Payments, Uuid::nil()));
             let sent = admin
                 .sqs
                 .send_message()

@@ -23,9 +23,9 @@ fn is_idle_result(result: &str) -> bool {
     result == "empty" || result == "0 rows"
 }
 
-/// Indices of drain-phase steps that only polled: a receive that was empty, a select that
+/// Indices (into `history.entries`) of drain-phase steps that only polled: a receive that was empty, a select that
 /// found nothing, and the begin/commit around such a select.
-fn idle_polls(history: &History) -> std::collections::BTreeSet<usize> {
+pub fn idle_polls(history: &History) -> std::collections::BTreeSet<usize> {
     let start = history
         .entries
         .iter()
@@ -62,35 +62,39 @@ fn idle_polls(history: &History) -> std::collections::BTreeSet<usize> {
     hide
 }
 
+/// One entry as a trace line, without the newline.
+pub fn line(e: &Entry) -> String {
+    match e {
+        Entry::Step(s) => {
+            let at = s.at.map(|a| format!("[{a}]")).unwrap_or_default();
+            format!("{}  {:<4} {:<14} {:<24} → {}", t(s.t_ms), s.worker, s.op, at, s.result)
+        }
+        Entry::Blocked { t_ms, worker, op, by } => {
+            format!("{}  {:<4} {:<14} {:<24} ⧗ blocked by {}", t(*t_ms), worker, op, "", by.join(", "))
+        }
+        Entry::Crash { t_ms, worker, at, op } => {
+            let place = match (at, op) {
+                (_, Some(op)) => format!("in the middle of `{op}`"),
+                (Some(a), None) => format!("at {a}"),
+                (None, None) => "between calls".to_string(),
+            };
+            format!("{}  {:<4} ✗ CRASH {place}", t(*t_ms), worker)
+        }
+        Entry::Restart { t_ms, worker } => format!("{}  {:<4} ↻ restart", t(*t_ms), worker),
+        Entry::Fault { t_ms, what, .. } => format!("{}  ~    {what}", t(*t_ms)),
+        Entry::Note { t_ms, worker, text } => format!("{}  {:<4}   · {text}", t(*t_ms), worker),
+    }
+}
+
 /// Renders `history` as trace text, one line per entry, ending with a newline. In the drain
 /// phase, polls that found nothing are left out and counted in a last line.
 pub fn render(history: &History) -> String {
     let mut out = String::new();
     let hidden = idle_polls(history);
     for (i, e) in history.entries.iter().enumerate() {
-        if hidden.contains(&i) {
-            continue;
+        if !hidden.contains(&i) {
+            let _ = writeln!(out, "{}", line(e));
         }
-        let _ = match e {
-            Entry::Step(s) => {
-                let at = s.at.map(|a| format!("[{a}]")).unwrap_or_default();
-                writeln!(out, "{}  {:<4} {:<14} {:<24} → {}", t(s.t_ms), s.worker, s.op, at, s.result)
-            }
-            Entry::Blocked { t_ms, worker, op, by } => {
-                writeln!(out, "{}  {:<4} {:<14} {:<24} ⧗ blocked by {}", t(*t_ms), worker, op, "", by.join(", "))
-            }
-            Entry::Crash { t_ms, worker, at, op } => {
-                let place = match (at, op) {
-                    (_, Some(op)) => format!("in the middle of `{op}`"),
-                    (Some(a), None) => format!("at {a}"),
-                    (None, None) => "between calls".to_string(),
-                };
-                writeln!(out, "{}  {:<4} ✗ CRASH {place}", t(*t_ms), worker)
-            }
-            Entry::Restart { t_ms, worker } => writeln!(out, "{}  {:<4} ↻ restart", t(*t_ms), worker),
-            Entry::Fault { t_ms, what, .. } => writeln!(out, "{}  ~    {what}", t(*t_ms)),
-            Entry::Note { t_ms, worker, text } => writeln!(out, "{}  {:<4}   · {text}", t(*t_ms), worker),
-        };
     }
     if !hidden.is_empty() {
         let _ = writeln!(out, "{:>9}   ({} idle polls of the drain phase not shown)", "", hidden.len());

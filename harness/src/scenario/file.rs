@@ -43,6 +43,10 @@ pub struct ExploreSpec {
     /// Most decisions per generated schedule (default 24).
     #[serde(default = "default_decisions_max")]
     pub decisions_max: usize,
+    /// Put the AWS-only SQS faults (`sqs:stale-delete-noop`, `sqs:redeliver-after-delete`,
+    /// `sqs:receive-lost`) on the menu (default false).
+    #[serde(default)]
+    pub sqs_faults: bool,
 }
 
 /// Exhaustive enumeration (`[exhaustive]` in a scenario file): after the scripted `schedule`

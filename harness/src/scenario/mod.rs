@@ -28,3 +28,20 @@ mod run;
 
 pub use file::{discover, load, scenarios_dir, EventSpec, ExhaustiveSpec, ExploreSpec, Scenario};
 pub use run::{run_driven, run_scenario, ScenarioOutcome};
+
+/// The scenarios shard `shard` runs, in order: every exploration scenario (their explored
+/// cases are dealt by [`crate::explore::Options::shard`]), and the k-th of the others
+/// (scripted, exhaustive) when the shard owns k.
+pub fn for_shard(chosen: Vec<Scenario>, shard: crate::explore::Shard) -> Vec<Scenario> {
+    let mut k = 0u64;
+    chosen
+        .into_iter()
+        .filter(|s| {
+            if s.explore.is_some() {
+                return true;
+            }
+            k += 1;
+            shard.owns(k - 1)
+        })
+        .collect()
+}

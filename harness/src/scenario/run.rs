@@ -98,6 +98,7 @@ pub fn run_driven(
     s: &Scenario,
     drive: impl FnOnce(&mut Run) -> Result<Schedule>,
 ) -> Result<ScenarioOutcome> {
+    let _span = tracing::info_span!("schedule", scenario = %s.name).entered();
     let started = Instant::now();
     let (events, names) = materialize(s, Uuid::new_v4());
     let setup = Setup {
@@ -136,6 +137,7 @@ pub fn run_driven(
         total_ms = started.elapsed().as_secs_f64() * 1e3,
         "schedule timing (setup: schema + queues + hosts connected; teardown: drop schema, delete queues)"
     );
+    tracing::info!(schedule = %schedule, passed = verdicts.as_ref().map(|v| v.iter().all(|v| v.holds)).unwrap_or(false), "schedule checked");
     let missing = s.expect_trace.iter().filter(|f| !text.contains(f.as_str())).cloned().collect();
     Ok(ScenarioOutcome {
         name: s.name.clone(),

@@ -15,6 +15,9 @@
 //! | `replay` | replay every message in the failure transport to the payments queue |
 //! | `dispatch:e1` | the producer dispatches event `e1` once more |
 //! | `redis:restart` | Redis restarts without persistence: every lock is lost |
+//! | `sqs:stale-delete-noop` | from now on a DeleteMessage with a stale receipt handle deletes nothing |
+//! | `sqs:redeliver-after-delete` | the next message deleted is delivered once more |
+//! | `sqs:receive-lost` | the next message received never reaches its consumer |
 
 mod strategy;
 mod text;
@@ -24,6 +27,7 @@ pub use text::{format_duration_ms, parse, ParseError};
 
 use std::fmt;
 
+use crate::faults::sqs::SqsFault;
 use crate::sim::points::CrashPoint;
 
 /// One scheduler decision.
@@ -45,6 +49,8 @@ pub enum Decision {
     Dispatch { event: String },
     /// Redis restarts without persistence, losing every lock.
     RedisRestart,
+    /// An AWS behaviour that emulators do not produce (see [`crate::faults::sqs`]).
+    Sqs(SqsFault),
 }
 
 impl fmt::Display for Decision {
@@ -60,6 +66,7 @@ impl fmt::Display for Decision {
             Decision::Replay => write!(f, "replay"),
             Decision::Dispatch { event } => write!(f, "dispatch:{event}"),
             Decision::RedisRestart => write!(f, "redis:restart"),
+            Decision::Sqs(fault) => write!(f, "{fault}"),
         }
     }
 }

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::{Decision, Schedule};
+use crate::faults::sqs::SqsFault;
 use crate::sim::points::CrashPoint;
 use crate::sim::programs::Role;
 
@@ -20,6 +21,8 @@ pub struct Menu {
     pub events: Vec<String>,
     /// Most decisions per schedule.
     pub decisions_max: usize,
+    /// Whether the AWS-only SQS faults (`sqs:…`) are on the menu.
+    pub sqs_faults: bool,
 }
 
 fn points_of(worker: &str) -> Vec<CrashPoint> {
@@ -64,6 +67,10 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     if has_ret {
         s = prop_oneof![10 => s, 1 => retention].boxed();
     }
+    if menu.sqs_faults {
+        let sqs = select(SqsFault::ALL.to_vec()).prop_map(Decision::Sqs);
+        s = prop_oneof![12 => s, 1 => sqs].boxed();
+    }
     s
 }
 
@@ -84,6 +91,7 @@ mod tests {
             workers: "p c1 c2 c3 r1 r2 d1 ret".split(' ').map(String::from).collect(),
             events: vec!["e1".into(), "e2".into()],
             decisions_max: 30,
+            sqs_faults: true,
         }
     }
 

@@ -64,11 +64,13 @@ fn parse_token(token: &str) -> Result<Decision, String> {
         ("tick", None) => return Err("expected `tick:<duration>`, e.g. `tick:31s`".into()),
         ("dispatch", Some(e)) if !e.is_empty() => return Ok(Decision::Dispatch { event: e.to_string() }),
         ("dispatch", _) => return Err("expected `dispatch:<event>`, e.g. `dispatch:e1`".into()),
+        ("sqs", Some(f)) => return crate::faults::sqs::SqsFault::parse(f).map(Decision::Sqs),
+        ("sqs", None) => return Err("expected `sqs:<fault>`, e.g. `sqs:stale-delete-noop`".into()),
         _ => {}
     }
     if Role::of(head).is_none() {
         return Err("expected a worker (p, c1, r1, d1, ret), `tick:<duration>`, `replay`, \
-                    `dispatch:<event>` or `redis:restart`"
+                    `dispatch:<event>`, `redis:restart` or `sqs:<fault>`"
             .into());
     }
     let worker = head.to_string();

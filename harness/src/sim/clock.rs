@@ -77,7 +77,7 @@ impl Clock {
             Fact::LockReleased { key } => {
                 self.locks.remove(key);
             }
-            Fact::Sent { .. } => {}
+            Fact::Sent { .. } | Fact::DependsOn { .. } => {}
         }
     }
 

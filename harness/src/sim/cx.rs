@@ -328,9 +328,17 @@ impl Cx {
                 }
             })),
         };
+        let lost = match &out {
+            Ok(Some(d)) => self.world.borrow_mut().sqs.received(queue, &d.msg, &d.receipt, &d.body),
+            _ => false,
+        };
         let (text, facts) = match &out {
             Ok(Some(d)) => (
-                format!("{} (receive {})", d.msg, d.receive_count),
+                if lost {
+                    format!("empty: {} (receive {}) lost on its way (sqs:receive-lost)", d.msg, d.receive_count)
+                } else {
+                    format!("{} (receive {})", d.msg, d.receive_count)
+                },
                 vec![Fact::Received {
                     queue,
                     msg: d.msg.clone(),
@@ -341,6 +349,8 @@ impl Cx {
             Ok(None) => ("empty".to_string(), vec![]),
             Err(e) => (format!("error: {e}"), vec![]),
         };
+        // A lost receive: SQS counted it and the message is in flight, the consumer gets nothing.
+        let out = if lost { Ok(None) } else { out };
         self.set_idle(matches!(out, Ok(None)));
         self.complete("recv", Service::Sqs, text, facts);
         out
@@ -375,13 +385,35 @@ impl Cx {
     }
 
     /// DeleteMessage with the delivery's receipt handle. A yield point named `delete`.
+    ///
+    /// With a stale handle (the message was received again since), AWS may return OK without
+    /// deleting (DeleteMessage API reference). Under `sqs:stale-delete-noop` that is what
+    /// happens, and no call is made; otherwise the endpoint decides (LocalStack deletes), and
+    /// the step records that its outcome depends on the `stale-receipt-handle` behaviour.
     pub async fn delete(&mut self, d: &Delivery) -> Result<(), CallError> {
         self.gate("delete").await?;
+        let (stale, noop) = {
+            let w = self.world.borrow();
+            (w.sqs.depends_on_stale_delete(&d.msg, &d.receipt), w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop)
+        };
+        if noop {
+            let text = format!("ok, but {} is not deleted: stale receipt handle (sqs:stale-delete-noop)", d.msg);
+            self.complete("delete", Service::Sqs, text, vec![]);
+            return Ok(());
+        }
         self.count(0, 1, 0);
         let r = self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send().await;
         match r {
             Ok(_) => {
-                self.complete("delete", Service::Sqs, format!("{} deleted", d.msg), vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }]);
+                self.world.borrow_mut().sqs.deleted(&d.msg);
+                let mut facts = vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }];
+                let text = if stale {
+                    facts.push(Fact::DependsOn { behaviour: crate::faults::sqs::STALE_RECEIPT_HANDLE.into() });
+                    format!("{} deleted with a stale receipt handle (AWS may keep it)", d.msg)
+                } else {
+                    format!("{} deleted", d.msg)
+                };
+                self.complete("delete", Service::Sqs, text, facts);
                 Ok(())
             }
             Err(e) => {

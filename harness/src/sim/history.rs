@@ -42,6 +42,9 @@ pub enum Fact {
     LockTaken { key: String, ttl_ms: u64 },
     /// A Redis lock was deleted.
     LockReleased { key: String },
+    /// The call's outcome depends on an SQS behaviour that endpoints differ on; `behaviour` is
+    /// the calibration probe's name (e.g. `stale-receipt-handle`).
+    DependsOn { behaviour: String },
 }
 
 /// The service a call went to.
@@ -109,6 +112,16 @@ impl History {
             Entry::Fault { facts, .. } => facts.iter(),
             _ => [].iter(),
         })
+    }
+
+    /// Calibration behaviours (probe names) that some call of this history depended on.
+    pub fn depends_on(&self) -> std::collections::BTreeSet<String> {
+        self.facts()
+            .filter_map(|f| match f {
+                Fact::DependsOn { behaviour } => Some(behaviour.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The steps, in order.

@@ -154,6 +154,8 @@ pub struct World {
     /// Events the producer still has to dispatch, in order; the front is removed once its
     /// dispatch returned (so a producer restarted mid-dispatch dispatches it again).
     pub to_dispatch: std::collections::VecDeque<crate::sut::messages::PaymentCaptured>,
+    /// The SQS nemesis: armed AWS-only behaviours, latest receipt handles, bodies.
+    pub sqs: crate::faults::sqs::SqsNemesis,
 }
 
 /// The handle workers and the scheduler share.
@@ -168,6 +170,7 @@ impl World {
             now_ms: 0,
             calls: CallCounts::default(),
             to_dispatch: Default::default(),
+            sqs: Default::default(),
         }))
     }
 

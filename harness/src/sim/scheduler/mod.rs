@@ -20,7 +20,7 @@ use super::admin::Admin;
 use super::clock::{Clock, Due};
 use super::cx::QueueUrls;
 use super::fleet::{self, HostSpec};
-use super::history::{Entry, Fact, History};
+use super::history::{Entry, Fact, History, QueueRole};
 use super::points::CrashPoint;
 use super::programs::Role;
 use super::world::{CallCounts, Names, SharedWorld, Slot, Status, World};
@@ -76,6 +76,9 @@ pub struct Run<'a> {
     /// Skip decisions that cannot apply (recording why) instead of failing.
     pub lenient: bool,
     polls: drain::Polls,
+    /// Messages just deleted that `sqs:redeliver-after-delete` delivers once more:
+    /// (label, queue, body).
+    redeliveries: Vec<(String, QueueRole, String)>,
 }
 
 /// A finished schedule: its history and the admin connections, for the checker.
@@ -133,6 +136,7 @@ impl<'a> Run<'a> {
             history: History::default(),
             lenient: false,
             polls: drain::Polls::default(),
+            redeliveries: Vec::new(),
         };
         let t1 = Instant::now();
         if let Err(e) = run.settle(None) {
@@ -224,7 +228,25 @@ impl<'a> Run<'a> {
             Decision::Replay => self.replay(),
             Decision::Dispatch { event } => self.dispatch(event),
             Decision::RedisRestart => self.redis_restart(),
+            Decision::Sqs(fault) => {
+                self.world.borrow_mut().sqs.apply(*fault);
+                self.fault(fault.announcement().to_string(), vec![]);
+                Ok(())
+            }
         }
+    }
+
+    /// Delivers once more the messages that `sqs:redeliver-after-delete` picked: the same body
+    /// is sent to the same queue, and the new SQS message gets the deleted one's label.
+    fn redeliver(&mut self) -> Result<()> {
+        for (msg, queue, body) in std::mem::take(&mut self.redeliveries) {
+            let message_id = crate::faults::sqs::redeliver(&self.admin, queue, &body)?;
+            self.world.borrow_mut().names.set(&message_id, &msg);
+            let identity = serde_json::from_str(&body).ok().and_then(|b| crate::faults::identity_of(&b).map(|(_, id)| id));
+            let facts = identity.map(|identity| vec![Fact::Sent { queue, msg: msg.clone(), identity }]).unwrap_or_default();
+            self.fault(format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"), facts);
+        }
+        Ok(())
     }
 
     /// Redis restarts without persistence: every lock of this schedule is lost.
@@ -272,6 +294,7 @@ impl<'a> Run<'a> {
     }
 
     fn step(&mut self, w: &str, expect: Option<&str>) -> Result<()> {
+        let _span = tracing::debug_span!("step", worker = w).entered();
         match self.status(w) {
             Status::Parked { op, .. } => {
                 if let Some(e) = expect {
@@ -343,6 +366,7 @@ impl<'a> Run<'a> {
             s.idle = false;
             s.backend_pid.take()
         });
+        tracing::info!(worker = w, at = ?at, op = ?op, t_ms = self.now(), "crash injected");
         self.history.entries.push(Entry::Crash { t_ms: self.now(), worker: w.to_string(), at, op });
         self.polls.outbox_changed();
         if let Some(pid) = pid {
@@ -440,6 +464,7 @@ impl<'a> Run<'a> {
         for f in &facts {
             self.apply_fact(f);
         }
+        tracing::debug!(what = %what, t_ms = self.now(), "fault");
         self.history.entries.push(Entry::Fault { t_ms: self.now(), what, facts });
     }
 
@@ -474,6 +499,7 @@ impl<'a> Run<'a> {
             }
         }
         self.collect(granted);
+        self.redeliver()?;
         self.fire_armed_crashes()
     }
 
@@ -504,6 +530,7 @@ impl<'a> Run<'a> {
             let mut by: Vec<String> = pids.iter().map(|p| self.name_of_pid(*p)).collect();
             by.sort();
             self.with_slot(w, |s| s.blocked_by = Some(by.clone()));
+            tracing::info!(worker = %w, op, by = ?by, "blocked step detected (pg_blocking_pids)");
             self.history.entries.push(Entry::Blocked { t_ms: self.now(), worker: w.clone(), op: op.to_string(), by });
         }
         Ok(())
@@ -555,11 +582,17 @@ impl<'a> Run<'a> {
                 step.result = self.world.borrow().names.relabel(&step.result);
                 for f in &step.facts {
                     self.apply_fact(f);
+                    if let Fact::Deleted { queue, msg } = f {
+                        if let Some((_, body)) = self.world.borrow_mut().sqs.take_redelivery(msg) {
+                            self.redeliveries.push((msg.clone(), *queue, body));
+                        }
+                    }
                 }
                 let busy = !self.with_slot(&w, |s| s.idle);
                 if busy && (step.op == "commit" || step.op == "rollback") {
                     self.polls.outbox_changed();
                 }
+                tracing::debug!(worker = %step.worker, op = %step.op, at = ?step.at, result = %step.result, t_ms = step.t_ms, "step");
                 self.history.entries.push(Entry::Step(step));
             }
             for text in notes {
