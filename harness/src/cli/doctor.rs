@@ -1,14 +1,29 @@
-//! `crashpoint doctor`.
+//! `crashpoint doctor [--calibrate]`.
 
 use anyhow::Result;
 
 use crate::error::EXIT_OK;
 use crate::services::native::{binaries, localstack};
-use crate::services::{choose, redact, ProviderKind, ServiceOptions, Services};
+use crate::services::{calibrate, choose, redact, ProviderKind, ServiceOptions, Services};
+
+/// Options of `crashpoint doctor`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct DoctorArgs {
+    /// After the round trips, probe the SQS endpoint against AWS's documented semantics (stale
+    /// receipt handles, visibility changes, receive counts, FIFO deduplication, redrive, long
+    /// polling) and print how it compares, with the documentation each row comes from. Creates
+    /// and deletes queues named `crashpoint-calibrate-*`; takes about 2 s. Mismatches do not
+    /// change the exit code.
+    #[arg(long)]
+    pub calibrate: bool,
+}
 
 /// Prints the provider choice and why, the binaries found, then starts the services and
-/// times one round trip to each. Errors (exit 2): a missing binary, a service not answering.
-pub async fn doctor(opts: &ServiceOptions) -> Result<i32> {
+/// times one round trip to each; with `--calibrate`, then prints the SQS calibration table
+/// ([`calibrate::calibrate`]). Errors (exit 2): a missing binary, a service not answering, an
+/// SQS endpoint unreachable for the calibration, or calibrating a non-loopback endpoint without
+/// `--allow-remote` (it creates and deletes queues). Exit 0 otherwise, mismatches included.
+pub async fn doctor(opts: &ServiceOptions, args: &DoctorArgs) -> Result<i32> {
     let choice = choose(opts.force);
     println!("provider: {} ({})", choice.kind, choice.reason);
     if choice.kind == ProviderKind::Native {
@@ -39,6 +54,11 @@ pub async fn doctor(opts: &ServiceOptions) -> Result<i32> {
         println!("  sqs       {:>7} µs  {}", lat.sqs_us, redact::url(&e.sqs_endpoint_url));
         println!("  redis     {:>7} µs  {}", lat.redis_us, redact::url(&e.redis_url));
         println!("all three services reachable");
+        if args.calibrate {
+            services.check_destructive("creating and deleting calibration queues")?;
+            let cal = calibrate::calibrate(&clients.sqs, &redact::url(&e.sqs_endpoint_url)).await?;
+            print!("{}", cal.table());
+        }
         clients.pg.close().await;
         anyhow::Ok(())
     }

@@ -49,8 +49,8 @@ impl ServiceArgs {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Which provider would be chosen and why, which binaries were found, and a timed round
-    /// trip to each service.
-    Doctor,
+    /// trip to each service; with `--calibrate`, also how the SQS endpoint compares with AWS.
+    Doctor(doctor::DoctorArgs),
     /// Start the native services and keep them running; prints the env lines that make later
     /// runs use them as the external provider.
     Up,
@@ -82,7 +82,7 @@ pub fn main() -> i32 {
     };
     let opts = cli.services.options();
     let result = match cli.command {
-        Command::Doctor => rt.block_on(doctor::doctor(&opts)),
+        Command::Doctor(args) => rt.block_on(doctor::doctor(&opts, &args)),
         Command::Up => rt.block_on(updown::up()),
         Command::Down => updown::down(),
         Command::List => list::list(),

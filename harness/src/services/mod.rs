@@ -10,6 +10,7 @@
 //! Everything a provider started is stopped when the handle is dropped, and on SIGINT/SIGTERM
 //! through [`native::process`]'s registry.
 
+pub mod calibrate;
 pub mod clients;
 #[cfg(feature = "containers")]
 pub mod containers;
