@@ -104,7 +104,15 @@ fn a_failing_mutant_writes_every_report_kind() {
     // summary.md: table, minimal schedule, repro; wall-clock figures filtered.
     let summary = std::fs::read_to_string(reports.join("summary.md")).unwrap();
     assert!(summary.contains(schedule) && summary.contains("crashpoint repro"));
-    insta::with_settings!({filters => vec![(r"\| \d+\.\d \|", "| [rate] |")]}, {
+    // The run-wide calibration caveat is asserted here, and filtered from the snapshot: its
+    // wording depends on what the endpoint did.
+    assert!(summary.contains("differs from AWS on `stale-receipt-handle`"), "{summary}");
+    assert!(json["calibration"]["probes"].as_array().is_some_and(|p| p.len() == 7), "{}", json["calibration"]);
+    let filters = vec![
+        (r"\| \d+\.\d \|", "| [rate] |"),
+        (r"(?m)^> ⚠️ (the SQS endpoint|calibration probe).*$", "> ⚠️ [calibration caveat]"),
+    ];
+    insta::with_settings!({filters => filters}, {
         insta::assert_snapshot!("summary_no_dedup", summary);
     });
 
@@ -115,6 +123,24 @@ fn a_failing_mutant_writes_every_report_kind() {
     assert!(pixels_of(&png, [0xbc, 0xd7, 0xf5]) > 100, "no PostgreSQL step drawn");
     assert!(pixels_of(&png, [0xff, 0xd8, 0xa8]) > 100, "no SQS step drawn");
     assert!(pixels_of(&png, [0xee, 0xf2, 0xf7]) > 1000, "no service lane drawn");
+}
+
+#[test]
+fn a_verdict_resting_on_an_emulator_behaviour_carries_the_caveat() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = crashpoint().args(["run", "aws/stale-delete-emulated", "--report-dir"]).arg(dir.path()).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("SQS calibration against"), "{out}");
+    assert!(out.contains("caveat (aws/stale-delete-emulated): this verdict depends on `stale-receipt-handle`"), "{out}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+    let sc = &json["scenarios"][0];
+    assert_eq!(sc["depends_on"][0], "stale-receipt-handle");
+    assert!(sc["caveats"][0].as_str().unwrap().contains("stale-receipt-handle"), "{sc}");
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(summary.contains("aws/stale-delete-emulated (reference): this verdict depends on"), "{summary}");
+    let junit = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
+    assert!(junit.contains("name=\"caveat\""), "{junit}");
 }
 
 #[test]

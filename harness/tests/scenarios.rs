@@ -102,12 +102,17 @@ fn skip_without_delete_loses_liveness_when_a_stale_delete_keeps_the_message() {
     assert!(!v.holds, "skip-without-delete passed under sqs:stale-delete-noop:\n{}", o.trace);
     // On LocalStack alone (no fault), c1's stale delete removes the message and hides the bug;
     // the run records that its verdict rests on that behaviour.
-    let s = testkit::scenario("aws/stale-delete-noop");
-    let without: String = s.schedule.to_string().replacen("sqs:stale-delete-noop ", "", 1);
-    let o = run("skip-without-delete", "aws/stale-delete-noop", Some(&without));
+    let o = run("skip-without-delete", "aws/stale-delete-emulated", None);
     assert!(o.passed(), "expected LocalStack to hide the bug:\n{}", o.trace);
     assert!(o.trace.contains("m1 deleted with a stale receipt handle"), "{}", o.trace);
     assert!(o.history.depends_on().contains("stale-receipt-handle"));
+}
+
+#[test]
+fn a_stale_delete_on_the_emulator_is_marked_as_depending_on_it() {
+    window("aws/stale-delete-emulated", &[]);
+    let o = run("reference", "aws/stale-delete-emulated", None);
+    assert_eq!(o.history.depends_on().into_iter().collect::<Vec<_>>(), vec!["stale-receipt-handle".to_string()]);
 }
 
 #[test]

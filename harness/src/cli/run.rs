@@ -71,6 +71,9 @@ pub struct RunArgs {
     /// is named); without it, exhaustive scenarios run only when named.
     #[arg(long)]
     pub exhaustive: bool,
+    /// Skip the SQS calibration (about 2 s) that runs first otherwise (see `doctor --calibrate`).
+    #[arg(long)]
+    pub no_calibrate: bool,
 }
 
 impl RunArgs {
@@ -137,6 +140,25 @@ pub fn with_services<T>(
     result
 }
 
+/// Calibrates the SQS endpoint and prints the table; a mismatch or a failed probe is said
+/// plainly. Errors: the endpoint is unreachable.
+fn calibrate(rt: &tokio::runtime::Runtime, endpoints: &Endpoints) -> Result<crate::services::calibrate::Calibration> {
+    let url = crate::services::redact::url(&endpoints.sqs_endpoint_url);
+    let client = crate::services::clients::sqs_client(&endpoints.sqs_endpoint_url);
+    let cal = rt.block_on(crate::services::calibrate::calibrate(&client, &url))?;
+    print!("{}", cal.table());
+    let off: Vec<String> = cal.probes.iter().filter(|p| cal.deviates(p.behaviour)).map(|p| p.behaviour.to_string()).collect();
+    if !off.is_empty() {
+        println!(
+            "NOTE: this SQS endpoint does not behave like AWS on {}; verdicts that depend on it carry a caveat \
+             (skip this check with --no-calibrate)",
+            off.join(", ")
+        );
+    }
+    println!();
+    Ok(cal)
+}
+
 /// A new report for `command` with this run's seed, budget and shard.
 pub fn new_report(command: &str, seed: u64, budget: Budget, shard: Shard) -> RunReport {
     RunReport {
@@ -150,6 +172,7 @@ pub fn new_report(command: &str, seed: u64, budget: Budget, shard: Shard) -> Run
         wall_s: 0.0,
         verdict: Outcome::Pass,
         scenarios: Vec::new(),
+        calibration: None,
         caveats: Vec::new(),
         error: None,
     }
@@ -263,7 +286,11 @@ pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs) 
     let _enter = span.enter();
     println!("seed: {seed} (repeat this run with --seed {seed}); system: {}; shard {}\n", system.name(), args.shard);
     let mut report = new_report("run", seed, args.budget(), args.shard);
+    let mut calibration = None;
     let result = with_services(rt, opts, |endpoints| {
+        if !args.no_calibrate {
+            calibration = Some(calibrate(rt, endpoints)?);
+        }
         let mut job = Job { endpoints, system: system.clone(), args, dir: dir.clone(), failures: 0 };
         for s in &chosen {
             let _s = tracing::info_span!("scenario", name = %s.name).entered();
@@ -277,11 +304,19 @@ pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs) 
             if r.verdict == Outcome::Fail {
                 job.failures += 1;
             }
+            if let Some(cal) = &calibration {
+                for c in crate::report::model::scenario_caveats(&r.depends_on, cal) {
+                    println!("caveat ({}): {c}\n", r.name);
+                }
+            }
             report.scenarios.push(r);
         }
         Ok(())
     });
     report.wall_s = started.elapsed().as_secs_f64();
+    if let Some(cal) = calibration {
+        report.calibrated(cal);
+    }
     if let Err(e) = &result {
         report.error = Some(format!("{e:#}"));
     }

@@ -42,6 +42,8 @@ pub struct RunReport {
     pub verdict: Outcome,
     /// One entry per scenario run (per system, for the catalogue).
     pub scenarios: Vec<ScenarioReport>,
+    /// The SQS endpoint's calibration (`null` with `--no-calibrate`).
+    pub calibration: Option<crate::services::calibrate::Calibration>,
     /// Caveats for the whole run (endpoint calibration mismatches, failed probes).
     pub caveats: Vec<String>,
     /// A harness or services error that ended the run early (exit 2); the scenarios before
@@ -290,6 +292,7 @@ impl ScenarioReport {
         r.cases = rep.stats.cases.clone();
         if let Some(f) = &rep.failure {
             r.invariants = invariants(&f.minimal.verdicts);
+            r.depends_on = f.minimal.history.depends_on().into_iter().collect();
             let mut fr = failure_of(s, system, &f.minimal, &f.original, f.case_seed);
             fr.schedules_until = f.schedules_until;
             fr.shrink_runs = f.shrink_runs as u64;
@@ -307,6 +310,7 @@ impl ScenarioReport {
         let mut r = Self::base(s, system, Kind::Exhaustive, &e.stats, e.failure.is_none());
         if let Some(o) = &e.failure {
             r.invariants = invariants(&o.verdicts);
+            r.depends_on = o.history.depends_on().into_iter().collect();
             let mut fr = failure_of(s, system, o, &o.schedule, None);
             fr.schedules_until = e.stats.schedules;
             r.failure = Some(fr);
@@ -320,6 +324,51 @@ impl ScenarioReport {
         let base = self.name.replace('/', "-");
         if with_system { format!("{base}-{}", self.system) } else { base }
     }
+}
+
+impl RunReport {
+    /// Records the calibration and derives the caveats: one for the run per behaviour where the
+    /// endpoint differs from AWS or the probe failed, and one per scenario whose schedules
+    /// depended on such a behaviour.
+    pub fn calibrated(&mut self, cal: crate::services::calibrate::Calibration) {
+        use crate::services::calibrate::Verdict;
+        for p in &cal.probes {
+            match &p.verdict {
+                Verdict::Matches => {}
+                Verdict::Differs => self.caveats.push(format!(
+                    "the SQS endpoint differs from AWS on `{}`: it did \"{}\"; AWS documents: {} ({})",
+                    p.behaviour,
+                    p.observed,
+                    p.behaviour.aws(),
+                    p.behaviour.source()
+                )),
+                Verdict::ProbeFailed(why) => {
+                    self.caveats.push(format!("calibration probe `{}` failed ({why}): no evidence either way", p.behaviour))
+                }
+            }
+        }
+        for s in &mut self.scenarios {
+            s.caveats = scenario_caveats(&s.depends_on, &cal);
+        }
+        self.calibration = Some(cal);
+    }
+}
+
+/// The caveats of a scenario that depended on `depends_on` (probe names) against `cal`.
+pub fn scenario_caveats(depends_on: &[String], cal: &crate::services::calibrate::Calibration) -> Vec<String> {
+    use crate::services::calibrate::Behaviour;
+    depends_on
+        .iter()
+        .filter_map(|name| Behaviour::ALL.into_iter().find(|b| b.as_str() == name))
+        .filter(|b| cal.deviates(*b))
+        .map(|b| {
+            format!(
+                "this verdict depends on `{b}`, where the endpoint differs from AWS (calibration); \
+                 on AWS the outcome may differ: try the nemesis fault that produces AWS's behaviour \
+                 (e.g. sqs:stale-delete-noop)"
+            )
+        })
+        .collect()
 }
 
 impl RunReport {

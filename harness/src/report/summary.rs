@@ -52,6 +52,11 @@ pub fn render(run: &RunReport) -> String {
     for c in &run.caveats {
         let _ = writeln!(md, "\n> ⚠️ {c}");
     }
+    for s in run.scenarios.iter().filter(|s| s.failure.is_none()) {
+        for c in &s.caveats {
+            let _ = writeln!(md, "\n> ⚠️ {} ({}): {c}", s.name, s.system);
+        }
+    }
     for s in run.scenarios.iter().filter(|s| s.failure.is_some()) {
         let f = s.failure.as_ref().expect("filtered");
         let _ = writeln!(md, "\n### ❌ {} ({})\n", s.name, s.system);

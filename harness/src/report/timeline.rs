@@ -126,8 +126,9 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
     if let Some((i, inv)) = breaking {
         if let Some(&c) = col_of.get(&i) {
             let x = x_of(c);
-            // Labels of steps right of the middle extend to the left, so they stay in view.
-            let anchor = if c * 2 > shown.len() { "end" } else { "start" };
+            // The label extends to the left of the band unless that would leave the drawing,
+            // so that it stays in view in a window that shows the band.
+            let anchor = if x > 420 { "end" } else { "start" };
             let _ = writeln!(
                 svg,
                 r#"<rect id="breaking" class="breaking" x="{}" y="{}" width="{COL_W}" height="{}"><title>{}</title></rect><text class="breaking-label" x="{}" y="{}" text-anchor="{anchor}">✗ {} breaks here</text>"#,
@@ -276,7 +277,7 @@ pre .hl {{ background: #fde2e1; font-weight: bold; }}
         let _ = writeln!(html, "<p>reproduce: <code>{}</code></p>", escape(r));
     }
     html.push_str(
-        r#"<p class="legend"><span><i class="sw" style="background:#bcd7f5"></i> PostgreSQL call</span><span><i class="sw" style="background:#ffd8a8"></i> SQS call</span><span><i class="sw" style="background:#f8c4c4"></i> Redis call</span><span><i class="sw" style="background:#e4e7eb"></i> injected failure</span><span style="color:#b00020">✗ crash</span><span style="color:#137333">↻ restart</span><span><i class="sw" style="background:#f0b429"></i> fault / blocked (wait)</span><span style="color:#b00020">▯ where the invariant breaks</span></p>
+        r#"<p class="legend"><span><i class="sw" style="background:#bcd7f5"></i> PostgreSQL call</span><span><i class="sw" style="background:#ffd8a8"></i> SQS call</span><span><i class="sw" style="background:#f8c4c4"></i> Redis call</span><span><i class="sw" style="background:#e4e7eb"></i> injected failure</span><span style="color:#b00020">✗ crash</span><span style="color:#137333">↻ restart</span><span><i class="sw" style="background:#f0b429"></i> fault / blocked (wait)</span><span><i class="sw" style="background:#fde2e1;border:2px solid #b00020"></i> where the invariant breaks</span></p>
 "#,
     );
     let _ = writeln!(html, "<div class=\"scroll\">\n{svg}</div>");
