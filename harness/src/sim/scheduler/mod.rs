@@ -62,6 +62,12 @@ pub struct Setup {
     pub names: Names,
 }
 
+/// Simulation steps in a row without a worker changing state before the scheduler pauses
+/// between steps.
+const IDLE_SPINS: u32 = 32;
+/// The pause between idle simulation steps, µs.
+const IDLE_PAUSE_US: u64 = 20;
+
 /// A schedule being run.
 pub struct Run<'a> {
     sim: turmoil::Sim<'a>,
@@ -472,6 +478,8 @@ impl<'a> Run<'a> {
     fn settle(&mut self, granted: Option<&str>) -> Result<()> {
         let start = Instant::now();
         let mut last_check = Instant::now();
+        let mut last_moving: Vec<String> = Vec::new();
+        let mut spins = 0u32;
         loop {
             let moving: Vec<String> = {
                 let w = self.world.borrow();
@@ -490,6 +498,17 @@ impl<'a> Run<'a> {
                 break;
             }
             self.sim.step().map_err(|e| anyhow!("a worker host failed: {e}"))?;
+            // While the same workers wait on real I/O, stepping again at once only burns the
+            // CPU that PostgreSQL and LocalStack need: after a few idle steps, pause briefly.
+            if moving == last_moving {
+                spins += 1;
+                if spins > IDLE_SPINS {
+                    std::thread::sleep(Duration::from_micros(IDLE_PAUSE_US));
+                }
+            } else {
+                spins = 0;
+                last_moving = moving.clone();
+            }
             if last_check.elapsed() >= Duration::from_millis(2) {
                 self.detect_blocked(&moving)?;
                 last_check = Instant::now();
