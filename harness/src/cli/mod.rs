@@ -3,6 +3,7 @@
 //! Exit codes: 0 ok, 1 an invariant violated, 2 a harness or services error
 //! (see [`crate::error`]).
 
+mod bench;
 mod catalogue;
 mod doctor;
 mod list;
@@ -67,6 +68,8 @@ enum Command {
     Catalogue(catalogue::CatalogueArgs),
     /// Take a PNG of a report page (a timeline) with headless Chromium.
     Screenshot(shot::ScreenshotArgs),
+    /// Measure exploration throughput on the real services and where a schedule's time goes.
+    Bench(bench::BenchArgs),
 }
 
 /// Parses the arguments, runs the command and returns the process exit code.
@@ -90,6 +93,7 @@ pub fn main() -> i32 {
         Command::Run(args) => run::run(&rt, &opts, &args),
         Command::Repro(args) => run::repro(&rt, &opts, &args),
         Command::Screenshot(args) => shot::screenshot(&args),
+        Command::Bench(args) => bench::bench(&rt, &opts, &args),
     };
     drop(rt);
     match result {

@@ -31,7 +31,7 @@ use crate::sut::System;
 pub const SHRINK_RUNS_MAX: usize = 400;
 
 /// How much to explore.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Stop after this many schedules.
     pub schedules: Option<u64>,

@@ -43,6 +43,8 @@ pub struct Stats {
     pub cases: Vec<Case>,
     /// SQS behaviours (calibration probe names) that some schedule's outcome depended on.
     pub depends_on: std::collections::BTreeSet<String>,
+    /// Each schedule's wall time by phase, in order.
+    pub phases: Vec<crate::scenario::Phases>,
 }
 
 impl Stats {
@@ -53,6 +55,7 @@ impl Stats {
         self.calls.sqs += o.calls.sqs;
         self.calls.redis += o.calls.redis;
         self.depends_on.extend(o.history.depends_on());
+        self.phases.push(o.phases);
         let mut passed: Vec<CrashPoint> = o.passed.clone();
         passed.sort();
         passed.dedup();

@@ -27,7 +27,7 @@ mod file;
 mod run;
 
 pub use file::{discover, load, scenarios_dir, EventSpec, ExhaustiveSpec, ExploreSpec, Scenario};
-pub use run::{run_driven, run_scenario, ScenarioOutcome};
+pub use run::{run_driven, run_scenario, Phases, ScenarioOutcome};
 
 /// The scenarios shard `shard` runs, in order: every exploration scenario (their explored
 /// cases are dealt by [`crate::explore::Options::shard`]), and the k-th of the others

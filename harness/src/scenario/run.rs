@@ -34,8 +34,23 @@ pub struct ScenarioOutcome {
     pub passed: Vec<CrashPoint>,
     /// Wall time of the schedule (not part of the trace).
     pub wall: Duration,
+    /// Wall time by phase (not part of the trace).
+    pub phases: Phases,
     /// The recorded history.
     pub history: crate::sim::history::History,
+}
+
+/// Where a schedule's wall time went, ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Phases {
+    /// Fresh schema with the system's DDL, two queues, admin pools, hosts connected.
+    pub setup_ms: f64,
+    /// The schedule's decisions and the drain.
+    pub run_ms: f64,
+    /// The checker reading PostgreSQL.
+    pub check_ms: f64,
+    /// DROP SCHEMA, DeleteQueue, DEL of the schedule's Redis keys.
+    pub teardown_ms: f64,
 }
 
 impl ScenarioOutcome {
@@ -113,6 +128,7 @@ pub fn run_driven(
     let mut run = Run::start(setup)?;
     run.lenient = s.explore.is_some();
     let setup_ms = t_setup.elapsed().as_secs_f64() * 1e3;
+    let t_run = Instant::now();
     let driven = drive(&mut run).map_err(|e| anyhow!("{}: {e:#}", s.name));
     let stuck = match &driven {
         Ok(_) => run.drain().map_err(|e| anyhow!("{}: drain: {e:#}", s.name)),
@@ -127,13 +143,16 @@ pub fn run_driven(
             return Err(anyhow!("{e}\ntrace so far:\n{text}"));
         }
     };
+    let run_ms = t_run.elapsed().as_secs_f64() * 1e3;
+    let t_check = Instant::now();
     let verdicts = checker::check(&fin.admin, &fin.history, &events, &fin.names, stuck.as_deref());
+    let check_ms = t_check.elapsed().as_secs_f64() * 1e3;
     let t_teardown = Instant::now();
     fin.admin.destroy(&fin.keys);
+    let phases = Phases { setup_ms, run_ms, check_ms, teardown_ms: t_teardown.elapsed().as_secs_f64() * 1e3 };
     tracing::debug!(
         scenario = %s.name,
-        setup_ms,
-        teardown_ms = t_teardown.elapsed().as_secs_f64() * 1e3,
+        ?phases,
         total_ms = started.elapsed().as_secs_f64() * 1e3,
         "schedule timing (setup: schema + queues + hosts connected; teardown: drop schema, delete queues)"
     );
@@ -148,6 +167,7 @@ pub fn run_driven(
         calls: fin.calls,
         passed: fin.passed,
         wall: started.elapsed(),
+        phases,
         history: fin.history,
     })
 }

@@ -205,9 +205,14 @@ impl Cx {
         Ok(())
     }
 
+    fn set_in_pg(&self, in_pg: bool) {
+        self.world.borrow_mut().slot(&self.me).in_pg = in_pg;
+    }
+
     fn complete(&mut self, op: &'static str, service: Service, result: String, facts: Vec<Fact>) {
         let at = self.at.take();
         let mut w = self.world.borrow_mut();
+        w.slot(&self.me).in_pg = false;
         let t_ms = w.now_ms;
         w.slot(&self.me).completed =
             Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, result, facts });
@@ -249,6 +254,7 @@ impl Cx {
     async fn simple(&mut self, op: &'static str, sql: &str, in_tx_after: bool) -> Result<(), CallError> {
         self.gate(op).await?;
         self.count(1, 0, 0);
+        self.set_in_pg(true);
         let r = sqlx::raw_sql(sql).execute(&mut self.pg).await;
         // COMMIT and ROLLBACK end the transaction even when they report an error.
         self.in_tx = in_tx_after && r.is_ok();
@@ -266,6 +272,7 @@ impl Cx {
     ) -> Result<Option<PgRow>, CallError> {
         self.gate(op).await?;
         self.count(1, 0, 0);
+        self.set_in_pg(true);
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_optional(&mut self.pg).await;
         let text = r.as_ref().map(|o| if o.is_some() { "1 row".to_string() } else { "no row".into() });
         self.complete(op, Service::Postgres, result_text(&text), vec![]);
@@ -276,6 +283,7 @@ impl Cx {
     pub async fn fetch_all(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<Vec<PgRow>, CallError> {
         self.gate(op).await?;
         self.count(1, 0, 0);
+        self.set_in_pg(true);
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_all(&mut self.pg).await;
         let text = r.as_ref().map(|rows| plural(rows.len() as u64, "row"));
         self.complete(op, Service::Postgres, result_text(&text), vec![]);
@@ -286,6 +294,7 @@ impl Cx {
     pub async fn execute(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<u64, CallError> {
         self.gate(op).await?;
         self.count(1, 0, 0);
+        self.set_in_pg(true);
         let r = bind(sqlx::query(sql), vals, self.now()).execute(&mut self.pg).await;
         let text = r.as_ref().map(|d| plural(d.rows_affected(), "row"));
         self.complete(op, Service::Postgres, result_text(&text), vec![]);

@@ -40,6 +40,9 @@ pub struct Slot {
     pub notify: Rc<Notify>,
     /// Its PostgreSQL backend pid, for `pg_blocking_pids`.
     pub backend_pid: Option<i32>,
+    /// Whether its current call is a PostgreSQL statement (only those can be blocked by
+    /// another worker's lock, so only those are checked with `pg_blocking_pids`).
+    pub in_pg: bool,
     /// Crash points where the next pass throws an injected failure.
     pub armed_failures: Vec<CrashPoint>,
     /// Crash points where the worker is killed the next time it stands there.
@@ -64,6 +67,7 @@ impl Slot {
             granted: false,
             notify: Rc::new(Notify::new()),
             backend_pid: None,
+            in_pg: false,
             armed_failures: Vec::new(),
             armed_crashes: Vec::new(),
             completed: None,

@@ -367,6 +367,7 @@ impl<'a> Run<'a> {
             s.status = Status::Crashed;
             s.granted = false;
             s.blocked_by = None;
+            s.in_pg = false;
             s.completed = None;
             s.notes.clear();
             s.idle = false;
@@ -537,7 +538,7 @@ impl<'a> Run<'a> {
                 let mut world = self.world.borrow_mut();
                 let s = world.slot(w);
                 match (&s.status, s.backend_pid) {
-                    (Status::Running { op, .. }, Some(pid)) => (pid, *op),
+                    (Status::Running { op, .. }, Some(pid)) if s.in_pg => (pid, *op),
                     _ => continue,
                 }
             };
