@@ -45,6 +45,8 @@ pub struct Stats {
     pub depends_on: std::collections::BTreeSet<String>,
     /// Each schedule's wall time by phase, in order.
     pub phases: Vec<crate::scenario::Phases>,
+    /// Schedules that used each fault kind (see [`crate::schedule::Decision::fault_kind`]).
+    pub faults: BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -56,6 +58,12 @@ impl Stats {
         self.calls.redis += o.calls.redis;
         self.depends_on.extend(o.history.depends_on());
         self.phases.push(o.phases);
+        let mut kinds: Vec<String> = o.schedule.decisions.iter().filter_map(|d| d.fault_kind()).collect();
+        kinds.sort();
+        kinds.dedup();
+        for k in kinds {
+            *self.faults.entry(k).or_default() += 1;
+        }
         let mut passed: Vec<CrashPoint> = o.passed.clone();
         passed.sort();
         passed.dedup();
@@ -87,6 +95,10 @@ impl Stats {
             let c = self.coverage.get(&cp).copied().unwrap_or_default();
             let flag = if c.passed == 0 { "  ← never reached" } else { "" };
             out.push_str(&format!("{:<24} {:>10} {:>8} {:>7}{flag}\n", cp.as_str(), c.passed, c.crashed, c.failed));
+        }
+        if !self.faults.is_empty() {
+            let used: Vec<String> = self.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            out.push_str(&format!("schedules using each fault: {}\n", used.join(", ")));
         }
         out
     }

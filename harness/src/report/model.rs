@@ -175,6 +175,8 @@ pub struct ScenarioReport {
     pub calls: Calls,
     /// Per crash point: schedules that passed it, crashes and failures injected there.
     pub coverage: BTreeMap<String, Coverage>,
+    /// Schedules whose decisions used each fault kind (`crash@`, `tick`, `sqs:receive-lost`, …).
+    pub faults: BTreeMap<String, u64>,
     /// Invariants: of the failing schedule for a failure, else over every schedule run.
     pub invariants: Vec<InvariantResult>,
     /// Explored cases run by this job, in order (empty for other kinds).
@@ -265,6 +267,7 @@ impl ScenarioReport {
             schedules_per_s: st.per_second(),
             calls: calls(st),
             coverage: coverage(st),
+            faults: st.faults.clone(),
             invariants: all_hold(),
             cases: Vec::new(),
             failure: None,

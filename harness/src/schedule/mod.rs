@@ -53,6 +53,25 @@ pub enum Decision {
     Sqs(SqsFault),
 }
 
+impl Decision {
+    /// The fault kind of a nemesis decision (`crash`, `crash@`, `fail@`, `restart`, `tick`,
+    /// `replay`, `dispatch`, `redis:restart`, `sqs:<fault>`), `None` for a worker step.
+    pub fn fault_kind(&self) -> Option<String> {
+        Some(match self {
+            Decision::Step { .. } => return None,
+            Decision::Crash { at: None, .. } => "crash".into(),
+            Decision::Crash { at: Some(_), .. } => "crash@".into(),
+            Decision::Fail { .. } => "fail@".into(),
+            Decision::Restart { .. } => "restart".into(),
+            Decision::Tick { .. } => "tick".into(),
+            Decision::Replay => "replay".into(),
+            Decision::Dispatch { .. } => "dispatch".into(),
+            Decision::RedisRestart => "redis:restart".into(),
+            Decision::Sqs(f) => f.to_string(),
+        })
+    }
+}
+
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
