@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::explore::{self, Options, Report, Shard};
 use crate::report::model::{Budget, Outcome, ScenarioReport};
-use crate::report::{ReportDir, DEFAULT_DIR};
+use crate::report::ReportDir;
 use crate::scenario;
 use crate::services::{ServiceOptions, Services};
 use crate::sut::{self, mutants::CATALOGUE};
@@ -30,7 +30,7 @@ pub struct CatalogueArgs {
     pub scenario: String,
     /// Where `junit.xml` (one test case per system), `report.json`, `summary.md` and the
     /// mutants' timelines go.
-    #[arg(long, default_value = DEFAULT_DIR)]
+    #[arg(long, default_value = "reports/catalogue")]
     pub report_dir: PathBuf,
 }
 

@@ -103,8 +103,9 @@ pub struct ReproArgs {
     /// The system under test.
     #[arg(long, alias = "mutant", default_value = "reference")]
     pub system: String,
-    /// Where the reports of this one schedule go (its timeline when it fails).
-    #[arg(long, default_value = DEFAULT_DIR)]
+    /// Where the reports of this one schedule go (its timeline when it fails); not
+    /// `reports/latest/`, so that a repro never replaces the reports of the run it came from.
+    #[arg(long, default_value = "reports/repro")]
     pub report_dir: PathBuf,
 }
 
