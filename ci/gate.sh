@@ -12,7 +12,7 @@
 # Exit code: crashpoint's own: 0 all passed, 1 an invariant violated, 2 harness/services error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash ci/setup.sh
+CRASHPOINT_NO_CHROMIUM=1 bash ci/setup.sh
 # The dev profile already builds dependencies optimised (opt-level 2), and shares the build
 # with `cargo test`.
 cargo build -q -p crashpoint

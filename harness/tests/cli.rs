@@ -91,7 +91,9 @@ fn up_then_down_leaves_no_process_behind() {
 
 #[test]
 fn sigint_in_the_middle_of_run_stops_everything_it_started() {
-    let mut child = crashpoint().arg("run").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let reports = tempfile::tempdir().unwrap();
+    let mut child =
+        crashpoint().arg("run").arg("--report-dir").arg(reports.path()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut seen: Vec<(i32, String)>;
     loop {
@@ -118,6 +120,12 @@ fn sigint_in_the_middle_of_run_stops_everything_it_started() {
     assert!(left.is_empty(), "left running: {left:?}");
     let services_dir = std::path::Path::new(&data_dir).ancestors().nth(2).unwrap().to_path_buf();
     assert!(!services_dir.exists(), "{} left behind", services_dir.display());
+    // The reports are complete and say why the run ended.
+    for f in ["junit.xml", "report.json", "summary.md"] {
+        assert!(reports.path().join(f).is_file(), "{f} missing after the interrupt");
+    }
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(reports.path().join("report.json")).unwrap()).unwrap();
+    assert!(json["error"].as_str().unwrap_or_default().starts_with("interrupted by signal 2"), "{}", json["error"]);
 }
 
 #[test]

@@ -51,7 +51,7 @@ fn row(name: &str, r: &Report) -> String {
 }
 
 /// Explores every mutant of the catalogue and then the reference with the same budget and
-/// seed, prints the detection table and writes it to `reports/catalogue.md`, and the reports
+/// seed, prints the detection table and writes it to `catalogue.md` in `--report-dir`, with the reports
 /// to `--report-dir` (a mutant's test case passes when it is caught). Exit 0 when every mutant
 /// was caught and the reference passed, 1 otherwise.
 pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &CatalogueArgs) -> Result<i32> {
@@ -60,6 +60,7 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
         .find(|s| s.name == args.scenario && s.explore.is_some())
         .ok_or_else(|| anyhow!("no exploration scenario `{}`", args.scenario))?;
     let dir = ReportDir::create(&args.report_dir)?;
+    let _hold = crate::services::native::process::ReportHold::take();
     let started = Instant::now();
     let mut report = new_report("catalogue", args.seed, Budget { schedules: Some(args.budget), seconds: None }, Shard::default());
     let services = rt.block_on(Services::start(opts))?;
@@ -69,10 +70,16 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
         let mut table = String::from(
             "| system | caught | schedules to first failure | wall s | shrunk length | invariant |\n|---|---|---|---|---|---|\n",
         );
+        println!("catalogue: {} mutants, then the reference; budget {} schedules each, seed {}, scenario {}\n", CATALOGUE.len(), args.budget, args.seed, s.name);
+        print!("{table}");
         let mut all_caught = true;
         for (name, _) in CATALOGUE {
             let system = sut::by_name(name)?;
-            let r = explore::explore(&services.endpoints, system, &s, &options, |_| {})?;
+            let t0 = std::time::Instant::now();
+            let mut progress = super::progress::Progress::start(name, Some(args.budget), 0);
+            let r = explore::explore(&services.endpoints, system, &s, &options, |st| progress.update(st, t0));
+            progress.finish();
+            let r = r?;
             all_caught &= r.failure.is_some();
             let mut sr = ScenarioReport::explored(&s, name, &r);
             sr.expected = Outcome::Fail;
@@ -100,14 +107,15 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
         print!("{verdict}");
         table.push_str(&verdict);
         std::fs::create_dir_all("reports")?;
-        std::fs::write("reports/catalogue.md", &table)?;
-        println!("written to reports/catalogue.md");
+        let md = dir.path().join("catalogue.md");
+        std::fs::write(&md, &table)?;
+        println!("written to {}", md.display());
         anyhow::Ok(())
     })();
     rt.block_on(services.stop());
     report.wall_s = started.elapsed().as_secs_f64();
     if let Err(e) = &result {
-        report.error = Some(format!("{e:#}"));
+        report.ended_by(e);
     }
     report.conclude();
     dir.finish(&report)?;

@@ -10,7 +10,7 @@ use crate::sim::points::CrashPoint;
 /// Errors: a scenario file that does not load (named with its line and field).
 pub fn list() -> Result<i32> {
     let dir = scenario::scenarios_dir();
-    println!("scenarios ({}):", dir.display());
+    println!("scenarios (from {}/):", dir.display());
     for s in scenario::discover(&dir)? {
         println!("  {:<36} {}", s.name, s.description);
     }

@@ -96,6 +96,10 @@ pub fn main() -> i32 {
         Command::Bench(args) => bench::bench(&rt, &opts, &args),
     };
     drop(rt);
+    if let Some(sig) = crate::services::native::process::interrupted() {
+        // The signal thread stopped the services; the reports (if any) are written.
+        return 128 + sig;
+    }
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -108,7 +112,8 @@ pub fn main() -> i32 {
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,sqlx::postgres::notice=error"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
 #[allow(dead_code)]

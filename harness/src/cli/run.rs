@@ -28,6 +28,9 @@ pub enum BudgetArg {
 /// Parses `--budget`: `500` (schedules) or a duration such as `90s`, `5m`.
 pub fn parse_budget(s: &str) -> Result<BudgetArg, String> {
     if let Ok(n) = s.parse::<u64>() {
+        if n == 0 {
+            return Err("`0`: a budget is at least 1 schedule".into());
+        }
         return Ok(BudgetArg::Schedules(n));
     }
     humantime::parse_duration(s)
@@ -281,6 +284,7 @@ pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs) 
     }
     let chosen = scenario::for_shard(chosen, args.shard);
     let dir = ReportDir::create(&args.report_dir)?;
+    let _hold = crate::services::native::process::ReportHold::take();
     let seed = args.seed;
     let started = Instant::now();
     let span = tracing::info_span!("run", seed, system = system.name(), shard = %args.shard);
@@ -319,7 +323,7 @@ pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs) 
         report.calibrated(cal);
     }
     if let Err(e) = &result {
-        report.error = Some(format!("{e:#}"));
+        report.ended_by(e);
     }
     report.conclude();
     dir.finish(&report)?;
@@ -339,7 +343,15 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
         .find(|s| s.name == args.scenario)
         .ok_or_else(|| anyhow!("`{}` is a group; name one scenario", args.scenario))?;
     let schedule = match (&args.schedule, args.seed) {
-        (Some(text), _) => crate::schedule::parse(text).map_err(|e| anyhow!("--schedule: {e}"))?,
+        (Some(text), _) => {
+            let schedule = crate::schedule::parse(text).map_err(|e| anyhow!("--schedule: {e}"))?;
+            let events: Vec<String> = s.events.iter().map(|e| e.name.clone()).collect();
+            let unknown = schedule.unknown_names(&s.workers, &events);
+            if !unknown.is_empty() {
+                bail!("--schedule names what {} does not have: {}", s.name, unknown.join("; "));
+            }
+            schedule
+        }
         (None, Some(seed)) if s.explore.is_some() => explore::generate(&s, seed)?,
         (None, Some(_)) => bail!("--seed regenerates schedules of exploration scenarios; {} is scripted", s.name),
         (None, None) => s.schedule.clone(),
@@ -353,6 +365,7 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
         print::outcome(&s, &o);
         let mut report = new_report("repro", args.seed.unwrap_or(0), Budget::default(), Shard::default());
         let mut r = ScenarioReport::scripted(&s, system.name(), &o);
+        r.kind = crate::report::model::Kind::Repro;
         add_timeline(&dir, &mut r, Some(&o), false)?;
         report.scenarios.push(r);
         report.wall_s = started.elapsed().as_secs_f64();

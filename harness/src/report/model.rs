@@ -95,6 +95,8 @@ pub enum Kind {
     Explored,
     /// Every interleaving.
     Exhaustive,
+    /// One schedule given to `crashpoint repro`.
+    Repro,
 }
 
 /// Real calls: totals and means per schedule.
@@ -142,7 +144,7 @@ pub struct FailureReport {
     pub violated: Vec<String>,
     /// For a determinism failure: the first divergent trace line.
     pub divergence: Option<String>,
-    /// The trace line of the step where the first violated invariant broke.
+    /// The trace line (trimmed) of the step where the first violated invariant broke.
     pub breaking_step: Option<String>,
     /// The minimal schedule's trace.
     pub trace: String,
@@ -247,7 +249,7 @@ fn failure_of(s: &Scenario, system: &str, o: &ScenarioOutcome, original: &Schedu
         shrink_runs: 0,
         violated,
         divergence: None,
-        breaking_step: super::violation::breaking_line(o),
+        breaking_step: super::violation::breaking_line(o).map(|l| l.trim().to_string()),
         trace: o.trace.clone(),
         repro: repro_commands(&s.name, system, &o.schedule, case_seed),
         timeline: None,
@@ -383,6 +385,15 @@ impl RunReport {
             (None, Outcome::Pass) => crate::error::EXIT_OK,
             (None, Outcome::Fail) => crate::error::EXIT_VIOLATION,
         }
+    }
+
+    /// Records the error that ended the run early; when a signal stopped the run, says so
+    /// instead of the service error it caused.
+    pub fn ended_by(&mut self, e: &anyhow::Error) {
+        self.error = Some(match crate::services::native::process::interrupted() {
+            Some(sig) => format!("interrupted by signal {sig} (the services were stopped); the scenarios listed ran before it"),
+            None => format!("{e:#}"),
+        });
     }
 
     /// Sets the overall verdict from the scenarios: `pass` when each got its expected verdict.

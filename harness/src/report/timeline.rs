@@ -21,7 +21,7 @@ use crate::scenario::ScenarioOutcome;
 use crate::sim::history::{Entry, Service};
 
 const LABEL_W: usize = 110;
-const COL_W: usize = 46;
+const COL_W: usize = 52;
 const LANE_H: usize = 34;
 const TOP: usize = 58;
 
@@ -42,11 +42,12 @@ fn role_rank(w: &str) -> (usize, String) {
     (rank, format!("{:>8}", w))
 }
 
-/// The lanes of a history, top to bottom: workers (by role, then name), the nemesis, the
-/// services.
+/// The lanes of a history, top to bottom: the workers that have a shown entry (by role, then
+/// name), the nemesis, the services.
 pub fn lanes(o: &ScenarioOutcome) -> Vec<String> {
+    let hidden = trace::idle_polls(&o.history);
     let mut workers: Vec<String> = Vec::new();
-    for e in &o.history.entries {
+    for (_, e) in o.history.entries.iter().enumerate().filter(|(i, _)| !hidden.contains(i)) {
         let w = match e {
             Entry::Step(s) => &s.worker,
             Entry::Blocked { worker, .. } | Entry::Crash { worker, .. } | Entry::Restart { worker, .. } | Entry::Note { worker, .. } => worker,
@@ -69,6 +70,18 @@ fn service_lane(s: Service) -> Option<&'static str> {
         Service::Redis => Some("redis"),
         Service::None => None,
     }
+}
+
+/// A call name that fits a box: `insert_payout` → `i_payout`.
+fn op_label(op: &str) -> String {
+    const MAX: usize = 8;
+    if op.len() <= MAX || !op.contains('_') {
+        return short(op, MAX);
+    }
+    let parts: Vec<&str> = op.split('_').collect();
+    let (last, init) = parts.split_last().expect("contains _");
+    let prefix: String = init.iter().filter_map(|p| p.chars().next()).collect();
+    short(&format!("{prefix}_{last}"), MAX)
 }
 
 fn short(text: &str, n: usize) -> String {
@@ -169,7 +182,7 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
                     LANE_H - 12,
                     x + 3,
                     y + LANE_H / 2 + 4,
-                    escape(short(&s.op, 6))
+                    escape(op_label(&s.op))
                 );
                 if let Some(l) = service_lane(s.service) {
                     let sy = lane_y[l] + LANE_H / 2;

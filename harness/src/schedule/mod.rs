@@ -90,7 +90,33 @@ impl fmt::Display for Decision {
     }
 }
 
-/// A complete schedule: the decisions in order.
+impl Schedule {
+    /// Decisions that name a worker not in `workers` or an event not in `events`, each as
+    /// "`decision`: why". Empty when every name is known.
+    pub fn unknown_names(&self, workers: &[String], events: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        for d in &self.decisions {
+            let worker = match d {
+                Decision::Step { worker, .. }
+                | Decision::Crash { worker, .. }
+                | Decision::Fail { worker, .. }
+                | Decision::Restart { worker } => Some(worker),
+                _ => None,
+            };
+            if let Some(w) = worker.filter(|w| !workers.contains(w)) {
+                out.push(format!("`{d}`: no worker `{w}` (workers: {})", workers.join(" ")));
+            }
+            if let Decision::Dispatch { event } = d {
+                if !events.contains(event) {
+                    out.push(format!("`{d}`: no event `{event}` (events: {})", events.join(" ")));
+                }
+            }
+        }
+        out
+    }
+}
+
+
 #[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
 pub struct Schedule {
     /// The decisions.

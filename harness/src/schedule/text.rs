@@ -78,6 +78,9 @@ fn parse_token(token: &str) -> Result<Decision, String> {
         return Ok(Decision::Step { worker, op: None });
     };
     let (action, at) = match rest.split_once('@') {
+        Some((a, _)) if a != "crash" && a != "fail" => {
+            return Err(format!("`{a}@…` is not a fault: expected `crash@<crash point>` or `fail@<crash point>`"))
+        }
         Some((a, p)) => (a, Some(p.parse().map_err(|e: String| e)?)),
         None => (rest, None),
     };
@@ -145,5 +148,16 @@ mod tests {
         let e = parse("c1 zz").unwrap_err();
         assert_eq!(e.column, 4);
         assert!(e.message.contains("expected a worker"), "{e}");
+        let e = parse("c1:bogus@x").unwrap_err();
+        assert!(e.message.contains("`bogus@…` is not a fault"), "{e}");
+    }
+
+    #[test]
+    fn unknown_workers_and_events_are_named() {
+        let s = parse("p c9:claim dispatch:e7 c1:crash").unwrap();
+        let workers: Vec<String> = ["p", "c1"].map(String::from).to_vec();
+        let unknown = s.unknown_names(&workers, &["e1".to_string()]);
+        assert_eq!(unknown.len(), 2, "{unknown:?}");
+        assert!(unknown[0].contains("no worker `c9`") && unknown[1].contains("no event `e7`"), "{unknown:?}");
     }
 }

@@ -121,6 +121,9 @@ pub async fn start(dir: &Path) -> Result<LocalStack> {
         if let Some(status) = child.exited() {
             bail!("LocalStack exited ({status}) before SQS was available:\n{}", tail(&log));
         }
+        if let Some(sig) = super::process::interrupted() {
+            bail!("interrupted by signal {sig} while waiting for it to start");
+        }
         if Instant::now() > deadline {
             bail!("LocalStack SQS was not available within 90 s:\n{}", tail(&log));
         }

@@ -104,6 +104,9 @@ async fn wait_ready(url: &str, child: &mut ManagedChild, log: &PathBuf) -> Resul
                 if let Some(status) = child.exited() {
                     bail!("postgres exited ({status}) before accepting connections:\n{}", tail(log));
                 }
+                if let Some(sig) = super::process::interrupted() {
+                    bail!("interrupted by signal {sig} while waiting for it to start");
+                }
                 if Instant::now() > deadline {
                     bail!("postgres did not accept connections within 60 s ({e}):\n{}", tail(log));
                 }

@@ -131,8 +131,41 @@ pub fn cleanup_all() {
     }
 }
 
-/// Installs (once) a thread that, on SIGINT or SIGTERM, stops everything registered and exits
-/// with 130 (SIGINT) or 143 (SIGTERM).
+static INTERRUPTED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static REPORTS_PENDING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Longest the signal thread waits for reports being written before it exits, s.
+pub const REPORT_GRACE_S: u64 = 15;
+
+/// The signal (2 or 15) that interrupted this process, if one did.
+pub fn interrupted() -> Option<i32> {
+    match INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// While held, an interrupted process waits (at most [`REPORT_GRACE_S`]) for the holder to
+/// finish writing its reports before it exits; drop it once they are written.
+pub struct ReportHold(());
+
+impl ReportHold {
+    /// Takes a hold.
+    pub fn take() -> ReportHold {
+        REPORTS_PENDING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ReportHold(())
+    }
+}
+
+impl Drop for ReportHold {
+    fn drop(&mut self) {
+        REPORTS_PENDING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Installs (once) a thread that, on SIGINT or SIGTERM, stops everything registered, lets a
+/// run that holds a [`ReportHold`] write its reports (it sees [`interrupted`]), and exits with
+/// 130 (SIGINT) or 143 (SIGTERM).
 pub fn install_signal_cleanup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -147,7 +180,12 @@ pub fn install_signal_cleanup() {
         std::thread::spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 eprintln!("crashpoint: signal {sig}, stopping the services it started");
+                INTERRUPTED.store(sig, std::sync::atomic::Ordering::SeqCst);
                 cleanup_all();
+                let deadline = std::time::Instant::now() + Duration::from_secs(REPORT_GRACE_S);
+                while REPORTS_PENDING.load(std::sync::atomic::Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 std::process::exit(128 + sig);
             }
         });

@@ -43,6 +43,9 @@ pub async fn start(dir: &Path) -> Result<Redis> {
         if let Some(status) = child.exited() {
             bail!("redis-server exited ({status}):\n{}", tail(&log));
         }
+        if let Some(sig) = super::process::interrupted() {
+            bail!("interrupted by signal {sig} while waiting for it to start");
+        }
         if Instant::now() > deadline {
             bail!("redis-server did not answer PING within 30 s:\n{}", tail(&log));
         }
