@@ -4,7 +4,7 @@
 //! `PaymentCaptured`, the payout [`Consumer`], the outbox [`Relay`], the [`Downstream`]
 //! consumer of `MerchantPayoutCreated`, and the dedup [`Retention`] job. Every role reaches
 //! the services only through [`Cx`], so every call is a yield point for the scheduler.
-//! [`reference`] is the correct implementation from the seed; mutants (known-bad variants)
+//! [`reference`](mod@reference) is the correct implementation from the seed; mutants (known-bad variants)
 //! implement the same traits.
 
 pub mod messages;
