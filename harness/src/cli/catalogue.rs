@@ -11,9 +11,9 @@ use crate::explore::{self, Options, Report, Shard};
 use crate::report::model::{Budget, Outcome, ScenarioReport};
 use crate::report::ReportDir;
 use crate::scenario;
-use crate::services::{ServiceOptions, Services};
+use crate::services::ServiceOptions;
 use crate::sut::{self, mutants::CATALOGUE};
-use super::run::{add_timeline, new_report};
+use super::run::{add_timeline, new_report, with_services};
 
 /// Arguments of `catalogue`.
 #[derive(Debug, clap::Args)]
@@ -51,8 +51,8 @@ fn row(name: &str, r: &Report) -> String {
 }
 
 /// Explores every mutant of the catalogue and then the reference with the same budget and
-/// seed, prints the detection table and writes it to `catalogue.md` in `--report-dir`, with the reports
-/// to `--report-dir` (a mutant's test case passes when it is caught). Exit 0 when every mutant
+/// seed, prints the detection table, and writes it as `catalogue.md` into `--report-dir` beside
+/// the reports (where a mutant's test case passes when it is caught). Exit 0 when every mutant
 /// was caught and the reference passed, 1 otherwise.
 pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &CatalogueArgs) -> Result<i32> {
     let s = scenario::discover(&scenario::scenarios_dir())?
@@ -63,10 +63,8 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
     let _hold = crate::services::native::process::ReportHold::take();
     let started = Instant::now();
     let mut report = new_report("catalogue", args.seed, Budget { schedules: Some(args.budget), seconds: None }, Shard::default());
-    let services = rt.block_on(Services::start(opts))?;
-    let result = (|| {
-        services.check_destructive("creating and dropping schemas and queues")?;
-        let options = Options { schedules: Some(args.budget), time: None, seed: args.seed, check_determinism: false, shard: Default::default() };
+    let result = with_services(rt, opts, |endpoints| {
+        let options = Options { schedules: Some(args.budget), seed: args.seed, ..Options::default() };
         let mut table = String::from(
             "| system | caught | schedules to first failure | wall s | shrunk length | invariant |\n|---|---|---|---|---|---|\n",
         );
@@ -75,9 +73,9 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
         let mut all_caught = true;
         for (name, _) in CATALOGUE {
             let system = sut::by_name(name)?;
-            let t0 = std::time::Instant::now();
+            let t0 = Instant::now();
             let mut progress = super::progress::Progress::start(name, Some(args.budget), 0);
-            let r = explore::explore(&services.endpoints, system, &s, &options, |st| progress.update(st, t0));
+            let r = explore::explore(endpoints, system, &s, &options, |st| progress.update(st, t0));
             progress.finish();
             let r = r?;
             all_caught &= r.failure.is_some();
@@ -89,7 +87,7 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
             println!("{line}");
             writeln!(table, "{line}")?;
         }
-        let r = explore::explore(&services.endpoints, sut::by_name("reference")?, &s, &options, |_| {})?;
+        let r = explore::explore(endpoints, sut::by_name("reference")?, &s, &options, |_| {})?;
         let reference_ok = r.failure.is_none();
         let mut sr = ScenarioReport::explored(&s, "reference", &r);
         add_timeline(&dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
@@ -106,13 +104,11 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
         );
         print!("{verdict}");
         table.push_str(&verdict);
-        std::fs::create_dir_all("reports")?;
         let md = dir.path().join("catalogue.md");
         std::fs::write(&md, &table)?;
         println!("written to {}", md.display());
         anyhow::Ok(())
-    })();
-    rt.block_on(services.stop());
+    });
     report.wall_s = started.elapsed().as_secs_f64();
     if let Err(e) = &result {
         report.ended_by(e);

@@ -189,9 +189,8 @@ pub fn add_timeline(
     o: Option<&scenario::ScenarioOutcome>,
     with_system: bool,
 ) -> Result<()> {
+    let (title, slug) = (format!("{} (system {})", r.name, r.system), r.slug(with_system));
     if let (Some(f), Some(o)) = (r.failure.as_mut(), o) {
-        let title = format!("{} (system {})", r.name, r.system);
-        let slug = if with_system { format!("{}-{}", r.name.replace('/', "-"), r.system) } else { r.name.replace('/', "-") };
         f.timeline = Some(dir.timeline(&slug, &title, o, &f.repro)?);
     }
     Ok(())
@@ -299,7 +298,7 @@ pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs) 
         let mut job = Job { endpoints, system: system.clone(), args, dir: dir.clone(), failures: 0 };
         for s in &chosen {
             let _s = tracing::info_span!("scenario", name = %s.name).entered();
-            let r = if s.exhaustive.is_some() {
+            let mut r = if s.exhaustive.is_some() {
                 job.enumerated(s)?
             } else if s.explore.is_some() {
                 job.explored(s)?
@@ -310,7 +309,8 @@ pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs) 
                 job.failures += 1;
             }
             if let Some(cal) = &calibration {
-                for c in crate::report::model::scenario_caveats(&r.depends_on, cal) {
+                r.caveats = crate::report::model::scenario_caveats(&r.depends_on, cal);
+                for c in &r.caveats {
                     println!("caveat ({}): {c}\n", r.name);
                 }
             }

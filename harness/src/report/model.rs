@@ -332,9 +332,9 @@ impl ScenarioReport {
 }
 
 impl RunReport {
-    /// Records the calibration and derives the caveats: one for the run per behaviour where the
-    /// endpoint differs from AWS or the probe failed, and one per scenario whose schedules
-    /// depended on such a behaviour.
+    /// Records the calibration and derives the run-wide caveats: one per behaviour where the
+    /// endpoint differs from AWS or the probe failed. (A scenario's own caveats come from
+    /// [`scenario_caveats`].)
     pub fn calibrated(&mut self, cal: crate::services::calibrate::Calibration) {
         use crate::services::calibrate::Verdict;
         for p in &cal.probes {
@@ -351,9 +351,6 @@ impl RunReport {
                     self.caveats.push(format!("calibration probe `{}` failed ({why}): no evidence either way", p.behaviour))
                 }
             }
-        }
-        for s in &mut self.scenarios {
-            s.caveats = scenario_caveats(&s.depends_on, &cal);
         }
         self.calibration = Some(cal);
     }

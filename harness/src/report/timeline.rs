@@ -42,12 +42,11 @@ fn role_rank(w: &str) -> (usize, String) {
     (rank, format!("{:>8}", w))
 }
 
-/// The lanes of a history, top to bottom: the workers that have a shown entry (by role, then
-/// name), the nemesis, the services.
-pub fn lanes(o: &ScenarioOutcome) -> Vec<String> {
-    let hidden = trace::idle_polls(&o.history);
+/// The lanes, top to bottom: the workers that have an entry among `shown` (indices into the
+/// history; by role, then name), the nemesis, the services.
+fn lanes(o: &ScenarioOutcome, shown: &[usize]) -> Vec<String> {
     let mut workers: Vec<String> = Vec::new();
-    for (_, e) in o.history.entries.iter().enumerate().filter(|(i, _)| !hidden.contains(i)) {
+    for e in shown.iter().map(|&i| &o.history.entries[i]) {
         let w = match e {
             Entry::Step(s) => &s.worker,
             Entry::Blocked { worker, .. } | Entry::Crash { worker, .. } | Entry::Restart { worker, .. } | Entry::Note { worker, .. } => worker,
@@ -111,9 +110,9 @@ fn fault_label(what: &str) -> &'static str {
 /// `repro` lists the commands that reproduce it.
 pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
     let hidden = trace::idle_polls(&o.history);
-    let lanes = lanes(o);
-    let lane_y: BTreeMap<&str, usize> = lanes.iter().enumerate().map(|(i, l)| (l.as_str(), TOP + i * LANE_H)).collect();
     let shown: Vec<usize> = (0..o.history.entries.len()).filter(|i| !hidden.contains(i)).collect();
+    let lanes = lanes(o, &shown);
+    let lane_y: BTreeMap<&str, usize> = lanes.iter().enumerate().map(|(i, l)| (l.as_str(), TOP + i * LANE_H)).collect();
     let col_of: BTreeMap<usize, usize> = shown.iter().enumerate().map(|(c, &i)| (i, c)).collect();
     let breaking = first_break(&o.history, &o.verdicts);
     let width = LABEL_W + shown.len().max(1) * COL_W + 20;
@@ -240,10 +239,10 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
         }
     }
     svg.push_str("</svg>\n");
-    page(title, o, repro, &svg, breaking.map(|b| b.0))
+    page(title, o, repro, &svg, &shown, breaking.map(|b| b.0))
 }
 
-fn page(title: &str, o: &ScenarioOutcome, repro: &[String], svg: &str, breaking: Option<usize>) -> String {
+fn page(title: &str, o: &ScenarioOutcome, repro: &[String], svg: &str, shown: &[usize], breaking: Option<usize>) -> String {
     let verdict = if o.passed() { "PASS" } else { "FAIL" };
     let mut html = String::new();
     let _ = write!(
@@ -295,12 +294,8 @@ pre .hl {{ background: #fde2e1; font-weight: bold; }}
     );
     let _ = writeln!(html, "<div class=\"scroll\">\n{svg}</div>");
     html.push_str("<h2>Trace</h2>\n<pre>");
-    let hidden = trace::idle_polls(&o.history);
-    for (i, e) in o.history.entries.iter().enumerate() {
-        if hidden.contains(&i) {
-            continue;
-        }
-        let line = escape(trace::line(e)).into_owned();
+    for &i in shown {
+        let line = escape(trace::line(&o.history.entries[i])).into_owned();
         if Some(i) == breaking {
             let _ = writeln!(html, "<span class=\"hl\" id=\"breaking-line\">{line}    ← invariant breaks here</span>");
         } else {

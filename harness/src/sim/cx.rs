@@ -401,7 +401,7 @@ impl Cx {
     /// the step records that its outcome depends on the `stale-receipt-handle` behaviour.
     pub async fn delete(&mut self, d: &Delivery) -> Result<(), CallError> {
         self.gate("delete").await?;
-        let (stale, noop) = {
+        let (depends, noop) = {
             let w = self.world.borrow();
             (w.sqs.depends_on_stale_delete(&d.msg, &d.receipt), w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop)
         };
@@ -416,7 +416,7 @@ impl Cx {
             Ok(_) => {
                 self.world.borrow_mut().sqs.deleted(&d.msg);
                 let mut facts = vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }];
-                let text = if stale {
+                let text = if depends {
                     facts.push(Fact::DependsOn { behaviour: crate::faults::sqs::STALE_RECEIPT_HANDLE.into() });
                     format!("{} deleted with a stale receipt handle (AWS may keep it)", d.msg)
                 } else {
