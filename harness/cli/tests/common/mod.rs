@@ -1,0 +1,29 @@
+//! Helpers shared by the integration tests: the in-tree workloads as the binary registers them.
+#![allow(dead_code)]
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crashpoint::scenario::Scenario;
+use crashpoint::sut::System;
+use crashpoint::workload::{Registry, Workload};
+
+/// The workloads of the `crashpoint` binary, in its order.
+pub fn registry() -> Registry {
+    Registry::new(vec![Arc::new(crashpoint_payout::Payout), Arc::new(crashpoint_counter::Counter)])
+}
+
+/// The scenario named `name` of the repository's `scenarios/`.
+pub fn scenario(name: &str) -> Scenario {
+    crashpoint::testkit::scenario(&registry(), name)
+}
+
+/// The payout workload's system named `name` (`reference` or a mutant).
+pub fn payout(name: &str) -> Rc<dyn System> {
+    crashpoint_payout::Payout.system(name).unwrap_or_else(|| panic!("no payout system {name}"))
+}
+
+/// A schedule's text form parsed for scenario `s`'s workload.
+pub fn schedule(s: &Scenario, text: &str) -> crashpoint::schedule::Schedule {
+    crashpoint::schedule::parse(text, &crashpoint::schedule::Vocabulary::of(s.workload.as_ref())).expect("schedule parses")
+}

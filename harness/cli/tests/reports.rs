@@ -1,0 +1,191 @@
+//! Reports a CI page shows: a run against a failing mutant writes junit.xml (read back with
+//! `junit-parser`), report.json, summary.md (snapshotted) and a timeline that headless
+//! Chromium renders; sharded explorations cover exactly one unsharded run; the structured
+//! logs carry crashes and blocked steps. Services are started through the harness.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use crashpoint::explore::{explore, Options, Shard};
+use crashpoint::scenario::{for_shard, run_scenario};
+use crashpoint::testkit;
+mod common;
+
+const BIN: &str = env!("CARGO_BIN_EXE_crashpoint");
+
+fn crashpoint() -> Command {
+    let mut c = Command::new(BIN);
+    for k in ["DATABASE_URL", "SQS_ENDPOINT_URL", "REDIS_URL", "DOCKER_HOST", "CI"] {
+        c.env_remove(k);
+    }
+    c.env("CI", "true");
+    c
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&apos;")
+}
+
+/// Counts pixels of exactly `rgb` in the PNG.
+fn pixels_of(png: &Path, rgb: [u8; 3]) -> usize {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    buf[..info.buffer_size()].chunks(channels).filter(|p| p.len() >= 3 && p[..3] == rgb).count()
+}
+
+#[test]
+fn a_failing_mutant_writes_every_report_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let reports = dir.path().join("reports");
+    let o = crashpoint()
+        .args(["run", "--mutant", "no-dedup", "payout/catalogue", "--budget", "40", "--seed", "1", "--report-dir"])
+        .arg(&reports)
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "stdout:\n{out}\nstderr:\n{err}");
+    for f in ["junit.xml", "report.json", "summary.md", "timeline-payout-catalogue.html"] {
+        assert!(reports.join(f).is_file(), "{f} missing; stdout:\n{out}");
+    }
+
+    // junit.xml, read back by a JUnit reader.
+    let suites = junit_parser::from_reader(std::io::BufReader::new(std::fs::File::open(reports.join("junit.xml")).unwrap()))
+        .expect("junit.xml parses");
+    assert_eq!(suites.suites.len(), 1);
+    let cases = &suites.suites[0].cases;
+    assert_eq!(cases.len(), 1, "one test case per scenario: {cases:?}");
+    let case = &cases[0];
+    assert_eq!(case.original_name, "payout/catalogue (no-dedup)");
+    assert_eq!(case.classname.as_deref(), Some("payout"));
+    let junit_parser::TestStatus::Failure(failure) = &case.status else { panic!("not a failure: {:?}", case.status) };
+    assert!(failure.message.contains("exactly one payout per payment"), "{}", failure.message);
+    assert!(failure.message.contains("crashpoint repro payout/catalogue --system no-dedup --schedule"), "{}", failure.message);
+
+    // report.json
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(reports.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["seed"], 1);
+    assert_eq!(json["budget"]["schedules"], 40);
+    assert_eq!(json["verdict"], "fail");
+    let sc = &json["scenarios"][0];
+    assert_eq!(sc["name"], "payout/catalogue");
+    assert_eq!(sc["verdict"], "fail");
+    assert_eq!(sc["coverage"].as_object().unwrap().len(), 10, "{sc}");
+    assert!(sc["calls"]["pg"].as_u64().unwrap() > 0 && sc["calls"]["sqs"].as_u64().unwrap() > 0);
+    assert!(sc["invariants"].as_array().unwrap().iter().any(|i| i["holds"] == false));
+    let failure = &sc["failure"];
+    let schedule = failure["schedule"].as_str().unwrap();
+    assert!(failure["repro"][0].as_str().unwrap().ends_with(&format!("--schedule '{schedule}'")));
+    assert_eq!(failure["timeline"], "timeline-payout-catalogue.html");
+    let breaking = failure["breaking_step"].as_str().expect("a breaking step").to_string();
+    assert!(failure["trace"].as_str().unwrap().contains(&breaking));
+
+    // The timeline: self-contained, every lane named, the violating step highlighted.
+    let html = std::fs::read_to_string(reports.join("timeline-payout-catalogue.html")).unwrap();
+    for forbidden in ["<script", "<link", "src=\"http", "href=\"http", "url(http"] {
+        assert!(!html.contains(forbidden), "the timeline must open offline; found {forbidden}");
+    }
+    let trace = failure["trace"].as_str().unwrap();
+    let workers: BTreeSet<&str> = trace
+        .lines()
+        .filter(|l| l.split_whitespace().next().is_some_and(|t| t.strip_suffix('s').is_some_and(|n| n.parse::<f64>().is_ok())))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|w| *w != "~")
+        .collect();
+    assert!(workers.contains("c1") && workers.contains("p"), "{workers:?}");
+    for lane in workers.iter().copied().chain(["nemesis", "postgres", "sqs", "redis"]) {
+        assert!(html.contains(&format!("data-lane=\"{lane}\"")), "lane {lane} missing");
+    }
+    assert!(html.contains("id=\"breaking\""), "no highlighted step");
+    let highlighted = html.lines().find(|l| l.contains("id=\"breaking-line\"")).expect("a highlighted trace line");
+    assert!(highlighted.contains(&escape(&breaking)), "{highlighted} is not {breaking}");
+
+    // summary.md: table, minimal schedule, repro; wall-clock figures filtered.
+    let summary = std::fs::read_to_string(reports.join("summary.md")).unwrap();
+    assert!(summary.contains(schedule) && summary.contains("crashpoint repro"));
+    // The run-wide calibration caveat is asserted here, and filtered from the snapshot: its
+    // wording depends on what the endpoint did.
+    assert!(summary.contains("differs from AWS on `stale-receipt-handle`"), "{summary}");
+    assert!(json["calibration"]["probes"].as_array().is_some_and(|p| p.len() == 7), "{}", json["calibration"]);
+    let filters = vec![
+        (r"\| \d+\.\d \|", "| [rate] |"),
+        (r"(?m)^> ⚠️ (the SQS endpoint|calibration probe).*$", "> ⚠️ [calibration caveat]"),
+    ];
+    insta::with_settings!({filters => filters}, {
+        insta::assert_snapshot!("summary_no_dedup", summary);
+    });
+
+    // Headless Chromium renders the lanes: worker lanes, PostgreSQL and SQS step colours.
+    let png = dir.path().join("timeline.png");
+    let shot = crashpoint().arg("screenshot").arg(reports.join("timeline-payout-catalogue.html")).arg(&png).output().unwrap();
+    assert_eq!(shot.status.code(), Some(0), "{}", String::from_utf8_lossy(&shot.stderr));
+    assert!(pixels_of(&png, [0xbc, 0xd7, 0xf5]) > 100, "no PostgreSQL step drawn");
+    assert!(pixels_of(&png, [0xff, 0xd8, 0xa8]) > 100, "no SQS step drawn");
+    assert!(pixels_of(&png, [0xee, 0xf2, 0xf7]) > 1000, "no service lane drawn");
+}
+
+#[test]
+fn a_verdict_resting_on_an_emulator_behaviour_carries_the_caveat() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = crashpoint().args(["run", "aws/stale-delete-emulated", "--report-dir"]).arg(dir.path()).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("SQS calibration against"), "{out}");
+    assert!(out.contains("caveat (aws/stale-delete-emulated): this verdict depends on `stale-receipt-handle`"), "{out}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+    let sc = &json["scenarios"][0];
+    assert_eq!(sc["depends_on"][0], "stale-receipt-handle");
+    assert!(sc["caveats"][0].as_str().unwrap().contains("stale-receipt-handle"), "{sc}");
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(summary.contains("aws/stale-delete-emulated (reference): this verdict depends on"), "{summary}");
+    let junit = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
+    assert!(junit.contains("name=\"caveat\""), "{junit}");
+}
+
+#[test]
+fn two_shards_cover_exactly_one_unsharded_run() {
+    let s = common::scenario("payout/explore");
+    let endpoints = testkit::endpoints();
+    let cases = |shard: Shard| {
+        let opts = Options { schedules: Some(8), time: None, seed: 99, check_determinism: false, shard };
+        let r = explore(&endpoints, common::payout("reference"), &s, &opts, |_| {}).expect("explores");
+        assert!(r.failure.is_none(), "the reference failed");
+        r.stats.cases
+    };
+    let all = cases(Shard::default());
+    let one = cases(Shard { index: 1, count: 2 });
+    let two = cases(Shard { index: 2, count: 2 });
+    assert_eq!(all.len(), 8);
+    assert_eq!(one.len() + two.len(), 8, "overlap or gap: {one:?} {two:?}");
+    let mut union: Vec<_> = one.iter().chain(&two).copied().collect();
+    union.sort();
+    assert_eq!(union, all, "the shards together must run exactly the unsharded cases");
+
+    // Scripted scenarios are dealt the same way.
+    let scenarios = crashpoint::scenario::discover(&crashpoint::scenario::scenarios_dir(), &common::registry()).unwrap();
+    let names = |shard| for_shard(scenarios.clone(), shard).into_iter().filter(|s| s.explore.is_none()).map(|s| s.name).collect::<Vec<_>>();
+    let (a, b, whole) = (names(Shard { index: 1, count: 2 }), names(Shard { index: 2, count: 2 }), names(Shard::default()));
+    assert!(!a.is_empty() && !b.is_empty());
+    let mut both: Vec<_> = a.iter().chain(&b).cloned().collect();
+    both.sort();
+    let mut whole_sorted = whole.clone();
+    whole_sorted.sort();
+    assert_eq!(both, whole_sorted);
+}
+
+#[test]
+#[tracing_test::traced_test]
+fn logs_carry_injected_crashes_and_blocked_steps() {
+    let endpoints = testkit::endpoints();
+    for name in ["seed/crash-after-commit", "seed/concurrent-same-event"] {
+        let o = run_scenario(&endpoints, common::payout("reference"), &common::scenario(name), None).unwrap();
+        assert!(o.passed(), "{name}\n{}", o.trace);
+    }
+    assert!(logs_contain("crash injected"));
+    assert!(logs_contain("worker=\"c1\"") || logs_contain("worker=c1"));
+    assert!(logs_contain("blocked step detected"));
+    assert!(logs_contain("schedule checked"));
+}

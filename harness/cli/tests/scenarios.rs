@@ -1,0 +1,126 @@
+//! The six failure windows of seed 000 against real PostgreSQL, LocalStack SQS and Redis,
+//! started once for this test process through the harness (`crashpoint::testkit`).
+//! Each test asserts the verdict, the key trace facts, and a snapshot of the whole trace.
+
+use crashpoint::scenario::{run_scenario, ScenarioOutcome};
+use crashpoint::schedule;
+mod common;
+use crashpoint::testkit;
+
+
+fn run(system: &str, name: &str, schedule: Option<&str>) -> ScenarioOutcome {
+    let s = common::scenario(name);
+    let schedule = schedule.map(|t| common::schedule(&s, t));
+    run_scenario(&testkit::endpoints(), common::payout(system), &s, schedule.as_ref())
+        .unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// Runs a seed window on the reference system; asserts it passes, that the trace has every
+/// fact in `facts`, and that the trace matches its snapshot.
+fn window(name: &str, facts: &[&str]) {
+    let o = run("reference", name, None);
+    let failed: Vec<_> = o.verdicts.iter().filter(|v| !v.holds).collect();
+    assert!(failed.is_empty(), "{name}: invariants violated: {failed:?}\n{}", o.trace);
+    assert!(o.missing_trace_facts.is_empty(), "{name}: missing {:?}\n{}", o.missing_trace_facts, o.trace);
+    for f in facts {
+        assert!(o.trace.contains(f), "{name}: trace lacks {f:?}\n{}", o.trace);
+    }
+    insta::assert_snapshot!(name.replace('/', "__"), o.trace);
+}
+
+#[test]
+fn concurrent_same_event_second_blocks_then_does_nothing() {
+    window(
+        "seed/concurrent-same-event",
+        &["c2   claim                                   ⧗ blocked by c1", "c2   claim                                   → no row"],
+    );
+}
+
+#[test]
+fn crash_after_commit_redelivery_is_a_no_op() {
+    window("seed/crash-after-commit", &["c1   ✗ CRASH at after_commit", "e1 already processed: duplicate, no effect"]);
+}
+
+#[test]
+fn fail_after_claim_rolls_back_and_retry_pays() {
+    window("seed/fail-after-claim", &["✗ injected failure at after_claim", "c1   rollback", "m1 (receive 2)"]);
+}
+
+#[test]
+fn lock_expiry_second_dispatch_passes_postgres_allows_one_payout() {
+    window("seed/lock-expiry", &["lock payment-captured.e1 expired", "m2 (e1)", "⧗ blocked by c1"]);
+}
+
+#[test]
+fn relay_death_after_send_published_twice_applied_once() {
+    window("seed/relay-death-after-send", &["x1 (ob1)", "x2 (ob1)", "publication ob1 already applied"]);
+}
+
+#[test]
+fn replay_inside_retention_is_a_no_op() {
+    window("seed/replay-retention-edge/inside", &["retention purged 0 dedup rows", "e1 already processed"]);
+}
+
+#[test]
+fn replay_past_retention_is_caught_by_the_unique_constraint() {
+    window(
+        "seed/replay-retention-edge/past",
+        &["retention purged 1 dedup rows", "parked in the failure transport: Payment p1 already has a merchant payout"],
+    );
+}
+
+#[test]
+fn same_schedule_gives_the_same_trace_byte_for_byte() {
+    let a = run("reference", "seed/concurrent-same-event", None);
+    let b = run("reference", "seed/concurrent-same-event", None);
+    assert_eq!(a.trace, b.trace);
+    assert_eq!(a.calls, b.calls);
+}
+
+#[test]
+fn a_handler_without_dedup_is_caught_paying_twice() {
+    // The crash-after-commit window, with the drain doing the redelivery: op names are left
+    // out because the mutant's calls differ from the reference's.
+    let o = run("no-dedup", "seed/crash-after-commit", Some("p:lock p:send c1:recv c1:crash@after_commit tick:31s"));
+    assert!(!o.passed(), "no-dedup passed:\n{}", o.trace);
+    let v = o.verdicts.iter().find(|v| v.invariant == "exactly one payout per payment").unwrap();
+    assert!(!v.holds, "{v:?}");
+    assert_eq!(v.detail, "payment p1 has 2 payouts");
+}
+
+// ---- AWS behaviours that LocalStack does not produce, injected by the nemesis ----
+
+#[test]
+fn stale_delete_noop_leaves_the_message_to_the_latest_handle() {
+    window("aws/stale-delete-noop", &["c1   delete                                  → ok, but m1 is not deleted"]);
+}
+
+#[test]
+fn skip_without_delete_loses_liveness_when_a_stale_delete_keeps_the_message() {
+    let o = run("skip-without-delete", "aws/stale-delete-noop", None);
+    let v = o.verdicts.iter().find(|v| v.invariant.starts_with("quiescence")).unwrap();
+    assert!(!v.holds, "skip-without-delete passed under sqs:stale-delete-noop:\n{}", o.trace);
+    // On LocalStack alone (no fault), c1's stale delete removes the message and hides the bug;
+    // the run records that its verdict rests on that behaviour.
+    let o = run("skip-without-delete", "aws/stale-delete-emulated", None);
+    assert!(o.passed(), "expected LocalStack to hide the bug:\n{}", o.trace);
+    assert!(o.trace.contains("m1 deleted with a stale receipt handle"), "{}", o.trace);
+    assert!(o.history.depends_on().contains("stale-receipt-handle"));
+}
+
+#[test]
+fn a_stale_delete_on_the_emulator_is_marked_as_depending_on_it() {
+    window("aws/stale-delete-emulated", &[]);
+    let o = run("reference", "aws/stale-delete-emulated", None);
+    assert_eq!(o.history.depends_on().into_iter().collect::<Vec<_>>(), vec!["stale-receipt-handle".to_string()]);
+}
+
+#[test]
+fn redelivery_after_delete_is_a_no_op() {
+    window("aws/redeliver-after-delete", &["c2   claim                                   → no row"]);
+}
+
+#[test]
+fn a_lost_receive_comes_back_after_the_visibility_timeout() {
+    window("aws/receive-lost", &["c2   recv                                    → empty", "c2   commit                                  → ok"]);
+}

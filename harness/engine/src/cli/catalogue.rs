@@ -1,0 +1,142 @@
+//! `crashpoint catalogue`: every mutant, then the reference, explored under the same budget.
+
+use std::fmt::Write;
+
+use anyhow::{anyhow, bail, Result};
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::explore::{self, Options, Report, Shard};
+use crate::report::model::{Budget, Outcome, ScenarioReport};
+use crate::report::ReportDir;
+use crate::scenario;
+use crate::services::ServiceOptions;
+use crate::workload::Registry;
+use super::run::{add_timeline, new_report, with_services};
+
+/// Arguments of `catalogue`.
+#[derive(Debug, clap::Args)]
+pub struct CatalogueArgs {
+    /// The workload whose mutants run (every workload's when omitted), e.g. `payout`.
+    pub workload: Option<String>,
+    /// Schedules per system (each stops at its first failure).
+    #[arg(long, default_value_t = 100)]
+    pub budget: u64,
+    /// Run seed, the same for every system.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The exploration scenario (default: the workload's catalogue scenario, e.g.
+    /// `payout/catalogue`, whose events pay distinct payments so that each mutant is caught
+    /// through its own failure window). Only with one workload.
+    #[arg(long)]
+    pub scenario: Option<String>,
+    /// Where `junit.xml` (one test case per system), `report.json`, `summary.md` and the
+    /// mutants' timelines go.
+    #[arg(long, default_value = "reports/catalogue")]
+    pub report_dir: PathBuf,
+}
+
+fn row(name: &str, r: &Report) -> String {
+    match &r.failure {
+        Some(f) => {
+            let why: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
+            format!(
+                "| {name} | yes | {} | {:.1} | {} | {} |",
+                f.schedules_until,
+                r.stats.wall.as_secs_f64(),
+                f.minimal.schedule.decisions.len(),
+                why.join("; ")
+            )
+        }
+        None => format!("| {name} | no | – | {:.1} | – | – |", r.stats.wall.as_secs_f64()),
+    }
+}
+
+/// Explores every mutant of the catalogue and then the reference with the same budget and
+/// seed, prints the detection table, and writes it as `catalogue.md` into `--report-dir` beside
+/// the reports (where a mutant's test case passes when it is caught). Exit 0 when every mutant
+/// was caught and the reference passed, 1 otherwise.
+pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &CatalogueArgs, registry: &Registry) -> Result<i32> {
+    let workloads = match &args.workload {
+        Some(w) => vec![registry
+            .get(w)
+            .ok_or_else(|| anyhow!("unknown workload `{w}`; expected one of {}", registry.names().join(", ")))?],
+        None if args.scenario.is_some() => bail!("--scenario needs a workload: `crashpoint catalogue <workload> --scenario …`"),
+        None => registry.all().to_vec(),
+    };
+    let all = scenario::discover(&scenario::scenarios_dir(), registry)?;
+    let mut chosen = Vec::new();
+    for w in &workloads {
+        let name = args.scenario.clone().unwrap_or_else(|| w.catalogue_scenario());
+        let s = all
+            .iter()
+            .find(|s| s.name == name && s.explore.is_some() && s.workload.name() == w.name())
+            .ok_or_else(|| anyhow!("no exploration scenario `{name}` of workload `{}`", w.name()))?;
+        chosen.push(s.clone());
+    }
+    let dir = ReportDir::create(&args.report_dir)?;
+    let _hold = crate::services::native::process::ReportHold::take();
+    let started = Instant::now();
+    let mut report = new_report("catalogue", args.seed, Budget { schedules: Some(args.budget), seconds: None }, Shard::default());
+    let result = with_services(rt, opts, |endpoints| {
+      let options = Options { schedules: Some(args.budget), seed: args.seed, ..Options::default() };
+      let mut table = String::new();
+      for s in &chosen {
+        let mutants: Vec<&str> = s.workload.systems().iter().map(|i| i.name).filter(|n| *n != "reference").collect();
+        let header = "| system | caught | schedules to first failure | wall s | shrunk length | invariant |\n|---|---|---|---|---|---|\n";
+        println!("catalogue of {}: {} mutants, then the reference; budget {} schedules each, seed {}, scenario {}\n", s.workload.name(), mutants.len(), args.budget, args.seed, s.name);
+        writeln!(table, "## {}\n", s.workload.name())?;
+        table.push_str(header);
+        print!("{header}");
+        let mut all_caught = true;
+        for name in mutants {
+            let system = scenario::system_of(s, name)?;
+            let t0 = Instant::now();
+            let mut progress = super::progress::Progress::start(name, Some(args.budget), 0);
+            let r = explore::explore(endpoints, system, s, &options, |st| progress.update(st, t0));
+            progress.finish();
+            let r = r?;
+            all_caught &= r.failure.is_some();
+            let mut sr = ScenarioReport::explored(s, name, &r);
+            sr.expected = Outcome::Fail;
+            add_timeline(&dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
+            report.scenarios.push(sr);
+            let line = row(name, &r);
+            println!("{line}");
+            writeln!(table, "{line}")?;
+        }
+        let r = explore::explore(endpoints, scenario::system_of(s, "reference")?, s, &options, |_| {})?;
+        let reference_ok = r.failure.is_none();
+        let mut sr = ScenarioReport::explored(s, "reference", &r);
+        add_timeline(&dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
+        report.scenarios.push(sr);
+        let line = row("reference (must not be caught)", &r);
+        println!("{line}");
+        writeln!(table, "{line}")?;
+        let verdict = format!(
+            "\nbudget {} schedules per system, seed {}, scenario {}: {}\n",
+            args.budget,
+            args.seed,
+            s.name,
+            if all_caught && reference_ok { "every mutant caught, the reference passes" } else { "FAIL" }
+        );
+        print!("{verdict}");
+        table.push_str(&verdict);
+        table.push('\n');
+      }
+        let md = dir.path().join("catalogue.md");
+        std::fs::write(&md, &table)?;
+        println!("written to {}", md.display());
+        anyhow::Ok(())
+    });
+    report.wall_s = started.elapsed().as_secs_f64();
+    if let Err(e) = &result {
+        report.ended_by(e);
+    }
+    report.conclude();
+    dir.finish(&report)?;
+    result?;
+    println!("reports: {}", dir.path().display());
+    Ok(report.exit_code())
+}

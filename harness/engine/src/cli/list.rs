@@ -1,0 +1,44 @@
+//! `crashpoint list`.
+
+use anyhow::Result;
+
+use crate::error::EXIT_OK;
+use crate::scenario;
+use crate::workload::{Registry, RoleKind};
+
+/// Prints the scenarios, and for each workload its roles with their crash points, its faults
+/// and its systems, then the engine's fault kinds.
+/// Errors: a scenario file that does not load (named with its line and field).
+pub fn list(registry: &Registry) -> Result<i32> {
+    let dir = scenario::scenarios_dir();
+    println!("scenarios (from {}/):", dir.display());
+    for s in scenario::discover(&dir, registry)? {
+        println!("  {:<36} {}", s.name, s.description);
+    }
+    for w in registry.all() {
+        println!("\nworkload {}: {}", w.name(), w.about());
+        println!("  roles (worker names) and crash points:");
+        for r in w.roles() {
+            let kind = match r.kind {
+                RoleKind::Producer => "producer".to_string(),
+                RoleKind::Handler { queue } => format!("handles {queue}"),
+                RoleKind::Poller => "poller".into(),
+                RoleKind::Periodic => "periodic".into(),
+            };
+            let name = if matches!(r.kind, RoleKind::Producer | RoleKind::Periodic) { r.prefix.to_string() } else { format!("{}N", r.prefix) };
+            println!("    {name:<8} {kind:<18} {:<24} {}", r.about, r.points.join(" "));
+        }
+        for f in w.faults() {
+            println!("  fault {:<30} {}", f.name(), f.about());
+        }
+        println!("  systems (--system):");
+        for s in w.systems() {
+            println!("    {:<34} {}", s.name, s.about);
+        }
+    }
+    println!("\nfaults (schedule text):");
+    for (text, what) in crate::nemesis::KINDS {
+        println!("  {text:<36} {what}");
+    }
+    Ok(EXIT_OK)
+}

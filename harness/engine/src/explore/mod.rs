@@ -1,0 +1,230 @@
+//! Exploration: generated schedules against real services, shrinking a failure to a minimal
+//! schedule, determinism self-check, crash-point coverage and throughput.
+//!
+//! Each generated schedule has its own case seed, derived from the run seed and its index, so
+//! `crashpoint repro SCENARIO --seed CASE_SEED` regenerates exactly that schedule. A failure
+//! shrinks through proptest's value tree (`simplify`/`complicate`), every candidate run on the
+//! real services. Minimal failures of the reference system are appended to
+//! `<scenario>.regressions` next to the scenario file, and re-tried first by later runs.
+
+pub mod exhaustive;
+mod regressions;
+mod shard;
+mod stats;
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+pub use shard::Shard;
+pub use stats::{Case, Coverage, Stats};
+
+use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
+use crate::schedule::{schedules, Menu, Schedule};
+use crate::services::Endpoints;
+use crate::sut::System;
+
+/// Most candidate schedules tried while shrinking one failure.
+pub const SHRINK_RUNS_MAX: usize = 400;
+
+/// How much to explore.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Stop after this many schedules.
+    pub schedules: Option<u64>,
+    /// Stop after this much wall time.
+    pub time: Option<Duration>,
+    /// The run seed.
+    pub seed: u64,
+    /// Run every schedule twice and compare the traces byte for byte.
+    pub check_determinism: bool,
+    /// This job's shard: it runs the cases (and saved regressions) whose index it owns.
+    pub shard: Shard,
+}
+
+/// A failing schedule and its minimal form.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// Case seed of the generated schedule (`None` for a regression re-tried from file).
+    pub case_seed: Option<u64>,
+    /// Schedules run before this one failed (1-based index of the failing schedule).
+    pub schedules_until: u64,
+    /// The schedule as first found.
+    pub original: Schedule,
+    /// The shrunk schedule's outcome (its schedule is the minimal one).
+    pub minimal: ScenarioOutcome,
+    /// Candidate schedules run while shrinking.
+    pub shrink_runs: usize,
+    /// Set when the failure is a determinism mismatch: the first divergent trace line.
+    pub divergence: Option<String>,
+}
+
+/// The result of an exploration.
+#[derive(Debug)]
+pub struct Report {
+    /// Schedules run (shrinking excluded), coverage, calls and wall time.
+    pub stats: Stats,
+    /// The first failure, shrunk.
+    pub failure: Option<Failure>,
+}
+
+/// The seed of case `index` of a run seeded `seed` (splitmix64).
+pub fn case_seed(seed: u64, index: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(index + 1));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn menu(s: &Scenario) -> Menu {
+    Menu {
+        workers: s.workers.clone(),
+        events: s.event_names.clone(),
+        decisions_max: s.explore.as_ref().map(|e| e.decisions_max).unwrap_or(24),
+        sqs_faults: s.explore.as_ref().is_some_and(|e| e.sqs_faults),
+        vocabulary: crate::schedule::Vocabulary::of(s.workload.as_ref()),
+    }
+}
+
+fn runner_for(case_seed: u64) -> TestRunner {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&case_seed.to_le_bytes());
+    bytes[8..16].copy_from_slice(&(!case_seed).to_le_bytes());
+    TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
+}
+
+/// The schedule generated for `case_seed` in scenario `s` (what `repro --seed` runs).
+pub fn generate(s: &Scenario, case_seed: u64) -> Result<Schedule> {
+    let tree = schedules(&menu(s)).new_tree(&mut runner_for(case_seed)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(tree.current())
+}
+
+/// The first line where two traces differ, as `line N: <a> ≠ <b>`.
+pub fn first_divergence(a: &str, b: &str) -> Option<String> {
+    let (mut la, mut lb) = (a.lines(), b.lines());
+    for n in 1.. {
+        match (la.next(), lb.next()) {
+            (None, None) => return None,
+            (x, y) if x == y => continue,
+            (x, y) => return Some(format!("line {n}: {:?} ≠ {:?}", x.unwrap_or("<end>"), y.unwrap_or("<end>"))),
+        }
+    }
+    None
+}
+
+struct Explorer<'a> {
+    endpoints: &'a Endpoints,
+    system: Rc<dyn System>,
+    scenario: &'a Scenario,
+    stats: Stats,
+}
+
+impl Explorer<'_> {
+    fn run(&mut self, schedule: &Schedule) -> Result<ScenarioOutcome> {
+        run_scenario(self.endpoints, self.system.clone(), self.scenario, Some(schedule))
+    }
+
+    /// Shrinks from a failing value tree: simplify while it still fails, complicate when a
+    /// simplification passes (proptest's algorithm), every candidate on the real services.
+    fn shrink(&mut self, tree: &mut impl ValueTree<Value = Schedule>, failing: ScenarioOutcome) -> Result<(ScenarioOutcome, usize)> {
+        let mut best = failing;
+        let mut runs = 0;
+        if !tree.simplify() {
+            return Ok((best, runs));
+        }
+        while runs < SHRINK_RUNS_MAX {
+            let candidate = tree.current();
+            let o = self.run(&candidate)?;
+            runs += 1;
+            let more = if !o.passed() {
+                if candidate.decisions.len() <= best.schedule.decisions.len() {
+                    best = o;
+                }
+                tree.simplify()
+            } else {
+                tree.complicate()
+            };
+            if !more {
+                break;
+            }
+        }
+        Ok((best, runs))
+    }
+}
+
+/// Explores scenario `s` (which must have an `[explore]` table) on `system` within `opts`'
+/// budget. Regressions saved for the reference system are re-tried first. `progress` is
+/// called after every schedule. Errors: a service failure (not a verdict).
+pub fn explore(
+    endpoints: &Endpoints,
+    system: Rc<dyn System>,
+    s: &Scenario,
+    opts: &Options,
+    mut progress: impl FnMut(&Stats),
+) -> Result<Report> {
+    let started = Instant::now();
+    let persist = system.name() == "reference";
+    let mut ex = Explorer { endpoints, system, scenario: s, stats: Stats::new(s.workload.as_ref()) };
+    let saved = regressions::load(s, ex.system.name())?;
+    for schedule in saved.into_iter().enumerate().filter(|(k, _)| opts.shard.owns(*k as u64)).map(|(_, r)| r) {
+        let o = ex.run(&schedule)?;
+        ex.stats.record(&o);
+        if !o.passed() {
+            ex.stats.wall = started.elapsed();
+            let failure = Failure {
+                case_seed: None,
+                schedules_until: ex.stats.schedules,
+                original: schedule,
+                minimal: o,
+                shrink_runs: 0,
+                divergence: None,
+            };
+            return Ok(Report { stats: ex.stats, failure: Some(failure) });
+        }
+    }
+    let strategy = schedules(&menu(s));
+    let mut index = 0u64;
+    loop {
+        let over_count = opts.schedules.is_some_and(|n| index >= n);
+        let over_time = opts.time.is_some_and(|t| started.elapsed() >= t);
+        if over_count || over_time {
+            break;
+        }
+        let seed = case_seed(opts.seed, index);
+        index += 1;
+        if !opts.shard.owns(index - 1) {
+            continue;
+        }
+        ex.stats.cases.push(Case { index: index - 1, case_seed: seed });
+        let mut tree = strategy.new_tree(&mut runner_for(seed)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let schedule = tree.current();
+        let o = ex.run(&schedule)?;
+        ex.stats.record(&o);
+        let mut divergence = None;
+        if opts.check_determinism {
+            let again = ex.run(&schedule)?;
+            divergence = first_divergence(&o.trace, &again.trace);
+        }
+        progress(&ex.stats);
+        if o.passed() && divergence.is_none() {
+            continue;
+        }
+        let schedules_until = ex.stats.schedules;
+        let (minimal, shrink_runs) = if divergence.is_some() {
+            (o, 0)
+        } else {
+            ex.shrink(&mut tree, o)?
+        };
+        if persist && divergence.is_none() {
+            regressions::save(s, "reference", &minimal)?;
+        }
+        ex.stats.wall = started.elapsed();
+        let failure = Failure { case_seed: Some(seed), schedules_until, original: schedule, minimal, shrink_runs, divergence };
+        return Ok(Report { stats: ex.stats, failure: Some(failure) });
+    }
+    ex.stats.wall = started.elapsed();
+    Ok(Report { stats: ex.stats, failure: None })
+}

@@ -1,0 +1,118 @@
+//! Counters of an exploration: schedules, calls, crash-point coverage.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::scenario::ScenarioOutcome;
+use crate::sim::history::Entry;
+use crate::workload::CrashPoint;
+use crate::sim::world::CallCounts;
+
+/// How one crash point was exercised.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Coverage {
+    /// Schedules in which a worker passed through it.
+    pub passed: u64,
+    /// Crashes injected there.
+    pub crashed: u64,
+    /// Failures injected there.
+    pub failed: u64,
+}
+
+/// One explored case: its index in the (unsharded) run and its case seed (`repro --seed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Case {
+    /// Index in the unsharded run, 0-based.
+    pub index: u64,
+    /// Case seed.
+    pub case_seed: u64,
+}
+
+/// Totals over the schedules run.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Schedules run (shrinking and determinism reruns excluded).
+    pub schedules: u64,
+    /// Real calls, summed over those schedules.
+    pub calls: CallCounts,
+    /// Per crash point.
+    pub coverage: BTreeMap<CrashPoint, Coverage>,
+    /// Wall time of the exploration.
+    pub wall: Duration,
+    /// Generated cases run, in order (regressions and scripted schedules are not cases).
+    pub cases: Vec<Case>,
+    /// SQS behaviours (calibration probe names) that some schedule's outcome depended on.
+    pub depends_on: std::collections::BTreeSet<String>,
+    /// Each schedule's wall time by phase, in order.
+    pub phases: Vec<crate::scenario::Phases>,
+    /// Schedules that used each fault kind (see [`crate::schedule::Decision::fault_kind`]).
+    pub faults: BTreeMap<String, u64>,
+    /// The workload's crash points, in pipeline order (the rows of the coverage table).
+    pub points: Vec<CrashPoint>,
+}
+
+impl Stats {
+    /// Empty counters for a scenario of `workload`.
+    pub fn new(workload: &dyn crate::workload::Workload) -> Stats {
+        Stats { points: crate::schedule::Vocabulary::of(workload).points(), ..Stats::default() }
+    }
+
+    /// Adds one schedule's outcome.
+    pub fn record(&mut self, o: &ScenarioOutcome) {
+        self.schedules += 1;
+        self.calls.pg += o.calls.pg;
+        self.calls.sqs += o.calls.sqs;
+        self.calls.redis += o.calls.redis;
+        self.depends_on.extend(o.history.depends_on());
+        self.phases.push(o.phases);
+        let mut kinds: Vec<String> = o.schedule.decisions.iter().filter_map(|d| d.fault_kind()).collect();
+        kinds.sort();
+        kinds.dedup();
+        for k in kinds {
+            *self.faults.entry(k).or_default() += 1;
+        }
+        let mut passed: Vec<CrashPoint> = o.passed.clone();
+        passed.sort();
+        passed.dedup();
+        for cp in passed {
+            self.coverage.entry(cp).or_default().passed += 1;
+        }
+        for e in &o.history.entries {
+            match e {
+                Entry::Crash { at: Some(cp), op: None, .. } => self.coverage.entry(*cp).or_default().crashed += 1,
+                Entry::Step(s) if s.result.starts_with("✗ injected failure") => {
+                    if let Some(cp) = s.at {
+                        self.coverage.entry(cp).or_default().failed += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Schedules per second of wall time.
+    pub fn per_second(&self) -> f64 {
+        self.schedules as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    /// The coverage table: one row per crash point, never-reached points flagged.
+    pub fn coverage_table(&self) -> String {
+        let mut out = format!("{:<24} {:>10} {:>8} {:>7}\n", "crash point", "schedules", "crashed", "failed");
+        for &cp in &self.points {
+            let c = self.coverage.get(&cp).copied().unwrap_or_default();
+            let flag = if c.passed == 0 { "  ← never reached" } else { "" };
+            out.push_str(&format!("{:<24} {:>10} {:>8} {:>7}{flag}\n", cp, c.passed, c.crashed, c.failed));
+        }
+        if !self.faults.is_empty() {
+            let used: Vec<String> = self.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            out.push_str(&format!("schedules using each fault: {}\n", used.join(", ")));
+        }
+        out
+    }
+
+    /// Mean calls per schedule, `pg/sqs/redis`.
+    pub fn calls_per_schedule(&self) -> (f64, f64, f64) {
+        let n = self.schedules.max(1) as f64;
+        (self.calls.pg as f64 / n, self.calls.sqs as f64 / n, self.calls.redis as f64 / n)
+    }
+}

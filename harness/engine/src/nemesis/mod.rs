@@ -1,0 +1,23 @@
+//! The nemesis: what the harness does to the world, beyond stepping workers.
+//!
+//! Crashes, restarts and injected failures are applied by the scheduler at yield points;
+//! expiries by the logical clock. [`sqs`] holds the AWS behaviours LocalStack does not
+//! produce. A workload adds faults of its own ([`crate::workload::WorkloadFault`], e.g. the
+//! failure-transport replay of seed 000), which the scheduler applies by name.
+
+pub mod sqs;
+
+/// The engine's fault kinds with their text form, for `crashpoint list` (a workload's own
+/// faults are listed with it).
+pub const KINDS: &[(&str, &str)] = &[
+    ("<w>:crash", "kill worker <w> where it stands (a pod kill: sockets close, the transaction rolls back)"),
+    ("<w>:crash@<point>", "run <w> to the named crash point, then kill it"),
+    ("<w>:fail@<point>", "throw an error in <w>'s handler at the named crash point"),
+    ("<w>:restart", "start a killed worker again with fresh software"),
+    ("tick:<duration>", "advance the logical clock; due visibility timeouts and lock TTLs expire"),
+    ("dispatch:<event>", "the producer dispatches an event once more"),
+    ("redis:restart", "Redis restarts without persistence: every lock is lost"),
+    ("sqs:stale-delete-noop", "from now on, DeleteMessage with a stale receipt handle returns OK and deletes nothing (AWS allows it)"),
+    ("sqs:redeliver-after-delete", "the next message deleted is delivered once more (AWS at-least-once delivery)"),
+    ("sqs:receive-lost", "the next message received is in flight and counted, but never reaches its consumer"),
+];

@@ -1,0 +1,188 @@
+//! AWS behaviours that emulators do not produce, injected by the nemesis (issue: emulator
+//! fidelity). LocalStack 4.13.1 deletes a message on DeleteMessage with a stale receipt handle,
+//! never redelivers a deleted message and never loses a receive; AWS documents all three as
+//! possible:
+//!
+//! | fault | text | what happens | AWS source |
+//! |---|---|---|---|
+//! | [`SqsFault::StaleDeleteNoop`] | `sqs:stale-delete-noop` | from then on, DeleteMessage with a receipt handle that is not the message's latest returns OK and deletes nothing | DeleteMessage API reference: with an older handle "the request succeeds, but the message might not be deleted" |
+//! | [`SqsFault::RedeliverAfterDelete`] | `sqs:redeliver-after-delete` | the next message deleted is delivered once more (sent again with the same body, under the same label) | SQS at-least-once delivery: "on rare occasions, one of the servers that stores a copy of a message might be unavailable when you receive or delete a message … you might get that message copy again" |
+//! | [`SqsFault::ReceiveLost`] | `sqs:receive-lost` | the next ReceiveMessage that returns a message is lost on its way: the message is in flight and its receive count went up, but the consumer gets nothing | ReceiveMessage: a received message stays invisible for the visibility timeout whether or not the response reached the consumer |
+//!
+//! The harness knows each message's latest receipt handle (from its own receives), so it can
+//! tell a stale DeleteMessage without asking SQS.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use anyhow::Result;
+
+use crate::sim::admin::Admin;
+
+
+/// The calibration probe that a stale-handle DeleteMessage depends on.
+pub const STALE_RECEIPT_HANDLE: &str = "stale-receipt-handle";
+
+/// An AWS behaviour injected by the nemesis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SqsFault {
+    /// DeleteMessage with a stale receipt handle returns OK and does not delete.
+    StaleDeleteNoop,
+    /// A deleted message is delivered once more.
+    RedeliverAfterDelete,
+    /// A receive counts against the message but the consumer never gets it.
+    ReceiveLost,
+}
+
+impl SqsFault {
+    /// Every fault, in text order.
+    pub const ALL: [SqsFault; 3] = [SqsFault::StaleDeleteNoop, SqsFault::RedeliverAfterDelete, SqsFault::ReceiveLost];
+
+    /// The name after `sqs:` in schedules, e.g. `stale-delete-noop`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SqsFault::StaleDeleteNoop => "stale-delete-noop",
+            SqsFault::RedeliverAfterDelete => "redeliver-after-delete",
+            SqsFault::ReceiveLost => "receive-lost",
+        }
+    }
+
+    /// Parses the name after `sqs:`. Errors list the names.
+    pub fn parse(s: &str) -> Result<SqsFault, String> {
+        SqsFault::ALL.into_iter().find(|f| f.as_str() == s).ok_or_else(|| {
+            let names: Vec<String> = SqsFault::ALL.iter().map(|f| format!("`sqs:{}`", f.as_str())).collect();
+            format!("`sqs:{s}` is not an SQS fault; expected {}", names.join(", "))
+        })
+    }
+
+    /// What the nemesis says in the trace when the schedule applies it.
+    pub fn announcement(self) -> &'static str {
+        match self {
+            SqsFault::StaleDeleteNoop => {
+                "sqs:stale-delete-noop on: DeleteMessage with a stale receipt handle returns OK and deletes nothing (as AWS allows)"
+            }
+            SqsFault::RedeliverAfterDelete => "sqs:redeliver-after-delete armed: the next message deleted is delivered once more",
+            SqsFault::ReceiveLost => "sqs:receive-lost armed: the next message received never reaches its consumer",
+        }
+    }
+}
+
+impl fmt::Display for SqsFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sqs:{}", self.as_str())
+    }
+}
+
+/// The SQS nemesis' state within one schedule, shared by the workers' contexts and the
+/// scheduler.
+#[derive(Debug, Default)]
+pub struct SqsNemesis {
+    /// `sqs:stale-delete-noop` is on.
+    pub stale_delete_noop: bool,
+    /// Deletes still to be followed by a redelivery.
+    pub redeliver_after_delete: u32,
+    /// Receives still to be lost.
+    pub receive_lost: u32,
+    /// Each message's latest receipt handle, by label.
+    pub latest_receipt: BTreeMap<String, String>,
+    /// Each received message's queue and body, by label (for a redelivery).
+    pub bodies: BTreeMap<String, (&'static str, String)>,
+    /// Messages deleted since their last receive, by label.
+    pub deleted: std::collections::BTreeSet<String>,
+}
+
+impl SqsNemesis {
+    /// Applies `fault` from a schedule decision.
+    pub fn apply(&mut self, fault: SqsFault) {
+        match fault {
+            SqsFault::StaleDeleteNoop => self.stale_delete_noop = true,
+            SqsFault::RedeliverAfterDelete => self.redeliver_after_delete += 1,
+            SqsFault::ReceiveLost => self.receive_lost += 1,
+        }
+    }
+
+    /// Records a receive; true when this receive is to be lost (an armed `receive-lost`).
+    pub fn received(&mut self, queue: &'static str, msg: &str, receipt: &str, body: &str) -> bool {
+        self.latest_receipt.insert(msg.to_string(), receipt.to_string());
+        self.deleted.remove(msg);
+        self.bodies.insert(msg.to_string(), (queue, body.to_string()));
+        if self.receive_lost > 0 {
+            self.receive_lost -= 1;
+            return true;
+        }
+        false
+    }
+
+    /// Whether `receipt` is not the latest handle of `msg`.
+    pub fn is_stale(&self, msg: &str, receipt: &str) -> bool {
+        self.latest_receipt.get(msg).is_some_and(|latest| latest != receipt)
+    }
+
+    /// Whether a DeleteMessage of `msg` with `receipt` decides the message's fate on a
+    /// behaviour endpoints differ on: the handle is stale and the message not yet deleted.
+    pub fn depends_on_stale_delete(&self, msg: &str, receipt: &str) -> bool {
+        self.is_stale(msg, receipt) && !self.deleted.contains(msg)
+    }
+
+    /// Records a DeleteMessage that deleted `msg`.
+    pub fn deleted(&mut self, msg: &str) {
+        self.deleted.insert(msg.to_string());
+    }
+
+    /// Takes an armed redelivery for a message just deleted: its queue and body.
+    pub fn take_redelivery(&mut self, msg: &str) -> Option<(&'static str, String)> {
+        if self.redeliver_after_delete == 0 {
+            return None;
+        }
+        let found = self.bodies.get(msg).cloned();
+        if found.is_some() {
+            self.redeliver_after_delete -= 1;
+        }
+        found
+    }
+}
+
+/// Sends `body` to `queue` again (a redelivery) and returns the new SQS MessageId.
+/// Errors: SendMessage failed.
+pub fn redeliver(admin: &Admin, queue: &'static str, body: &str) -> Result<String> {
+    admin.rt.block_on(async {
+        let sent = admin
+            .sqs
+            .send_message()
+            .queue_url(admin.queues.url(queue))
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("redelivery SendMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+        Ok(sent.message_id.unwrap_or_default())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_bad_names_list_the_choices() {
+        for f in SqsFault::ALL {
+            assert_eq!(SqsFault::parse(f.as_str()), Ok(f));
+        }
+        let e = SqsFault::parse("drop").unwrap_err();
+        assert!(e.contains("sqs:receive-lost"), "{e}");
+    }
+
+    #[test]
+    fn stale_handles_and_armed_faults() {
+        let mut n = SqsNemesis::default();
+        assert!(!n.received("q", "m1", "h1", "{}"));
+        assert!(!n.is_stale("m1", "h1"));
+        n.apply(SqsFault::ReceiveLost);
+        assert!(n.received("q", "m1", "h2", "{}"), "the armed receive is lost");
+        assert!(!n.received("q", "m1", "h3", "{}"), "only once");
+        assert!(n.is_stale("m1", "h1") && n.is_stale("m1", "h2") && !n.is_stale("m1", "h3"));
+        assert_eq!(n.take_redelivery("m1"), None, "not armed");
+        n.apply(SqsFault::RedeliverAfterDelete);
+        assert_eq!(n.take_redelivery("m1"), Some(("q", "{}".into())));
+        assert_eq!(n.take_redelivery("m1"), None);
+    }
+}

@@ -1,0 +1,172 @@
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use uuid::Uuid;
+
+use super::Scenario;
+use crate::checker::{self, Verdict};
+use crate::report::trace;
+use crate::schedule::Schedule;
+use crate::services::Endpoints;
+use crate::sim::scheduler::{Run, Setup};
+use crate::sim::world::{CallCounts, Names};
+use crate::sut::System;
+use crate::workload::{CrashPoint, Event, QueueSpec};
+
+/// The result of running one schedule of a scenario.
+#[derive(Debug, Clone)]
+pub struct ScenarioOutcome {
+    /// Scenario name.
+    pub name: String,
+    /// The schedule that ran.
+    pub schedule: Schedule,
+    /// The trace text.
+    pub trace: String,
+    /// Every invariant's verdict.
+    pub verdicts: Vec<Verdict>,
+    /// `expect_trace` entries that the trace does not contain.
+    pub missing_trace_facts: Vec<String>,
+    /// Real calls made by workers.
+    pub calls: CallCounts,
+    /// Crash points passed (one entry per pass).
+    pub passed: Vec<CrashPoint>,
+    /// Wall time of the schedule (not part of the trace).
+    pub wall: Duration,
+    /// Wall time by phase (not part of the trace).
+    pub phases: Phases,
+    /// The recorded history.
+    pub history: crate::sim::history::History,
+}
+
+/// Where a schedule's wall time went, ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Phases {
+    /// Fresh schema with the system's DDL, two queues, admin pools, hosts connected.
+    pub setup_ms: f64,
+    /// The schedule's decisions and the drain.
+    pub run_ms: f64,
+    /// The checker reading PostgreSQL.
+    pub check_ms: f64,
+    /// DROP SCHEMA, DeleteQueue, DEL of the schedule's Redis keys.
+    pub teardown_ms: f64,
+}
+
+impl ScenarioOutcome {
+    /// True when every invariant holds and every expected trace fact is present.
+    pub fn passed(&self) -> bool {
+        self.verdicts.iter().all(|v| v.holds) && self.missing_trace_facts.is_empty()
+    }
+}
+
+/// The scenario's events with ids derived from their labels inside `ns` (a fresh UUID per
+/// schedule, so that concurrent runs never share a Redis key), and the labels.
+/// Errors: the workload refuses an `[[events]]` table (checked already when the file loaded).
+pub fn materialize(s: &Scenario, ns: Uuid) -> Result<(Vec<Event>, Names)> {
+    let mut names = Names::default();
+    let events = s.workload.events(&s.events, ns, &mut names).map_err(|e| anyhow!("{}: field `events`: {e}", s.path.display()))?;
+    Ok((events, names))
+}
+
+/// The workload's queues with the scenario's visibility timeout, if it sets one.
+pub fn queues(s: &Scenario) -> Vec<QueueSpec> {
+    let mut queues = s.workload.queues();
+    if let Some(v) = s.visibility_timeout_s {
+        queues.iter_mut().for_each(|q| q.visibility_timeout_s = v);
+    }
+    queues
+}
+
+/// Runs `schedule` (the scenario's own when `None`) of scenario `s` against `system`:
+/// the decisions, then the drain phase, then the checker. In an exploration scenario,
+/// decisions that cannot apply are skipped (and the skip is in the trace). The schedule's
+/// namespace is removed afterwards whatever happened. Errors: a decision that cannot apply
+/// (the message includes the trace so far), a service failure.
+pub fn run_scenario(
+    endpoints: &Endpoints,
+    system: Rc<dyn System>,
+    s: &Scenario,
+    schedule: Option<&Schedule>,
+) -> Result<ScenarioOutcome> {
+    let schedule = schedule.unwrap_or(&s.schedule).clone();
+    run_driven(endpoints, system, s, |run| {
+        for (i, d) in schedule.decisions.iter().enumerate() {
+            run.apply(d).map_err(|e| anyhow!("decision {} `{d}`: {e:#}", i + 1))?;
+        }
+        Ok(schedule.clone())
+    })
+}
+
+/// Like [`run_scenario`], but the decisions are made by `drive`, which applies them to the
+/// run (it may look at the run between decisions) and returns the schedule it applied.
+pub fn run_driven(
+    endpoints: &Endpoints,
+    system: Rc<dyn System>,
+    s: &Scenario,
+    drive: impl FnOnce(&mut Run) -> Result<Schedule>,
+) -> Result<ScenarioOutcome> {
+    let _span = tracing::info_span!("schedule", scenario = %s.name).entered();
+    let started = Instant::now();
+    let (events, names) = materialize(s, Uuid::new_v4())?;
+    let config = s.workload.config(s.config.clone()).map_err(|e| anyhow!("{}: field `config`: {e}", s.path.display()))?;
+    let setup = Setup {
+        endpoints: endpoints.clone(),
+        workload: s.workload.clone(),
+        system,
+        config,
+        queues: queues(s),
+        workers: s.workers.clone(),
+        events: events.clone(),
+        names,
+    };
+    let t_setup = Instant::now();
+    let mut run = Run::start(setup)?;
+    run.lenient = s.explore.is_some();
+    let setup_ms = t_setup.elapsed().as_secs_f64() * 1e3;
+    let t_run = Instant::now();
+    let driven = drive(&mut run).map_err(|e| anyhow!("{}: {e:#}", s.name));
+    let stuck = match &driven {
+        Ok(_) => run.drain().map_err(|e| anyhow!("{}: drain: {e:#}", s.name)),
+        Err(_) => Ok(None),
+    };
+    let fin = run.finish();
+    let text = trace::render(&fin.history);
+    let (schedule, stuck) = match (driven, stuck) {
+        (Ok(schedule), Ok(stuck)) => (schedule, stuck),
+        (Err(e), _) | (_, Err(e)) => {
+            fin.admin.destroy(&fin.keys);
+            return Err(anyhow!("{e}\ntrace so far:\n{text}"));
+        }
+    };
+    let run_ms = t_run.elapsed().as_secs_f64() * 1e3;
+    let t_check = Instant::now();
+    let invariants = checker::with_quiescence(s.workload.invariants());
+    let verdicts = checker::check(&invariants, &fin.admin, &fin.history, &events, &fin.names, stuck.as_deref());
+    let check_ms = t_check.elapsed().as_secs_f64() * 1e3;
+    let t_teardown = Instant::now();
+    fin.admin.destroy(&fin.keys);
+    let phases = Phases { setup_ms, run_ms, check_ms, teardown_ms: t_teardown.elapsed().as_secs_f64() * 1e3 };
+    tracing::debug!(
+        scenario = %s.name,
+        ?phases,
+        total_ms = started.elapsed().as_secs_f64() * 1e3,
+        "schedule timing (setup: schema + queues + hosts connected; teardown: drop schema, delete queues)"
+    );
+    tracing::info!(schedule = %schedule, passed = verdicts.iter().all(|v| v.holds), "schedule checked");
+    if let Some(why) = verdicts.iter().find_map(|v| v.unknown.as_ref().map(|r| format!("invariant `{}` could not decide: {r}", v.invariant))) {
+        return Err(anyhow!("{}: {why}", s.name));
+    }
+    let missing = s.expect_trace.iter().filter(|f| !text.contains(f.as_str())).cloned().collect();
+    Ok(ScenarioOutcome {
+        name: s.name.clone(),
+        schedule,
+        trace: text,
+        verdicts,
+        missing_trace_facts: missing,
+        calls: fin.calls,
+        passed: fin.passed,
+        wall: started.elapsed(),
+        phases,
+        history: fin.history,
+    })
+}

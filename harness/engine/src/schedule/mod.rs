@@ -1,0 +1,136 @@
+//! Schedules as data: the scheduler's decisions, and their text form.
+//!
+//! The text form is a whitespace-separated list of decisions, in the spirit of PostgreSQL's
+//! isolationtester permutations; `#` starts a comment. For example
+//! `p:lock p:send c1:recv c2:recv c1:crash@after_commit tick:31s c2:recv`.
+//!
+//! | text | decision |
+//! |---|---|
+//! | `c1` or `c1:claim` | worker `c1` makes its next call (and it must be `claim`) |
+//! | `c1:crash` | kill `c1` where it stands |
+//! | `c1:crash@after_commit` | run `c1` until it stands at crash point `after_commit`, then kill it |
+//! | `c1:fail@after_claim` | run `c1` until it passes `after_claim`, where an error is thrown |
+//! | `c1:restart` | start a killed `c1` again, with fresh software |
+//! | `tick:31s` | advance the logical clock (`ms`, `s`, `m`, `h`); due expiries fire |
+//! | `replay` (a name the workload declares) | a fault of the workload's own, e.g. replaying its failure transport |
+//! | `dispatch:e1` | the producer dispatches event `e1` once more |
+//! | `redis:restart` | Redis restarts without persistence: every lock is lost |
+//! | `sqs:stale-delete-noop` | from now on a DeleteMessage with a stale receipt handle deletes nothing |
+//! | `sqs:redeliver-after-delete` | the next message deleted is delivered once more |
+//! | `sqs:receive-lost` | the next message received never reaches its consumer |
+
+mod strategy;
+pub(crate) mod text;
+
+pub use strategy::{decision, schedules, Menu};
+pub use text::{format_duration_ms, parse, ParseError, Vocabulary};
+
+use std::fmt;
+
+use crate::nemesis::sqs::SqsFault;
+use crate::workload::CrashPoint;
+
+/// One scheduler decision.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// `worker` makes its next call; when `op` is given, that call must be `op`.
+    Step { worker: String, op: Option<String> },
+    /// Kill `worker`, where it stands (`at: None`) or once it stands at crash point `at`.
+    Crash { worker: String, at: Option<CrashPoint> },
+    /// Run `worker` until it passes crash point `at`, where an injected error is thrown.
+    Fail { worker: String, at: CrashPoint },
+    /// Restart a killed worker with fresh software.
+    Restart { worker: String },
+    /// Advance the logical clock by `ms`.
+    Tick { ms: u64 },
+    /// A fault of the workload's own, by name (e.g. `replay`).
+    Fault(&'static str),
+    /// The producer dispatches scenario event `event` again.
+    Dispatch { event: String },
+    /// Redis restarts without persistence, losing every lock.
+    RedisRestart,
+    /// An AWS behaviour that emulators do not produce (see [`crate::nemesis::sqs`]).
+    Sqs(SqsFault),
+}
+
+impl Decision {
+    /// The fault kind of a nemesis decision (`crash`, `crash@`, `fail@`, `restart`, `tick`,
+    /// `replay`, `dispatch`, `redis:restart`, `sqs:<fault>`), `None` for a worker step.
+    pub fn fault_kind(&self) -> Option<String> {
+        Some(match self {
+            Decision::Step { .. } => return None,
+            Decision::Crash { at: None, .. } => "crash".into(),
+            Decision::Crash { at: Some(_), .. } => "crash@".into(),
+            Decision::Fail { .. } => "fail@".into(),
+            Decision::Restart { .. } => "restart".into(),
+            Decision::Tick { .. } => "tick".into(),
+            Decision::Fault(name) => name.to_string(),
+            Decision::Dispatch { .. } => "dispatch".into(),
+            Decision::RedisRestart => "redis:restart".into(),
+            Decision::Sqs(f) => f.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Step { worker, op: None } => write!(f, "{worker}"),
+            Decision::Step { worker, op: Some(op) } => write!(f, "{worker}:{op}"),
+            Decision::Crash { worker, at: None } => write!(f, "{worker}:crash"),
+            Decision::Crash { worker, at: Some(at) } => write!(f, "{worker}:crash@{at}"),
+            Decision::Fail { worker, at } => write!(f, "{worker}:fail@{at}"),
+            Decision::Restart { worker } => write!(f, "{worker}:restart"),
+            Decision::Tick { ms } => write!(f, "tick:{}", format_duration_ms(*ms)),
+            Decision::Fault(name) => write!(f, "{name}"),
+            Decision::Dispatch { event } => write!(f, "dispatch:{event}"),
+            Decision::RedisRestart => write!(f, "redis:restart"),
+            Decision::Sqs(fault) => write!(f, "{fault}"),
+        }
+    }
+}
+
+impl Schedule {
+    /// Decisions that name a worker not in `workers` or an event not in `events`, each as
+    /// "`decision`: why". Empty when every name is known.
+    pub fn unknown_names(&self, workers: &[String], events: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        for d in &self.decisions {
+            let worker = match d {
+                Decision::Step { worker, .. }
+                | Decision::Crash { worker, .. }
+                | Decision::Fail { worker, .. }
+                | Decision::Restart { worker } => Some(worker),
+                _ => None,
+            };
+            if let Some(w) = worker.filter(|w| !workers.contains(w)) {
+                out.push(format!("`{d}`: no worker `{w}` (workers: {})", workers.join(" ")));
+            }
+            if let Decision::Dispatch { event } = d {
+                if !events.contains(event) {
+                    out.push(format!("`{d}`: no event `{event}` (events: {})", events.join(" ")));
+                }
+            }
+        }
+        out
+    }
+}
+
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
+pub struct Schedule {
+    /// The decisions.
+    pub decisions: Vec<Decision>,
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.decisions.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,148 @@
+//! proptest strategies that generate schedules over a scenario's fault menu.
+//!
+//! Shrinking lives in the value tree, as proptest intends: a failing schedule shrinks by
+//! dropping decisions (the `Vec` strategy) and by turning faults into plain steps (the first
+//! alternative of each `prop_oneof!` is the simplest).
+
+use proptest::prelude::*;
+use proptest::sample::select;
+use proptest::strategy::Union;
+
+use super::{Decision, Schedule, Vocabulary};
+use crate::nemesis::sqs::SqsFault;
+use crate::workload::{role_of, CrashPoint, RoleKind};
+
+/// What generated schedules may use.
+#[derive(Debug, Clone)]
+pub struct Menu {
+    /// Worker names (the fleet of the scenario).
+    pub workers: Vec<String>,
+    /// Event labels (for `dispatch:<event>`).
+    pub events: Vec<String>,
+    /// Most decisions per schedule.
+    pub decisions_max: usize,
+    /// Whether the AWS-only SQS faults (`sqs:…`) are on the menu.
+    pub sqs_faults: bool,
+    /// The workload's roles, crash points and faults.
+    pub vocabulary: Vocabulary,
+}
+
+impl Menu {
+    fn kind(&self, worker: &str) -> Option<RoleKind> {
+        role_of(&self.vocabulary.roles, worker).map(|r| r.kind)
+    }
+
+    fn points_of(&self, worker: &str) -> Vec<CrashPoint> {
+        role_of(&self.vocabulary.roles, worker).map(|r| r.points.to_vec()).unwrap_or_default()
+    }
+}
+
+/// One decision: mostly worker steps, sometimes a fault. Periodic workers are stepped now and
+/// then but never crashed; the workload's own faults are on the menu with weight 1 each.
+pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
+    let workers = menu.workers.clone();
+    let periodic: Vec<String> = workers.iter().filter(|w| menu.kind(w) == Some(RoleKind::Periodic)).cloned().collect();
+    let steppable: Vec<String> = workers.iter().filter(|w| !periodic.contains(w)).cloned().collect();
+    let at_points: Vec<(String, CrashPoint)> =
+        workers.iter().flat_map(|w| menu.points_of(w).into_iter().map(move |c| (w.clone(), c))).collect();
+    let killable = steppable.clone();
+    let events = menu.events.clone();
+    let step = select(steppable).prop_map(|worker| Decision::Step { worker, op: None });
+    let crash = select(killable.clone()).prop_map(|worker| Decision::Crash { worker, at: None });
+    let restart = select(killable).prop_map(|worker| Decision::Restart { worker });
+    let tick = select(vec![1_000u64, 31_000, 901_000, 3_601_000]).prop_map(|ms| Decision::Tick { ms });
+    let dispatch = select(events).prop_map(|event| Decision::Dispatch { event });
+    // The arms, weights and order are those of the strategy before the Workload seam, so that
+    // a run seed generates the same schedules as it did then.
+    let mut arms: Vec<(u32, BoxedStrategy<Decision>)> = vec![(12, step.boxed()), (1, crash.boxed())];
+    if !at_points.is_empty() {
+        let crash_at = select(at_points.clone()).prop_map(|(worker, at)| Decision::Crash { worker, at: Some(at) });
+        let fail_at = select(at_points).prop_map(|(worker, at)| Decision::Fail { worker, at });
+        arms.push((2, crash_at.boxed()));
+        arms.push((1, fail_at.boxed()));
+    }
+    arms.extend([(2, restart.boxed()), (2, tick.boxed()), (1, dispatch.boxed())]);
+    match menu.vocabulary.faults.as_slice() {
+        [] => {}
+        [one] => arms.push((1, Just(Decision::Fault(one)).boxed())),
+        many => arms.push((1, select(many.to_vec()).prop_map(Decision::Fault).boxed())),
+    }
+    arms.push((1, Just(Decision::RedisRestart).boxed()));
+    let mut s = Union::new_weighted(arms).boxed();
+    if !periodic.is_empty() {
+        let periodic = match periodic.as_slice() {
+            [one] => Just(Decision::Step { worker: one.clone(), op: None }).boxed(),
+            _ => select(periodic).prop_map(|worker| Decision::Step { worker, op: None }).boxed(),
+        };
+        s = prop_oneof![10 => s, 1 => periodic].boxed();
+    }
+    if menu.sqs_faults {
+        let sqs = select(SqsFault::ALL.to_vec()).prop_map(Decision::Sqs);
+        s = prop_oneof![12 => s, 1 => sqs].boxed();
+    }
+    s
+}
+
+/// Schedules of 0 to `decisions_max` decisions.
+pub fn schedules(menu: &Menu) -> BoxedStrategy<Schedule> {
+    proptest::collection::vec(decision(menu), 0..=menu.decisions_max)
+        .prop_map(|decisions| Schedule { decisions })
+        .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::test_runner::TestRunner;
+
+    fn menu() -> Menu {
+        Menu {
+            workers: "p c1 c2 c3 r1 r2 d1 ret".split(' ').map(String::from).collect(),
+            events: vec!["e1".into(), "e2".into()],
+            decisions_max: 30,
+            sqs_faults: true,
+            vocabulary: crate::schedule::text::tests::vocabulary(),
+        }
+    }
+
+    /// Every decision form, including named calls and arbitrary durations, which the
+    /// exploration strategy itself does not generate.
+    fn any_decision() -> impl Strategy<Value = Decision> {
+        prop_oneof![
+            decision(&menu()),
+            (select(menu().workers), "[a-z_]{1,14}")
+                .prop_filter("crash, fail and restart are decisions, not calls", |(_, op)| {
+                    !["crash", "fail", "restart"].contains(&op.as_str())
+                })
+                .prop_map(|(worker, op)| Decision::Step { worker, op: Some(op) }),
+            (1u64..10_000_000).prop_map(|ms| Decision::Tick { ms }),
+        ]
+    }
+
+    proptest! {
+        /// parse ∘ print = id on every generated schedule.
+        #[test]
+        fn text_form_round_trips(s in schedules(&menu())) {
+            let text = s.to_string();
+            prop_assert_eq!(crate::schedule::parse(&text, &menu().vocabulary).unwrap(), s);
+        }
+
+        /// parse ∘ print = id on every decision form.
+        #[test]
+        fn every_decision_form_round_trips(ds in proptest::collection::vec(any_decision(), 0..40)) {
+            let s = Schedule { decisions: ds };
+            prop_assert_eq!(crate::schedule::parse(&s.to_string(), &menu().vocabulary).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn crash_points_match_the_worker_role() {
+        let mut runner = TestRunner::deterministic();
+        for _ in 0..200 {
+            let d = decision(&menu()).new_tree(&mut runner).unwrap().current();
+            if let Decision::Crash { worker, at: Some(at) } | Decision::Fail { worker, at } = &d {
+                assert!(menu().points_of(worker).contains(at), "{d}");
+            }
+        }
+    }
+}

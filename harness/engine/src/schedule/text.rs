@@ -1,0 +1,228 @@
+//! Parsing the text form of a schedule.
+
+use std::fmt;
+
+use super::{Decision, Schedule};
+use crate::workload::{role_of, CrashPoint, RoleSpec, Workload};
+
+/// The names a schedule may use: the workload's roles (worker name prefixes and their crash
+/// points) and its own faults.
+#[derive(Debug, Clone, Default)]
+pub struct Vocabulary {
+    /// The roles.
+    pub roles: Vec<RoleSpec>,
+    /// The workload's own fault names (e.g. `replay`).
+    pub faults: Vec<&'static str>,
+}
+
+impl Vocabulary {
+    /// The vocabulary of `workload`.
+    pub fn of(workload: &dyn Workload) -> Vocabulary {
+        Vocabulary { roles: workload.roles(), faults: workload.faults().iter().map(|f| f.name()).collect() }
+    }
+
+    /// Every crash point, in role order, without repeats.
+    pub fn points(&self) -> Vec<CrashPoint> {
+        let mut out: Vec<CrashPoint> = Vec::new();
+        for p in self.roles.iter().flat_map(|r| r.points.iter()) {
+            if !out.contains(p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// The crash point named `name`. Errors: an unknown name, listing the known ones.
+    pub fn point(&self, name: &str) -> Result<CrashPoint, String> {
+        let all = self.points();
+        all.iter().copied().find(|p| *p == name).ok_or_else(|| {
+            format!("unknown crash point `{name}`; expected one of {}", all.join(", "))
+        })
+    }
+
+    fn worker_forms(&self) -> String {
+        let mut forms: Vec<String> = self.roles.iter().map(|r| match r.kind {
+            crate::workload::RoleKind::Producer | crate::workload::RoleKind::Periodic => r.prefix.to_string(),
+            _ => format!("{}1", r.prefix),
+        }).collect();
+        forms.extend(self.faults.iter().map(|f| format!("`{f}`")));
+        forms.join(", ")
+    }
+}
+
+/// A token that is not a decision, with its position (1-based line and column within the
+/// schedule text) and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// Line within the schedule text, 1-based.
+    pub line: usize,
+    /// Column within that line, 1-based.
+    pub column: usize,
+    /// The offending token.
+    pub token: String,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}, column {}: `{}`: {}", self.line, self.column, self.token, self.message)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Parses a schedule's text form (see the module docs of [`crate::schedule`]).
+/// Errors: the first token that is not a decision, with its line and column.
+pub fn parse(text: &str, vocabulary: &Vocabulary) -> Result<Schedule, ParseError> {
+    let mut decisions = Vec::new();
+    for (ln, line) in text.lines().enumerate() {
+        let code = line.split('#').next().unwrap_or("");
+        let mut col = 0;
+        for token in code.split_whitespace() {
+            col = code[col..].find(token).map(|i| i + col).unwrap_or(col);
+            let d = parse_token(token, vocabulary).map_err(|message| ParseError {
+                line: ln + 1,
+                column: col + 1,
+                token: token.to_string(),
+                message,
+            })?;
+            decisions.push(d);
+            col += token.len();
+        }
+    }
+    Ok(Schedule { decisions })
+}
+
+fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String> {
+    if token == "redis:restart" {
+        return Ok(Decision::RedisRestart);
+    }
+    if let Some(f) = vocabulary.faults.iter().find(|f| **f == token) {
+        return Ok(Decision::Fault(f));
+    }
+    let (head, rest) = match token.split_once(':') {
+        Some((h, r)) => (h, Some(r)),
+        None => (token, None),
+    };
+    match (head, rest) {
+        ("tick", Some(d)) => return parse_duration_ms(d).map(|ms| Decision::Tick { ms }),
+        ("tick", None) => return Err("expected `tick:<duration>`, e.g. `tick:31s`".into()),
+        ("dispatch", Some(e)) if !e.is_empty() => return Ok(Decision::Dispatch { event: e.to_string() }),
+        ("dispatch", _) => return Err("expected `dispatch:<event>`, e.g. `dispatch:e1`".into()),
+        ("sqs", Some(f)) => return crate::nemesis::sqs::SqsFault::parse(f).map(Decision::Sqs),
+        ("sqs", None) => return Err("expected `sqs:<fault>`, e.g. `sqs:stale-delete-noop`".into()),
+        _ => {}
+    }
+    if role_of(&vocabulary.roles, head).is_none() {
+        return Err(format!(
+            "expected a worker or a fault ({}), `tick:<duration>`, `dispatch:<event>`, `redis:restart` or `sqs:<fault>`",
+            vocabulary.worker_forms()
+        ));
+    }
+    let worker = head.to_string();
+    let Some(rest) = rest else {
+        return Ok(Decision::Step { worker, op: None });
+    };
+    let (action, at) = match rest.split_once('@') {
+        Some((a, _)) if a != "crash" && a != "fail" => {
+            return Err(format!("`{a}@…` is not a fault: expected `crash@<crash point>` or `fail@<crash point>`"))
+        }
+        Some((a, p)) => (a, Some(vocabulary.point(p)?)),
+        None => (rest, None),
+    };
+    match (action, at) {
+        ("crash", at) => Ok(Decision::Crash { worker, at }),
+        ("fail", Some(at)) => Ok(Decision::Fail { worker, at }),
+        ("fail", None) => Err("expected `fail@<crash point>`, e.g. `c1:fail@after_claim`".into()),
+        ("restart", None) => Ok(Decision::Restart { worker }),
+        (op, None) if !op.is_empty() && op.chars().all(|c| c.is_ascii_lowercase() || c == '_') => {
+            Ok(Decision::Step { worker, op: Some(op.to_string()) })
+        }
+        (op, _) => Err(format!("`{op}` is not a call name, `crash`, `fail@…` or `restart`")),
+    }
+}
+
+/// Parses `31s`, `1500ms`, `2m`, `1h`, `3d` into ms.
+pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a duration like 31s or 1500ms"))?;
+    let mult = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("`{s}`: unit must be ms, s, m, h or d")),
+    };
+    Ok(n * mult)
+}
+
+/// Formats ms in the largest unit that divides it: `31s`, `1500ms`, `2m`.
+pub fn format_duration_ms(ms: u64) -> String {
+    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
+        if ms >= size && ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::workload::RoleKind;
+
+    /// A small vocabulary of its own: the engine's tests name no workload.
+    pub(crate) fn vocabulary() -> Vocabulary {
+        let role = |prefix, kind, points| RoleSpec { prefix, kind, points, about: "" };
+        Vocabulary {
+            roles: vec![
+                role("p", RoleKind::Producer, &["after_lock", "after_send"]),
+                role("c", RoleKind::Handler { queue: "q" }, &["after_claim", "after_commit"]),
+                role("r", RoleKind::Poller, &["after_select"]),
+                role("ret", RoleKind::Periodic, &[]),
+            ],
+            faults: vec!["replay"],
+        }
+    }
+
+    fn parse(text: &str) -> Result<Schedule, ParseError> {
+        super::parse(text, &vocabulary())
+    }
+
+    #[test]
+    fn parses_every_form_and_prints_it_back() {
+        let text = "p:lock c1 c2:recv c1:crash@after_commit c1:crash c1:restart \
+                    c2:fail@after_claim tick:31s tick:1500ms replay dispatch:e1 ret:purge redis:restart";
+        let s = parse(text).unwrap();
+        assert_eq!(s.decisions[3], Decision::Crash { worker: "c1".into(), at: Some("after_commit") });
+        assert_eq!(s.decisions[7], Decision::Tick { ms: 31_000 });
+        assert_eq!(s.to_string(), text.split_whitespace().collect::<Vec<_>>().join(" "));
+        assert_eq!(parse(&s.to_string()).unwrap(), s);
+    }
+
+    #[test]
+    fn errors_name_line_column_and_expectation() {
+        let e = parse("c1:recv\n  c2:crash@after_lunch").unwrap_err();
+        assert_eq!((e.line, e.column), (2, 3));
+        assert!(e.message.contains("unknown crash point `after_lunch`"), "{e}");
+        let e = parse("tick:5 x9").unwrap_err();
+        assert!(e.message.contains("unit must be"), "{e}");
+        let e = parse("c1 zz").unwrap_err();
+        assert_eq!(e.column, 4);
+        assert!(e.message.contains("expected a worker"), "{e}");
+        let e = parse("c1:bogus@x").unwrap_err();
+        assert!(e.message.contains("`bogus@…` is not a fault"), "{e}");
+    }
+
+    #[test]
+    fn unknown_workers_and_events_are_named() {
+        let s = parse("p c9:claim dispatch:e7 c1:crash").unwrap();
+        let workers: Vec<String> = ["p", "c1"].map(String::from).to_vec();
+        let unknown = s.unknown_names(&workers, &["e1".to_string()]);
+        assert_eq!(unknown.len(), 2, "{unknown:?}");
+        assert!(unknown[0].contains("no worker `c9`") && unknown[1].contains("no event `e7`"), "{unknown:?}");
+    }
+}

@@ -1,0 +1,147 @@
+//! LocalStack (SQS only) in host mode, from a Python venv the harness creates once and reuses.
+//!
+//! Pins live in `fixtures/localstack-constraints.txt` (GUIDE.md §5: `localstack-core==4.13.1`
+//! works on Python 3.11 with cbor2 5.6.5, cryptography 43.0.3, pyopenssl 24.2.1 and
+//! service-identity). The venv sits under `~/.cache/crashpoint/localstack-4.13.1/`, or
+//! `$CRASHPOINT_CACHE_DIR/localstack-4.13.1/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use nix::sys::signal::Signal;
+
+use super::binaries;
+use super::postgres::tail;
+use super::process::{free_port, ManagedChild};
+
+/// The pinned LocalStack version.
+pub const VERSION: &str = "4.13.1";
+
+/// The constraints file, embedded so that an installed binary needs no checkout.
+pub const CONSTRAINTS: &str = include_str!("../../../../../fixtures/localstack-constraints.txt");
+
+/// A running LocalStack gateway.
+pub struct LocalStack {
+    /// `http://127.0.0.1:PORT`
+    pub endpoint: String,
+    /// The gateway process.
+    pub child: ManagedChild,
+}
+
+/// crashpoint's cache directory: `$CRASHPOINT_CACHE_DIR`, else `~/.cache/crashpoint`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("CRASHPOINT_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| dirs::cache_dir().map(|d| d.join("crashpoint")))
+        .unwrap_or_else(|| std::env::temp_dir().join("crashpoint-cache"))
+}
+
+/// The venv directory for the pinned version.
+pub fn venv_dir() -> PathBuf {
+    cache_dir().join(format!("localstack-{VERSION}"))
+}
+
+/// The venv's Python if the venv is complete (its marker file exists).
+pub fn installed_python() -> Option<PathBuf> {
+    let venv = venv_dir();
+    venv.join(".crashpoint-ready").exists().then(|| venv.join("bin/python"))
+}
+
+/// Creates the venv and installs the pinned LocalStack into it, unless already done
+/// (about 40-50 s the first time). Errors: no `python3` (package `python3-venv`), pip failing.
+pub fn ensure_venv() -> Result<PathBuf> {
+    if let Some(py) = installed_python() {
+        return Ok(py);
+    }
+    let python = binaries::python3()?;
+    let venv = venv_dir();
+    // Several processes (parallel tests) may get here at once: one installs, the others wait.
+    std::fs::create_dir_all(cache_dir())?;
+    let lock_path = cache_dir().join(format!("localstack-{VERSION}.lock"));
+    let lock_file = std::fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("locking {}: {e}", lock_path.display()))?;
+    if let Some(py) = installed_python() {
+        return Ok(py);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    std::fs::create_dir_all(&venv).with_context(|| format!("creating {}", venv.display()))?;
+    eprintln!("crashpoint: installing LocalStack {VERSION} into {} (once)", venv.display());
+    run(Command::new(&python).args(["-m", "venv"]).arg(&venv), "python3 -m venv (apt-get install python3-venv)")?;
+    let constraints = venv.join("constraints.txt");
+    std::fs::write(&constraints, CONSTRAINTS)?;
+    run(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "-c"])
+            .arg(&constraints)
+            .arg(format!("localstack-core[runtime]=={VERSION}"))
+            .arg("service-identity"),
+        "pip install localstack-core",
+    )?;
+    std::fs::write(venv.join(".crashpoint-ready"), VERSION)?;
+    Ok(venv.join("bin/python"))
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!("{what} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+/// Starts the gateway on a free loopback port with only SQS, its files under `dir`, and waits
+/// until `/_localstack/health` reports sqs `available` or `running` (at most 90 s).
+pub async fn start(dir: &Path) -> Result<LocalStack> {
+    let python = tokio::task::spawn_blocking(ensure_venv).await??;
+    let port = free_port()?;
+    let listen = format!("127.0.0.1:{port}");
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "localstack.runtime.main"])
+        .env("GATEWAY_LISTEN", &listen)
+        .env("LOCALSTACK_HOST", &listen)
+        .env("SERVICES", "sqs")
+        .env("SQS_ENDPOINT_STRATEGY", "path")
+        .env("FILESYSTEM_ROOT", dir.join("fs"))
+        .env("DNS_ADDRESS", "0")
+        .env("SKIP_SSL_CERT_DOWNLOAD", "1")
+        .env("DISABLE_EVENTS", "1")
+        .env("LOCALSTACK_TELEMETRY_DISABLED", "1")
+        .current_dir(dir);
+    let log = dir.join("localstack.log");
+    let mut child = ManagedChild::spawn("localstack", cmd, &log, Signal::SIGTERM)?;
+    let endpoint = format!("http://{listen}");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if health_ok(port).await {
+            return Ok(LocalStack { endpoint, child });
+        }
+        if let Some(status) = child.exited() {
+            bail!("LocalStack exited ({status}) before SQS was available:\n{}", tail(&log));
+        }
+        if let Some(sig) = super::process::interrupted() {
+            bail!("interrupted by signal {sig} while waiting for it to start");
+        }
+        if Instant::now() > deadline {
+            bail!("LocalStack SQS was not available within 90 s:\n{}", tail(&log));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One GET of `/_localstack/health`: true when `services.sqs` is `available` or `running`.
+async fn health_ok(port: u16) -> bool {
+    let url = format!("http://127.0.0.1:{port}/_localstack/health");
+    tokio::task::spawn_blocking(move || {
+        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(2)).build();
+        let v: serde_json::Value = agent.get(&url).call().ok()?.into_json().ok()?;
+        let sqs = v["services"]["sqs"].as_str()?.to_string();
+        Some(sqs == "available" || sqs == "running")
+    })
+    .await
+    .ok()
+    .flatten()
+    .unwrap_or(false)
+}

@@ -1,0 +1,176 @@
+//! The harness's own connections for one schedule: it creates the schedule's namespace (a
+//! PostgreSQL schema and the workload's SQS queues), asks the server who blocks whom, forces expiries,
+//! and removes the namespace afterwards. Runs on its own current-thread runtime, outside the
+//! turmoil simulation.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use super::cx::QueueUrls;
+use crate::services::{clients, Endpoints};
+use crate::workload::{Leftover, QueueSpec};
+
+/// Admin connections and the namespace of one schedule.
+pub struct Admin {
+    /// The runtime the admin clients live on.
+    pub rt: tokio::runtime::Runtime,
+    /// PostgreSQL, with `search_path` set to the schedule's schema.
+    pub pg: PgPool,
+    /// SQS.
+    pub sqs: aws_sdk_sqs::Client,
+    /// Redis.
+    pub redis: redis::aio::MultiplexedConnection,
+    /// The schedule's schema name.
+    pub schema: String,
+    /// The schedule's queues.
+    pub queues: QueueUrls,
+}
+
+impl Admin {
+    /// Connects, creates schema `ns` with `ddl` and one queue `<ns>-<name>` per queue spec
+    /// (VisibilityTimeout 3600 s: only the logical clock expires messages). Errors: a service
+    /// unreachable, the DDL failing (with PostgreSQL's message), CreateQueue failing.
+    pub fn create(endpoints: &Endpoints, ns: &str, ddl: &str, specs: &[QueueSpec]) -> Result<Admin> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let schema = ns.to_string();
+        let (pg, sqs, redis, queues) = rt.block_on(async {
+            let opts = clients::pg_options(&endpoints.database_url)?;
+            let bootstrap = PgPoolOptions::new().max_connections(1).connect_with(opts.clone()).await?;
+            sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")).execute(&bootstrap).await?;
+            bootstrap.close().await;
+            let pg = PgPoolOptions::new()
+                .max_connections(2)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(opts.options([("search_path", schema.as_str())]))
+                .await?;
+            sqlx::raw_sql(ddl).execute(&pg).await.context("creating the system's schema")?;
+            let sqs = clients::sqs_client(&endpoints.sqs_endpoint_url);
+            let mut urls = Vec::new();
+            for q in specs {
+                let out = sqs
+                    .create_queue()
+                    .queue_name(format!("{}-{}", schema.replace('_', "-"), q.name))
+                    .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "3600")
+                    .send()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("CreateQueue: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                urls.push((q.name, out.queue_url.unwrap_or_default(), q.label));
+            }
+            let redis = clients::redis_connect(&endpoints.redis_url).await?;
+            anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls }))
+        })?;
+        Ok(Admin { rt, pg, sqs, redis, schema, queues })
+    }
+
+    /// The PIDs that block backend `pid` (`pg_blocking_pids`, as isolationtester asks).
+    pub fn blocking_pids(&self, pid: i32) -> Result<Vec<i32>> {
+        self.rt.block_on(async {
+            let v: Vec<i32> =
+                sqlx::query_scalar("SELECT pg_blocking_pids($1)").bind(pid).fetch_one(&self.pg).await?;
+            Ok(v)
+        })
+    }
+
+    /// Terminates backend `pid` (a crashed worker's socket is already closed; this makes sure
+    /// its transaction is rolled back now, even if it waits on a lock) and waits until it is
+    /// gone from `pg_stat_activity` (at most 10 s).
+    pub fn terminate_backend(&self, pid: i32) -> Result<()> {
+        self.rt.block_on(async {
+            let _ = sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1").bind(pid).execute(&self.pg).await;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let alive: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
+                    .bind(pid)
+                    .fetch_one(&self.pg)
+                    .await?;
+                if !alive {
+                    return Ok(());
+                }
+                if Instant::now() > deadline {
+                    bail!("backend {pid} of a crashed worker is still alive after 10 s");
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    }
+
+    /// Makes an in-flight message visible now (ChangeMessageVisibility to 0 with the receipt
+    /// recorded at receive). `Ok(false)` when SQS refuses (the message is already gone).
+    pub fn expire_visibility(&self, q: &str, receipt: &str) -> Result<bool> {
+        let url = self.queues.url(q).to_string();
+        self.rt.block_on(async {
+            let r = self.sqs.change_message_visibility().queue_url(url).receipt_handle(receipt).visibility_timeout(0).send().await;
+            Ok(r.is_ok())
+        })
+    }
+
+    /// What is left that a quiescent world would not have: messages on any queue (visible or
+    /// in flight, `ApproximateNumberOfMessages*`, exact on LocalStack) and the workload's
+    /// pending rows (`pending`). Empty when there is none. Errors: SQS or PostgreSQL failing
+    /// (a `count_sql` naming a missing table, too).
+    pub fn leftovers(&self, pending: &[Leftover]) -> Result<String> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        self.rt.block_on(async {
+            let mut parts = Vec::new();
+            for (name, url, _) in &self.queues.queues {
+                let out = self
+                    .sqs
+                    .get_queue_attributes()
+                    .queue_url(url)
+                    .attribute_names(A::ApproximateNumberOfMessages)
+                    .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+                    .send()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("GetQueueAttributes: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                let attrs = out.attributes.unwrap_or_default();
+                let n = |k: A| attrs.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                let (visible, hidden) = (n(A::ApproximateNumberOfMessages), n(A::ApproximateNumberOfMessagesNotVisible));
+                if visible + hidden > 0 {
+                    parts.push(format!("{visible} visible and {hidden} in-flight message(s) on {name}"));
+                }
+            }
+            for p in pending {
+                let n: i64 = sqlx::query_scalar(p.count_sql)
+                    .fetch_one(&self.pg)
+                    .await
+                    .with_context(|| format!("quiescence probe `{}`", p.count_sql))?;
+                if n > 0 {
+                    parts.push(format!("{n} {}", p.what));
+                }
+            }
+            Ok(parts.join(", "))
+        })
+    }
+
+    /// Deletes a Redis key (a lock whose logical TTL passed).
+    pub fn expire_key(&self, key: &str) -> Result<()> {
+        let mut r = self.redis.clone();
+        self.rt.block_on(async {
+            let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut r).await?;
+            Ok(())
+        })
+    }
+
+    /// Drops the schema and deletes the queues and `keys`. Errors are logged, not returned:
+    /// cleanup must not hide the verdict.
+    pub fn destroy(self, keys: &[String]) {
+        let Admin { rt, pg, sqs, mut redis, schema, queues } = self;
+        rt.block_on(async {
+            for (_, url, _) in &queues.queues {
+                if let Err(e) = sqs.delete_queue().queue_url(url).send().await {
+                    tracing::warn!("DeleteQueue {url}: {e}");
+                }
+            }
+            for k in keys {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(k).query_async(&mut redis).await;
+            }
+            if let Err(e) = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).execute(&pg).await {
+                tracing::warn!("DROP SCHEMA {schema}: {e}");
+            }
+            pg.close().await;
+        });
+    }
+}

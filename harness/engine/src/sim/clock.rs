@@ -1,0 +1,145 @@
+//! The logical clock: the one authority on time. It tracks visibility deadlines of in-flight
+//! messages and TTLs of Redis locks, in logical ms, and says which are due when time advances.
+//! Real services are configured with long timeouts; the scheduler forces each due expiry
+//! (ChangeMessageVisibility to 0, DEL of the key).
+
+use std::collections::BTreeMap;
+
+use super::history::Fact;
+
+/// A message that was received and not yet deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlight {
+    /// Its queue.
+    pub queue: &'static str,
+    /// The latest receipt handle.
+    pub receipt: String,
+    /// When it becomes visible again, logical ms.
+    pub deadline_ms: u64,
+    /// Order of registration, to break ties between equal deadlines deterministically.
+    pub seq: u64,
+}
+
+/// Deadlines by message label and by lock key.
+#[derive(Debug, Default)]
+pub struct Clock {
+    /// Logical now, ms.
+    pub now_ms: u64,
+    /// In-flight messages by label.
+    pub in_flight: BTreeMap<String, InFlight>,
+    /// Lock expiry by key: (logical ms, order of registration).
+    pub locks: BTreeMap<String, (u64, u64)>,
+    /// Visibility timeout applied at receive, ms, by queue.
+    pub visibility_ms: BTreeMap<&'static str, u64>,
+    /// Registrations so far. Keys embed per-run UUIDs, so ties between equal deadlines are
+    /// broken by registration order (which follows the history), never by key.
+    seq: u64,
+}
+
+/// Something due at the new logical time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Due {
+    /// A message's visibility timeout expired.
+    Visibility { msg: String, queue: &'static str, receipt: String },
+    /// A lock's TTL expired.
+    Lock { key: String },
+}
+
+impl Clock {
+    /// A clock at 0 with the given visibility timeouts (ms, by queue; a queue not listed
+    /// gets SQS's default of 30 s).
+    pub fn new(visibility_ms: BTreeMap<&'static str, u64>) -> Clock {
+        Clock { visibility_ms, ..Clock::default() }
+    }
+
+    /// Updates deadlines from a call's facts, at the current logical time.
+    pub fn apply(&mut self, fact: &Fact) {
+        match fact {
+            Fact::Received { queue, msg, receipt, .. } => {
+                self.seq += 1;
+                let deadline_ms = self.now_ms + self.visibility_ms.get(queue).copied().unwrap_or(30_000);
+                self.in_flight
+                    .insert(msg.clone(), InFlight { queue: *queue, receipt: receipt.clone(), deadline_ms, seq: self.seq });
+            }
+            Fact::VisibilityChanged { msg, secs, .. } => {
+                self.seq += 1;
+                if let Some(f) = self.in_flight.get_mut(msg) {
+                    f.deadline_ms = self.now_ms + secs * 1000;
+                    f.seq = self.seq;
+                }
+            }
+            Fact::Deleted { msg, .. } => {
+                self.in_flight.remove(msg);
+            }
+            Fact::LockTaken { key, ttl_ms } => {
+                self.seq += 1;
+                self.locks.insert(key.clone(), (self.now_ms + ttl_ms, self.seq));
+            }
+            Fact::LockReleased { key } => {
+                self.locks.remove(key);
+            }
+            Fact::Sent { .. } | Fact::DependsOn { .. } => {}
+        }
+    }
+
+    /// Advances to `now_ms` and removes and returns what became due, ordered by deadline,
+    /// then by order of registration.
+    pub fn advance_to(&mut self, now_ms: u64) -> Vec<Due> {
+        self.now_ms = self.now_ms.max(now_ms);
+        let mut due: Vec<(u64, u64, Due)> = Vec::new();
+        let now = self.now_ms;
+        self.in_flight.retain(|msg, f| {
+            if f.deadline_ms <= now {
+                let d = Due::Visibility { msg: msg.clone(), queue: f.queue, receipt: f.receipt.clone() };
+                due.push((f.deadline_ms, f.seq, d));
+                false
+            } else {
+                true
+            }
+        });
+        self.locks.retain(|key, (at, seq)| {
+            if *at <= now {
+                due.push((*at, *seq, Due::Lock { key: key.clone() }));
+                false
+            } else {
+                true
+            }
+        });
+        due.sort_by_key(|(at, seq, _)| (*at, *seq));
+        due.into_iter().map(|(_, _, d)| d).collect()
+    }
+
+    /// The earliest visibility deadline of an in-flight message, if any.
+    pub fn next_visibility_deadline(&self) -> Option<u64> {
+        self.in_flight.values().map(|f| f.deadline_ms).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_deadlines_come_due_in_registration_order_whatever_the_keys() {
+        let mut c = Clock::new([("q", 30_000)].into());
+        c.apply(&Fact::LockTaken { key: "zzz".into(), ttl_ms: 10_000 });
+        c.apply(&Fact::LockTaken { key: "aaa".into(), ttl_ms: 10_000 });
+        assert_eq!(c.advance_to(10_000), vec![Due::Lock { key: "zzz".into() }, Due::Lock { key: "aaa".into() }]);
+    }
+
+    #[test]
+    fn expiries_come_due_in_deadline_order() {
+        let mut c = Clock::new([("q", 30_000)].into());
+        c.apply(&Fact::LockTaken { key: "k".into(), ttl_ms: 10_000 });
+        c.apply(&Fact::Received { queue: "q", msg: "m1".into(), receive_count: 1, receipt: "r".into() });
+        assert!(c.advance_to(9_999).is_empty());
+        assert_eq!(c.advance_to(10_000), vec![Due::Lock { key: "k".into() }]);
+        c.apply(&Fact::VisibilityChanged { queue: "q", msg: "m1".into(), secs: 5 });
+        assert_eq!(c.next_visibility_deadline(), Some(15_000));
+        let due = c.advance_to(40_000);
+        assert_eq!(due, vec![Due::Visibility { msg: "m1".into(), queue: "q", receipt: "r".into() }]);
+        c.apply(&Fact::Received { queue: "q", msg: "m1".into(), receive_count: 2, receipt: "r2".into() });
+        c.apply(&Fact::Deleted { queue: "q", msg: "m1".into() });
+        assert_eq!(c.next_visibility_deadline(), None);
+    }
+}

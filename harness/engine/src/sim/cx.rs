@@ -1,0 +1,598 @@
+//! The worker context: the only way worker code reaches PostgreSQL, SQS and Redis.
+//!
+//! Every call first waits at a yield point until the scheduler grants it, then runs against
+//! the real service, then reports a short result and its [`Fact`]s. Crash points are marked
+//! with [`Cx::crash_point`]; an injected failure armed there is returned as
+//! [`CallError::Injected`].
+
+use std::rc::Rc;
+
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgRow;
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::history::{Fact, Service, Step};
+use super::world::{SharedWorld, Status};
+use crate::workload::CrashPoint;
+
+/// Real visibility timeout given to SQS, s. Long, so that only the logical clock expires
+/// messages (by ChangeMessageVisibility to 0).
+pub const REAL_VISIBILITY_S: i32 = 3600;
+/// Real TTL given to Redis locks, ms. Long, for the same reason.
+pub const REAL_LOCK_TTL_MS: u64 = 3_600_000;
+
+/// The logical clock's epoch: logical time 0 is 2026-01-01T00:00:00Z.
+pub fn epoch() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_767_225_600, 0).expect("valid epoch")
+}
+
+/// Why a call or a handler step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// A failure injected by the schedule at a crash point (`c1:fail@after_claim`).
+    #[error("injected failure at {0}")]
+    Injected(CrashPoint),
+    /// The service returned an error.
+    #[error("{0}")]
+    Service(String),
+    /// The handler decided that retrying cannot help (Messenger's
+    /// `UnrecoverableMessageHandlingException`).
+    #[error("unrecoverable: {0}")]
+    Unrecoverable(String),
+}
+
+impl From<sqlx::Error> for CallError {
+    fn from(e: sqlx::Error) -> Self {
+        CallError::Service(match e.as_database_error() {
+            Some(db) => format!("postgres {}: {}", db.code().unwrap_or_default(), db.message()),
+            None => e.to_string(),
+        })
+    }
+}
+
+/// A bind parameter for a PostgreSQL statement.
+#[derive(Debug, Clone)]
+pub enum Val {
+    /// `uuid`
+    Uuid(Uuid),
+    /// `bigint`
+    I64(i64),
+    /// `text`/`varchar`
+    Text(String),
+    /// `jsonb`
+    Json(serde_json::Value),
+    /// `timestamptz`
+    Time(DateTime<Utc>),
+    /// `timestamptz`: the logical now at the moment the call is made (not when the worker
+    /// parked before it).
+    Now,
+    /// `timestamptz`: the logical now minus this many seconds, at the moment of the call.
+    NowMinusS(u64),
+}
+
+/// A received message.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The queue it came from (its [`crate::workload::QueueSpec::name`]).
+    pub queue: &'static str,
+    /// Its trace label (`m1`).
+    pub msg: String,
+    /// The body (JSON).
+    pub body: String,
+    /// The receipt handle of this receive.
+    pub receipt: String,
+    /// SQS `ApproximateReceiveCount`: 1 on the first receive.
+    pub receive_count: u32,
+}
+
+/// Where the schedule's queues are: URL and trace label prefix, by queue name.
+#[derive(Debug, Clone, Default)]
+pub struct QueueUrls {
+    /// (queue name, URL, label prefix), in the workload's order.
+    pub queues: Vec<(&'static str, String, &'static str)>,
+}
+
+impl QueueUrls {
+    /// The URL of queue `q`. Panics on a queue the workload did not declare (a workload bug,
+    /// reported with the known names).
+    pub fn url(&self, q: &str) -> &str {
+        &self.entry(q).1
+    }
+
+    /// The label prefix of queue `q`'s messages.
+    pub fn prefix(&self, q: &str) -> &'static str {
+        self.entry(q).2
+    }
+
+    /// The declared name of queue `q`, as a static string.
+    pub fn name(&self, q: &str) -> &'static str {
+        self.entry(q).0
+    }
+
+    fn entry(&self, q: &str) -> &(&'static str, String, &'static str) {
+        self.queues.iter().find(|e| e.0 == q).unwrap_or_else(|| {
+            let known: Vec<&str> = self.queues.iter().map(|e| e.0).collect();
+            panic!("the workload declares no queue `{q}` (queues: {})", known.join(", "))
+        })
+    }
+}
+
+/// One worker's connections and its line to the scheduler.
+pub struct Cx {
+    me: String,
+    world: SharedWorld,
+    pg: PgConnection,
+    sqs: aws_sdk_sqs::Client,
+    redis: redis::aio::MultiplexedConnection,
+    queues: QueueUrls,
+    config: Rc<dyn std::any::Any>,
+    at: Option<CrashPoint>,
+    in_tx: bool,
+}
+
+impl Cx {
+    /// Wraps a worker's connections. `pg` must already have its search_path set.
+    pub async fn new(
+        me: String,
+        world: SharedWorld,
+        mut pg: PgConnection,
+        sqs: aws_sdk_sqs::Client,
+        redis: redis::aio::MultiplexedConnection,
+        queues: QueueUrls,
+        config: Rc<dyn std::any::Any>,
+    ) -> Result<Cx, CallError> {
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut pg).await?;
+        world.borrow_mut().slot(&me).backend_pid = Some(pid);
+        Ok(Cx { me, world, pg, sqs, redis, queues, config, at: None, in_tx: false })
+    }
+
+    /// The shared world (for the worker loops).
+    pub fn world(&self) -> &SharedWorld {
+        &self.world
+    }
+
+    /// This worker's name.
+    pub fn name(&self) -> &str {
+        &self.me
+    }
+
+    /// The workload's handler policy, as parsed by [`crate::workload::Workload::config`].
+    /// Panics when `T` is not the type the workload's `config` returns (a workload bug).
+    pub fn config<T: 'static>(&self) -> &T {
+        self.config.downcast_ref::<T>().unwrap_or_else(|| {
+            panic!("Cx::config::<{}>: the workload's config has another type", std::any::type_name::<T>())
+        })
+    }
+
+    /// Marks the start of a cycle of the worker loop (before a receive, a poll, a dispatch):
+    /// the drain treats a worker parked at its first call since then, after a cycle that found
+    /// nothing, as idle.
+    pub(crate) fn cycle_start(&mut self) {
+        self.world.borrow_mut().slot(&self.me).at_cycle_start = true;
+    }
+
+    /// Logical now, as a timestamp (epoch 2026-01-01 plus the logical clock).
+    pub fn now(&self) -> DateTime<Utc> {
+        epoch() + chrono::Duration::milliseconds(self.world.borrow().now_ms as i64)
+    }
+
+    /// Trace label of an id, assigned `<prefix><n>` on first sight.
+    pub fn label(&self, prefix: &'static str, id: impl ToString) -> String {
+        self.world.borrow_mut().names.label(prefix, id)
+    }
+
+    /// Adds a line to the trace (not a yield point).
+    pub fn note(&self, text: impl Into<String>) {
+        self.world.borrow_mut().slot(&self.me).notes.push(text.into());
+    }
+
+    /// Marks a crash point: the worker now stands at `cp` until its next call. A crash or an
+    /// injected failure scheduled at `cp` happens there (see [`crate::schedule::Decision`]).
+    pub fn crash_point(&mut self, cp: CrashPoint) {
+        self.at = Some(cp);
+        self.world.borrow_mut().slot(&self.me).passed.push(cp);
+    }
+
+    /// Parks at a yield point until the scheduler grants the call `op`. Returns
+    /// [`CallError::Injected`] instead when the schedule armed a failure at the crash point the
+    /// worker stands at; the call is then not made.
+    async fn gate(&mut self, op: &'static str) -> Result<(), CallError> {
+        let notify = {
+            let mut w = self.world.borrow_mut();
+            let slot = w.slot(&self.me);
+            slot.status = Status::Parked { op, at: self.at };
+            slot.notify.clone()
+        };
+        loop {
+            {
+                let mut w = self.world.borrow_mut();
+                let slot = w.slot(&self.me);
+                if slot.granted {
+                    slot.granted = false;
+                    slot.at_cycle_start = false;
+                    slot.status = Status::Running { op, at: self.at };
+                    break;
+                }
+            }
+            notify.notified().await;
+        }
+        let armed = {
+            let mut w = self.world.borrow_mut();
+            let slot = w.slot(&self.me);
+            match self.at.and_then(|cp| slot.armed_failures.iter().position(|c| *c == cp)) {
+                Some(i) => Some(slot.armed_failures.remove(i)),
+                None => None,
+            }
+        };
+        if let Some(cp) = armed {
+            self.complete(op, Service::None, format!("✗ injected failure at {cp}: `{op}` not made"), vec![]);
+            return Err(CallError::Injected(cp));
+        }
+        Ok(())
+    }
+
+    fn set_in_pg(&self, in_pg: bool) {
+        self.world.borrow_mut().slot(&self.me).in_pg = in_pg;
+    }
+
+    fn complete(&mut self, op: &'static str, service: Service, result: String, facts: Vec<Fact>) {
+        let at = self.at.take();
+        let mut w = self.world.borrow_mut();
+        w.slot(&self.me).in_pg = false;
+        let t_ms = w.now_ms;
+        w.slot(&self.me).completed =
+            Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, result, facts });
+    }
+
+    fn set_idle(&self, idle: bool) {
+        self.world.borrow_mut().slot(&self.me).idle = idle;
+    }
+
+    fn count(&self, pg: u32, sqs: u32, redis: u32) {
+        let mut w = self.world.borrow_mut();
+        w.calls.pg += pg;
+        w.calls.sqs += sqs;
+        w.calls.redis += redis;
+    }
+
+    // ---- PostgreSQL ----
+
+    /// `BEGIN`.
+    pub async fn begin(&mut self) -> Result<(), CallError> {
+        self.simple("begin", "BEGIN", true).await
+    }
+
+    /// `COMMIT`.
+    pub async fn commit(&mut self) -> Result<(), CallError> {
+        self.simple("commit", "COMMIT", false).await
+    }
+
+    /// `ROLLBACK`, if a transaction is open (a no-op otherwise, and no yield).
+    pub async fn rollback(&mut self) -> Result<(), CallError> {
+        if !self.in_tx {
+            return Ok(());
+        }
+        self.simple("rollback", "ROLLBACK", false).await
+    }
+
+    /// A statement without parameters that opens (`in_tx_after`) or closes a transaction. An
+    /// injected failure leaves the transaction state as it was: the statement was not sent.
+    async fn simple(&mut self, op: &'static str, sql: &str, in_tx_after: bool) -> Result<(), CallError> {
+        self.gate(op).await?;
+        self.count(1, 0, 0);
+        self.set_in_pg(true);
+        let r = sqlx::raw_sql(sql).execute(&mut self.pg).await;
+        // COMMIT and ROLLBACK end the transaction even when they report an error.
+        self.in_tx = in_tx_after && r.is_ok();
+        self.complete(op, Service::Postgres, result_text(&r.as_ref().map(|_| "ok".to_string())), vec![]);
+        r.map(|_| ()).map_err(Into::into)
+    }
+
+    /// Runs `sql` with `vals` and returns at most one row (`RETURNING …`). A yield point named
+    /// `op`; the trace shows `1 row` or `no row`.
+    pub async fn fetch_optional(
+        &mut self,
+        op: &'static str,
+        sql: &str,
+        vals: &[Val],
+    ) -> Result<Option<PgRow>, CallError> {
+        self.gate(op).await?;
+        self.count(1, 0, 0);
+        self.set_in_pg(true);
+        let r = bind(sqlx::query(sql), vals, self.now()).fetch_optional(&mut self.pg).await;
+        let text = r.as_ref().map(|o| if o.is_some() { "1 row".to_string() } else { "no row".into() });
+        self.complete(op, Service::Postgres, result_text(&text), vec![]);
+        Ok(r?)
+    }
+
+    /// Runs `sql` with `vals` and returns all rows. A yield point named `op`.
+    pub async fn fetch_all(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<Vec<PgRow>, CallError> {
+        self.gate(op).await?;
+        self.count(1, 0, 0);
+        self.set_in_pg(true);
+        let r = bind(sqlx::query(sql), vals, self.now()).fetch_all(&mut self.pg).await;
+        let text = r.as_ref().map(|rows| plural(rows.len() as u64, "row"));
+        self.complete(op, Service::Postgres, result_text(&text), vec![]);
+        Ok(r?)
+    }
+
+    /// Runs `sql` with `vals` and returns the number of rows affected. A yield point named `op`.
+    pub async fn execute(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<u64, CallError> {
+        self.gate(op).await?;
+        self.count(1, 0, 0);
+        self.set_in_pg(true);
+        let r = bind(sqlx::query(sql), vals, self.now()).execute(&mut self.pg).await;
+        let text = r.as_ref().map(|d| plural(d.rows_affected(), "row"));
+        self.complete(op, Service::Postgres, result_text(&text), vec![]);
+        Ok(r?.rows_affected())
+    }
+
+    // ---- SQS ----
+
+    /// ReceiveMessage (at most 1, no long polling). A yield point named `recv`; the trace
+    /// shows the message label and its receive count, or `empty`.
+    pub async fn receive(&mut self, queue: &str) -> Result<Option<Delivery>, CallError> {
+        let (queue, prefix) = (self.queues.name(queue), self.queues.prefix(queue));
+        self.gate("recv").await?;
+        self.count(0, 1, 0);
+        let r = self
+            .sqs
+            .receive_message()
+            .queue_url(self.queues.url(queue))
+            .max_number_of_messages(1)
+            .wait_time_seconds(0)
+            .visibility_timeout(REAL_VISIBILITY_S)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send()
+            .await;
+        let out = match r {
+            Err(e) => Err(CallError::Service(format!("ReceiveMessage: {}", aws_err(&e)))),
+            Ok(out) => Ok(out.messages.unwrap_or_default().into_iter().next().map(|m| {
+                let id = m.message_id.unwrap_or_default();
+                let receive_count = m
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1);
+                Delivery {
+                    queue,
+                    msg: self.label(prefix, id),
+                    body: m.body.unwrap_or_default(),
+                    receipt: m.receipt_handle.unwrap_or_default(),
+                    receive_count,
+                }
+            })),
+        };
+        let lost = match &out {
+            Ok(Some(d)) => self.world.borrow_mut().sqs.received(queue, &d.msg, &d.receipt, &d.body),
+            _ => false,
+        };
+        let (text, facts) = match &out {
+            Ok(Some(d)) => (
+                if lost {
+                    format!("empty: {} (receive {}) lost on its way (sqs:receive-lost)", d.msg, d.receive_count)
+                } else {
+                    format!("{} (receive {})", d.msg, d.receive_count)
+                },
+                vec![Fact::Received {
+                    queue,
+                    msg: d.msg.clone(),
+                    receive_count: d.receive_count,
+                    receipt: d.receipt.clone(),
+                }],
+            ),
+            Ok(None) => ("empty".to_string(), vec![]),
+            Err(e) => (format!("error: {e}"), vec![]),
+        };
+        // A lost receive: SQS counted it and the message is in flight, the consumer gets nothing.
+        let out = if lost { Ok(None) } else { out };
+        self.set_idle(matches!(out, Ok(None)));
+        self.complete("recv", Service::Sqs, text, facts);
+        out
+    }
+
+    /// SendMessage of `body` (JSON) whose message identity is `identity`. A yield point named
+    /// `op`; returns the message's trace label.
+    pub async fn send(
+        &mut self,
+        op: &'static str,
+        queue: &str,
+        body: &impl serde::Serialize,
+        identity: Uuid,
+    ) -> Result<String, CallError> {
+        self.gate(op).await?;
+        self.count(0, 1, 0);
+        let body = serde_json::to_string(body).map_err(|e| CallError::Service(e.to_string()))?;
+        let r = self.sqs.send_message().queue_url(self.queues.url(queue)).message_body(body).send().await;
+        match r {
+            Ok(out) => {
+                let (queue, prefix) = (self.queues.name(queue), self.queues.prefix(queue));
+                let msg = self.label(prefix, out.message_id.unwrap_or_default());
+                let who = self.world.borrow().names.uuid(&identity);
+                self.complete(op, Service::Sqs, format!("{msg} ({who})"), vec![Fact::Sent { queue, msg: msg.clone(), identity }]);
+                Ok(msg)
+            }
+            Err(e) => {
+                let e = format!("SendMessage: {}", aws_err(&e));
+                self.complete(op, Service::Sqs, format!("error: {e}"), vec![]);
+                Err(CallError::Service(e))
+            }
+        }
+    }
+
+    /// DeleteMessage with the delivery's receipt handle. A yield point named `delete`.
+    ///
+    /// With a stale handle (the message was received again since), AWS may return OK without
+    /// deleting (DeleteMessage API reference). Under `sqs:stale-delete-noop` that is what
+    /// happens, and no call is made; otherwise the endpoint decides (LocalStack deletes), and
+    /// the step records that its outcome depends on the `stale-receipt-handle` behaviour.
+    pub async fn delete(&mut self, d: &Delivery) -> Result<(), CallError> {
+        self.gate("delete").await?;
+        let (depends, noop) = {
+            let w = self.world.borrow();
+            (w.sqs.depends_on_stale_delete(&d.msg, &d.receipt), w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop)
+        };
+        if noop {
+            let text = format!("ok, but {} is not deleted: stale receipt handle (sqs:stale-delete-noop)", d.msg);
+            self.complete("delete", Service::Sqs, text, vec![]);
+            return Ok(());
+        }
+        self.count(0, 1, 0);
+        let r = self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send().await;
+        match r {
+            Ok(_) => {
+                self.world.borrow_mut().sqs.deleted(&d.msg);
+                let mut facts = vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }];
+                let text = if depends {
+                    facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
+                    format!("{} deleted with a stale receipt handle (AWS may keep it)", d.msg)
+                } else {
+                    format!("{} deleted", d.msg)
+                };
+                self.complete("delete", Service::Sqs, text, facts);
+                Ok(())
+            }
+            Err(e) => {
+                let e = format!("DeleteMessage: {}", aws_err(&e));
+                self.complete("delete", Service::Sqs, format!("error: {e}"), vec![]);
+                Err(CallError::Service(e))
+            }
+        }
+    }
+
+    /// ChangeMessageVisibility: the message becomes visible again `secs` logical seconds from
+    /// now (the real timeout stays long; the logical clock expires it). A yield point named `op`.
+    pub async fn change_visibility(&mut self, op: &'static str, d: &Delivery, secs: u64) -> Result<(), CallError> {
+        self.gate(op).await?;
+        self.count(0, 1, 0);
+        let r = self
+            .sqs
+            .change_message_visibility()
+            .queue_url(self.queues.url(d.queue))
+            .receipt_handle(&d.receipt)
+            .visibility_timeout(REAL_VISIBILITY_S)
+            .send()
+            .await;
+        match r {
+            Ok(_) => {
+                self.complete(
+                    op,
+                    Service::Sqs,
+                    format!("{} visible again in {secs}s", d.msg),
+                    vec![Fact::VisibilityChanged { queue: d.queue, msg: d.msg.clone(), secs }],
+                );
+                Ok(())
+            }
+            Err(e) => {
+                let e = format!("ChangeMessageVisibility: {}", aws_err(&e));
+                self.complete(op, Service::Sqs, format!("error: {e}"), vec![]);
+                Err(CallError::Service(e))
+            }
+        }
+    }
+
+    // ---- Redis ----
+
+    /// `SET key 1 NX PX` with a logical TTL of `ttl_ms` (the real TTL is long; the logical
+    /// clock expires it). A yield point named `op`; true when the lock was taken.
+    pub async fn lock(&mut self, op: &'static str, key: &str, ttl_ms: u64) -> Result<bool, CallError> {
+        self.gate(op).await?;
+        self.count(0, 0, 1);
+        let r: redis::RedisResult<Option<String>> = redis::cmd("SET")
+            .arg(key)
+            .arg(1)
+            .arg("NX")
+            .arg("PX")
+            .arg(REAL_LOCK_TTL_MS)
+            .query_async(&mut self.redis)
+            .await;
+        match r {
+            Ok(v) => {
+                let taken = v.is_some();
+                let facts = if taken { vec![Fact::LockTaken { key: key.to_string(), ttl_ms }] } else { vec![] };
+                self.complete(op, Service::Redis, if taken { "acquired".into() } else { "held elsewhere".into() }, facts);
+                Ok(taken)
+            }
+            Err(e) => {
+                self.complete(op, Service::Redis, format!("error: {e}"), vec![]);
+                Err(CallError::Service(format!("redis SET NX: {e}")))
+            }
+        }
+    }
+
+    /// `DEL key`. A yield point named `op`.
+    pub async fn unlock(&mut self, op: &'static str, key: &str) -> Result<(), CallError> {
+        self.gate(op).await?;
+        self.count(0, 0, 1);
+        let r: redis::RedisResult<i64> = redis::cmd("DEL").arg(key).query_async(&mut self.redis).await;
+        match r {
+            Ok(n) => {
+                self.complete(op, Service::Redis, if n > 0 { "released".into() } else { "not held".into() }, vec![Fact::LockReleased { key: key.to_string() }]);
+                Ok(())
+            }
+            Err(e) => {
+                self.complete(op, Service::Redis, format!("error: {e}"), vec![]);
+                Err(CallError::Service(format!("redis DEL: {e}")))
+            }
+        }
+    }
+
+    /// Waits, without a yield point, until the scheduler hands this worker new work
+    /// (status [`Status::Waiting`]).
+    pub async fn wait_for_work(&mut self) {
+        let notify = {
+            let mut w = self.world.borrow_mut();
+            let slot = w.slot(&self.me);
+            slot.status = Status::Waiting { at: self.at };
+            slot.idle = true;
+            slot.notify.clone()
+        };
+        notify.notified().await;
+    }
+
+    /// Marks the worker idle (nothing to do) or busy, for the drain phase.
+    pub fn idle(&self, idle: bool) {
+        self.set_idle(idle);
+    }
+}
+
+fn bind<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    vals: &[Val],
+    now: DateTime<Utc>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    for v in vals {
+        q = match v.clone() {
+            Val::Uuid(u) => q.bind(u),
+            Val::I64(i) => q.bind(i),
+            Val::Text(s) => q.bind(s),
+            Val::Json(j) => q.bind(j),
+            Val::Time(t) => q.bind(t),
+            Val::Now => q.bind(now),
+            Val::NowMinusS(secs) => q.bind(now - chrono::Duration::seconds(secs as i64)),
+        };
+    }
+    q
+}
+
+fn plural(n: u64, what: &str) -> String {
+    if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
+}
+
+fn result_text(r: &Result<String, &sqlx::Error>) -> String {
+    match r {
+        Ok(s) => s.clone(),
+        Err(e) => match e.as_database_error() {
+            Some(db) => format!("error: {}", db.message()),
+            None => format!("error: {e}"),
+        },
+    }
+}
+
+fn aws_err<E: std::error::Error + 'static, R: std::fmt::Debug>(e: &aws_sdk_sqs::error::SdkError<E, R>) -> String {
+    use aws_sdk_sqs::error::DisplayErrorContext;
+    DisplayErrorContext(e).to_string()
+}

@@ -1,0 +1,83 @@
+//! The fleet: one turmoil host per worker, reaching the real services through tokio I/O.
+//!
+//! A crash is `Sim::crash`: the host's runtime is dropped with everything on it, so its
+//! sockets close (PostgreSQL rolls back its open transaction; an in-flight SQS message stays
+//! invisible until its visibility expires). A restart is `Sim::bounce`: fresh software that
+//! connects again. Connections are created inside the host future so that a crash closes them.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use sqlx::ConnectOptions;
+
+use super::cx::{Cx, QueueUrls};
+use super::programs;
+use super::world::SharedWorld;
+use crate::services::{clients, Endpoints};
+use crate::sut::{Program, System};
+use crate::workload::{role_of, RoleKind, RoleSpec};
+
+/// What every host needs to start its software.
+pub struct HostSpec {
+    /// Where the services listen.
+    pub endpoints: Endpoints,
+    /// The schedule's PostgreSQL schema (the search_path of every worker connection).
+    pub schema: String,
+    /// The schedule's queues.
+    pub queues: QueueUrls,
+    /// The workload's handler policy.
+    pub config: Rc<dyn std::any::Any>,
+    /// The state shared with the scheduler.
+    pub world: SharedWorld,
+    /// The system under test.
+    pub system: Rc<dyn System>,
+    /// The workload's roles.
+    pub roles: Vec<RoleSpec>,
+}
+
+/// Builds a turmoil simulation with one host per worker name, tokio I/O enabled so that the
+/// hosts reach the real services. Hosts start connecting at the first `Sim::step`.
+/// Errors: a worker name that matches no role, or a role the system has no program for.
+pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmoil::Sim<'a>> {
+    let mut sim = turmoil::Builder::new()
+        .enable_tokio_io()
+        // turmoil's clock races ahead during real I/O (GUIDE.md §5); it decides nothing here,
+        // so give it room for years of simulated time.
+        .simulation_duration(Duration::from_secs(100 * 365 * 86_400))
+        .tick_duration(Duration::from_millis(1))
+        .build();
+    for w in workers {
+        let role = role_of(&spec.roles, w).ok_or_else(|| anyhow::anyhow!("worker name `{w}` matches no role"))?;
+        // Checked here; each start (and restart) of the host then asks for fresh software.
+        spec.system
+            .program(role.prefix)
+            .ok_or_else(|| anyhow::anyhow!("system `{}` has no program for role `{}`", spec.system.name(), role.prefix))?;
+        let prefix = role.prefix;
+        let queue = match role.kind {
+            RoleKind::Handler { queue } => Some(queue),
+            _ => None,
+        };
+        let (name, spec) = (w.clone(), spec.clone());
+        sim.host(w.as_str(), move || {
+            let (name, spec) = (name.clone(), spec.clone());
+            async move {
+                let program = spec.system.program(prefix).expect("checked when the fleet was built");
+                host_main(name, program, queue, spec).await.map_err(|e| format!("{e:#}").into())
+            }
+        });
+    }
+    Ok(sim)
+}
+
+async fn host_main(name: String, program: Program, queue: Option<&'static str>, spec: Rc<HostSpec>) -> anyhow::Result<()> {
+    let opts = clients::pg_options(&spec.endpoints.database_url)?
+        .options([("search_path", spec.schema.as_str())]);
+    let pg = opts.connect().await?;
+    let sqs = clients::sqs_client(&spec.endpoints.sqs_endpoint_url);
+    let redis = clients::redis_connect(&spec.endpoints.redis_url).await?;
+    let cx = Cx::new(name, spec.world.clone(), pg, sqs, redis, spec.queues.clone(), spec.config.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    programs::run(program, queue, cx).await;
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! The drain phase: after the last decision, crashed workers restart and everyone runs until
+//! the world is quiescent (Jepsen's final "heal and recover" generator).
+//!
+//! A worker whose last poll found nothing (an empty receive, a relay select with no rows) is
+//! polled again only when something it could see has changed since: a message was sent to or
+//! became visible on its queue, or (for a poller) a transaction that could have written or
+//! unlocked the rows it polls ended. The bookkeeping comes from the history, so the drain is as deterministic as the
+//! schedule. Quiescence is confirmed by asking SQS and PostgreSQL (the workload's
+//! [`crate::workload::Leftover`] counts), not assumed.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use super::Run;
+use crate::schedule::format_duration_ms;
+use crate::sim::world::Status;
+use crate::workload::RoleKind;
+
+/// Rounds of the drain phase before the schedule is declared not quiescent.
+pub const DRAIN_ROUNDS_MAX: usize = 200;
+
+/// Change counters, and the counter each idle worker last polled at.
+#[derive(Debug, Default)]
+pub(super) struct Polls {
+    queues: BTreeMap<&'static str, u64>,
+    db: u64,
+    seen: BTreeMap<String, u64>,
+}
+
+impl Polls {
+    /// A message was sent to, or became visible again on, `q`.
+    pub(super) fn queue_changed(&mut self, q: &'static str) {
+        *self.queues.entry(q).or_default() += 1;
+    }
+
+    /// A transaction that may have written or unlocked rows a poller reads ended.
+    pub(super) fn db_changed(&mut self) {
+        self.db += 1;
+    }
+
+    fn counter(&self, kind: RoleKind) -> Option<u64> {
+        match kind {
+            RoleKind::Handler { queue } => Some(self.queues.get(queue).copied().unwrap_or(0)),
+            RoleKind::Poller => Some(self.db),
+            _ => None,
+        }
+    }
+}
+
+impl Run<'_> {
+    /// True when `w` is parked at its poll after a poll that found nothing, and nothing it
+    /// could see changed since.
+    fn poll_is_stale(&self, w: &str) -> bool {
+        let Some(kind) = self.kind(w) else { return false };
+        let at_poll = matches!(self.status(w), Status::Parked { .. }) && self.with_slot(w, |s| s.at_cycle_start);
+        at_poll
+            && self.with_slot(w, |s| s.idle)
+            && self.polls.counter(kind).is_some_and(|c| self.polls.seen.get(w) == Some(&c))
+    }
+
+    /// Restarts crashed workers, then runs every worker but the periodic ones round-robin until
+    /// the world is quiescent: a round in which nobody had anything to do, nothing in flight
+    /// (the clock jumps to the next visibility deadline while something is, and each periodic
+    /// job, such as a retention job, runs once after each jump), and SQS and PostgreSQL confirm
+    /// that no message and no pending row ([`crate::workload::Workload::leftovers`]) is left. `Ok(Some(why))` when it
+    /// is not quiescent after [`DRAIN_ROUNDS_MAX`] rounds: a liveness violation.
+    pub fn drain(&mut self) -> Result<Option<String>> {
+        self.fault("drain: restart crashed workers, run everyone until quiescent".into(), vec![]);
+        let periodic: Vec<String> =
+            self.workers.iter().filter(|w| self.kind(w) == Some(RoleKind::Periodic)).cloned().collect();
+        let drainers: Vec<String> = self.workers.iter().filter(|w| !periodic.contains(w)).cloned().collect();
+        self.polls.seen.clear();
+        for _ in 0..DRAIN_ROUNDS_MAX {
+            let mut moved = false;
+            for w in &drainers {
+                // The orchestrator restarts a crashed pod (an armed crash may fire here).
+                if self.status(w) == Status::Crashed {
+                    self.restart(w)?;
+                    moved = true;
+                }
+                match self.status(w) {
+                    Status::Parked { .. } if !self.poll_is_stale(w) => {
+                        self.step(w, None)?;
+                        moved = true;
+                        if self.with_slot(w, |s| s.idle) {
+                            if let Some(c) = self.kind(w).and_then(|k| self.polls.counter(k)) {
+                                self.polls.seen.insert(w.clone(), c);
+                            }
+                        }
+                    }
+                    Status::Running { .. } => moved = true,
+                    _ => {}
+                }
+            }
+            if moved {
+                continue;
+            }
+            if let Some(deadline) = self.clock.next_visibility_deadline() {
+                let jump = deadline.saturating_sub(self.clock.now_ms);
+                self.fault(format!("drain: clock +{}", format_duration_ms(jump)), vec![]);
+                self.advance_clock(deadline)?;
+                // Time passed: each periodic job runs once, as it would in production.
+                for job in &periodic {
+                    if matches!(self.status(job), Status::Parked { .. }) {
+                        self.step(job, None)?;
+                    }
+                }
+                continue;
+            }
+            let left = self.admin.leftovers(&self.workload.leftovers())?;
+            if left.is_empty() {
+                return Ok(None);
+            }
+            self.fault(format!("drain: {left}; polling again"), vec![]);
+            self.polls.seen.clear();
+        }
+        let stuck: Vec<String> = self.clock.in_flight.keys().cloned().collect();
+        Ok(Some(format!(
+            "not quiescent after {DRAIN_ROUNDS_MAX} drain rounds; in flight: {}",
+            if stuck.is_empty() { "none".to_string() } else { stuck.join(", ") }
+        )))
+    }
+}

@@ -1,0 +1,661 @@
+//! The scheduler: applies a schedule's decisions to the fleet, one yield point at a time, and
+//! records the history.
+//!
+//! After every decision it settles the world: it steps the simulation until every worker is
+//! parked at a yield point, blocked in the server, waiting for work, or crashed. A worker is
+//! blocked when `pg_blocking_pids` of its backend is not empty (PostgreSQL's isolationtester
+//! does the same); no decision is ever taken on a sleep. Completed calls are collected in a
+//! fixed order (the granted worker first, then by name), so the same schedule gives the same
+//! history.
+
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+
+mod drain;
+
+use super::admin::Admin;
+use super::clock::{Clock, Due};
+use super::fleet::{self, HostSpec};
+use super::history::{Entry, Fact, History};
+use super::world::{CallCounts, Names, SharedWorld, Slot, Status, World};
+use crate::schedule::{format_duration_ms, Decision};
+use crate::services::Endpoints;
+use crate::sut::System;
+use crate::workload::{role_of, CrashPoint, Event, QueueSpec, RoleKind, RoleSpec, Workload};
+
+pub use drain::DRAIN_ROUNDS_MAX;
+/// Steps one decision may take to reach a crash point.
+const STEPS_TO_POINT_MAX: usize = 64;
+/// Real time a worker may take for one call before the harness gives up, s.
+const CALL_TIMEOUT_S: u64 = 60;
+
+/// A decision that cannot apply in the current state (the worker is elsewhere, blocked,
+/// crashed, or never reaches the crash point). Scripted schedules fail with it; generated ones
+/// skip the decision ([`Run::lenient`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Inapplicable(pub String);
+
+fn inapplicable(msg: String) -> anyhow::Error {
+    anyhow::Error::new(Inapplicable(msg))
+}
+
+/// What a schedule runs against.
+pub struct Setup {
+    /// Where the services are.
+    pub endpoints: Endpoints,
+    /// The workload the system belongs to.
+    pub workload: Arc<dyn Workload>,
+    /// The system under test.
+    pub system: Rc<dyn System>,
+    /// Its handler policy ([`Workload::config`]).
+    pub config: Rc<dyn std::any::Any>,
+    /// The workload's queues, with the scenario's visibility timeouts.
+    pub queues: Vec<QueueSpec>,
+    /// Worker names, e.g. `p c1 c2 r1 d1 ret`.
+    pub workers: Vec<String>,
+    /// Events the producer dispatches, in order.
+    pub events: Vec<Event>,
+    /// Labels for the scenario's ids.
+    pub names: Names,
+}
+
+/// Simulation steps in a row without a worker changing state before the scheduler pauses
+/// between steps.
+const IDLE_SPINS: u32 = 32;
+/// The pause between idle simulation steps, µs.
+const IDLE_PAUSE_US: u64 = 20;
+
+/// A schedule being run.
+pub struct Run<'a> {
+    sim: turmoil::Sim<'a>,
+    world: SharedWorld,
+    admin: Admin,
+    clock: Clock,
+    workers: Vec<String>,
+    roles: Vec<RoleSpec>,
+    workload: Arc<dyn Workload>,
+    events: Vec<Event>,
+    keys: BTreeSet<String>,
+    /// The history so far.
+    pub history: History,
+    /// Skip decisions that cannot apply (recording why) instead of failing.
+    pub lenient: bool,
+    polls: drain::Polls,
+    /// Messages just deleted that `sqs:redeliver-after-delete` delivers once more:
+    /// (label, queue, body).
+    redeliveries: Vec<(String, &'static str, String)>,
+}
+
+/// A finished schedule: its history and the admin connections, for the checker.
+pub struct Finished {
+    /// The complete history.
+    pub history: History,
+    /// Admin connections to the schedule's namespace (destroy them after checking).
+    pub admin: Admin,
+    /// Real calls made by workers.
+    pub calls: CallCounts,
+    /// Crash points passed, one entry per pass.
+    pub passed: Vec<CrashPoint>,
+    /// Redis keys the schedule used.
+    pub keys: Vec<String>,
+    /// Labels of the schedule's ids.
+    pub names: Names,
+}
+
+fn unique_namespace() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    format!("cp_{}_{}_{:x}", std::process::id(), n, nanos)
+}
+
+impl<'a> Run<'a> {
+    /// Creates the schedule's namespace, starts one host per worker and waits until every
+    /// worker is parked at its first yield point. Errors: services unreachable, the schema
+    /// failing, a host failing to connect.
+    pub fn start(setup: Setup) -> Result<Run<'a>> {
+        let ns = unique_namespace();
+        let t0 = Instant::now();
+        let admin = Admin::create(&setup.endpoints, &ns, &setup.system.schema_sql(), &setup.queues)?;
+        let admin_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let world = World::new(&setup.workers, setup.names);
+        world.borrow_mut().to_dispatch = setup.events.iter().cloned().collect();
+        let roles = setup.workload.roles();
+        let spec = Rc::new(HostSpec {
+            endpoints: setup.endpoints.clone(),
+            schema: admin.schema.clone(),
+            queues: admin.queues.clone(),
+            config: setup.config.clone(),
+            world: world.clone(),
+            system: setup.system.clone(),
+            roles: roles.clone(),
+        });
+        let sim = fleet::build(&setup.workers, spec)?;
+        let visibility_ms = setup.queues.iter().map(|q| (q.name, q.visibility_timeout_s * 1000)).collect();
+        let mut run = Run {
+            sim,
+            world,
+            admin,
+            clock: Clock::new(visibility_ms),
+            workers: setup.workers,
+            roles,
+            workload: setup.workload,
+            events: setup.events,
+            keys: BTreeSet::new(),
+            history: History::default(),
+            lenient: false,
+            polls: drain::Polls::default(),
+            redeliveries: Vec::new(),
+        };
+        let t1 = Instant::now();
+        if let Err(e) = run.settle(None) {
+            let Finished { admin, keys, .. } = run.finish();
+            admin.destroy(&keys);
+            return Err(e);
+        }
+        tracing::debug!(admin_ms, hosts_ms = t1.elapsed().as_secs_f64() * 1e3, "run started (namespace created; hosts connected)");
+        Ok(run)
+    }
+
+    fn status(&self, w: &str) -> Status {
+        self.world.borrow_mut().slot(w).status.clone()
+    }
+
+    fn with_slot<T>(&self, w: &str, f: impl FnOnce(&mut Slot) -> T) -> T {
+        f(self.world.borrow_mut().slot(w))
+    }
+
+    fn kind(&self, w: &str) -> Option<RoleKind> {
+        role_of(&self.roles, w).map(|r| r.kind)
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_ms
+    }
+
+    fn check_worker(&self, w: &str) -> Result<()> {
+        if !self.workers.iter().any(|x| x == w) {
+            return Err(inapplicable(format!("there is no worker `{w}` in this scenario (workers: {})", self.workers.join(" "))));
+        }
+        Ok(())
+    }
+
+    /// The decisions that can apply now to `workers` for exhaustive enumeration, in a fixed
+    /// order: a step for each worker parked in the middle of handling a message (not at its
+    /// receive, not blocked), and, when `crash` is allowed, a crash for each worker standing at
+    /// a crash point.
+    pub fn choices(&self, workers: &[String], crash: bool) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for w in workers {
+            let Status::Parked { at, .. } = self.status(w) else { continue };
+            if !self.with_slot(w, |s| s.at_cycle_start) {
+                out.push(Decision::Step { worker: w.clone(), op: None });
+            }
+            if crash && at.is_some() {
+                out.push(Decision::Crash { worker: w.clone(), at: None });
+            }
+        }
+        out
+    }
+
+    /// Applies one decision and settles. Errors: the decision cannot apply (the worker is at
+    /// another call, blocked, crashed, or never reaches the crash point), or a host failed.
+    pub fn apply(&mut self, d: &Decision) -> Result<()> {
+        match self.apply_strict(d) {
+            Err(e) if self.lenient && e.downcast_ref::<Inapplicable>().is_some() => {
+                self.fault(format!("skipped `{d}`: {e}"), vec![]);
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    fn apply_strict(&mut self, d: &Decision) -> Result<()> {
+        match d {
+            Decision::Step { worker, op } => {
+                self.check_worker(worker)?;
+                self.step(worker, op.as_deref())
+            }
+            Decision::Crash { worker, at } => {
+                self.check_worker(worker)?;
+                if let Some(cp) = at {
+                    if let Err(e) = self.run_to(worker, *cp) {
+                        return self.arm_instead(worker, *cp, "crash", e);
+                    }
+                }
+                self.crash(worker)
+            }
+            Decision::Fail { worker, at } => {
+                self.check_worker(worker)?;
+                if let Err(e) = self.run_to(worker, *at) {
+                    return self.arm_instead(worker, *at, "fail", e);
+                }
+                self.with_slot(worker, |s| s.armed_failures.push(*at));
+                self.step(worker, None)
+            }
+            Decision::Restart { worker } => {
+                self.check_worker(worker)?;
+                self.restart(worker)
+            }
+            Decision::Tick { ms } => self.tick(*ms),
+            Decision::Fault(name) => self.workload_fault(name),
+            Decision::Dispatch { event } => self.dispatch(event),
+            Decision::RedisRestart => self.redis_restart(),
+            Decision::Sqs(fault) => {
+                self.world.borrow_mut().sqs.apply(*fault);
+                self.fault(fault.announcement().to_string(), vec![]);
+                Ok(())
+            }
+        }
+    }
+
+    /// Delivers once more the messages that `sqs:redeliver-after-delete` picked: the same body
+    /// is sent to the same queue, and the new SQS message gets the deleted one's label.
+    fn redeliver(&mut self) -> Result<()> {
+        for (msg, queue, body) in std::mem::take(&mut self.redeliveries) {
+            let message_id = crate::nemesis::sqs::redeliver(&self.admin, queue, &body)?;
+            self.world.borrow_mut().names.set(&message_id, &msg);
+            let identity = serde_json::from_str(&body).ok().and_then(|b| self.workload.identity(&b).map(|(_, id)| id));
+            let facts = identity.map(|identity| vec![Fact::Sent { queue, msg: msg.clone(), identity }]).unwrap_or_default();
+            self.fault(format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"), facts);
+        }
+        Ok(())
+    }
+
+    /// Redis restarts without persistence: every lock of this schedule is lost.
+    fn redis_restart(&mut self) -> Result<()> {
+        let keys: Vec<String> = std::mem::take(&mut self.clock.locks).into_keys().collect();
+        for k in &keys {
+            self.admin.expire_key(k)?;
+        }
+        self.fault(format!("redis restarted: {} lock(s) lost", keys.len()), vec![]);
+        Ok(())
+    }
+
+    /// In a lenient run, a crash or failure at a point the worker cannot reach now is armed
+    /// instead: it fires the next time the worker stands at (crash) or passes (fail) the
+    /// point, in the drain phase too, as FoundationDB's buggify does. Strict runs fail with
+    /// the original error.
+    fn arm_instead(&mut self, w: &str, cp: CrashPoint, kind: &str, e: anyhow::Error) -> Result<()> {
+        if !self.lenient || e.downcast_ref::<Inapplicable>().is_none() || self.status(w) == Status::Crashed {
+            return Err(e);
+        }
+        self.with_slot(w, |s| match kind {
+            "crash" => s.armed_crashes.push(cp),
+            _ => s.armed_failures.push(cp),
+        });
+        self.fault(format!("{w}:{kind}@{cp} armed: {e}; it fires when {w} next gets there"), vec![]);
+        Ok(())
+    }
+
+    /// Crashes the first worker that stands at a crash point where a crash is armed.
+    fn fire_armed_crashes(&mut self) -> Result<()> {
+        let due = self.workers.iter().find_map(|w| {
+            let mut world = self.world.borrow_mut();
+            let slot = world.slot(w);
+            let at = match slot.status {
+                Status::Parked { at: Some(cp), .. } | Status::Waiting { at: Some(cp) } => cp,
+                _ => return None,
+            };
+            let i = slot.armed_crashes.iter().position(|c| *c == at)?;
+            slot.armed_crashes.remove(i);
+            Some((w.clone(), at))
+        });
+        let Some((w, cp)) = due else { return Ok(()) };
+        self.fault(format!("armed crash of {w} at {cp} fires"), vec![]);
+        self.crash(&w)
+    }
+
+    fn step(&mut self, w: &str, expect: Option<&str>) -> Result<()> {
+        let _span = tracing::debug_span!("step", worker = w).entered();
+        match self.status(w) {
+            Status::Parked { op, .. } => {
+                if let Some(e) = expect {
+                    if e != op {
+                        return Err(inapplicable(format!("{w} is about to `{op}`, not `{e}`")));
+                    }
+                }
+            }
+            Status::Running { op, .. } => {
+                let by = self.with_slot(w, |s| s.blocked_by.clone()).unwrap_or_default();
+                return Err(inapplicable(format!("{w} is blocked in `{op}` by {}", by.join(", "))));
+            }
+            Status::Crashed => return Err(inapplicable(format!("{w} is crashed; restart it first (`{w}:restart`)"))),
+            Status::Waiting { .. } => return Err(inapplicable(format!("{w} has nothing to do"))),
+            Status::Starting => return Err(inapplicable(format!("{w} is still starting"))),
+        }
+        let notify = self.with_slot(w, |s| {
+            s.granted = true;
+            if let Status::Parked { op, at } = s.status {
+                // Moving from now on: settle waits until it parks again.
+                s.status = Status::Running { op, at };
+            }
+            s.notify.clone()
+        });
+        notify.notify_one();
+        self.settle(Some(w))
+    }
+
+    /// Steps `w` until it stands at crash point `cp`.
+    fn run_to(&mut self, w: &str, cp: CrashPoint) -> Result<()> {
+        self.run_until(w, &format!("crash point {cp}"), |s| {
+            matches!(s.status, Status::Parked { at: Some(c), .. } | Status::Waiting { at: Some(c) } if c == cp)
+        })
+    }
+
+    fn run_until(&mut self, w: &str, what: &str, done: impl Fn(&Slot) -> bool) -> Result<()> {
+        for _ in 0..STEPS_TO_POINT_MAX {
+            if self.with_slot(w, |s| done(s)) {
+                return Ok(());
+            }
+            let before = self.status(w);
+            self.step(w, None).map_err(|e| match e.downcast_ref::<Inapplicable>() {
+                Some(_) => inapplicable(format!("{w} cannot reach {what}: {e}")),
+                None => e,
+            })?;
+            let idle_again = self.with_slot(w, |s| s.idle) && self.status(w) == before;
+            if idle_again && !self.with_slot(w, |s| done(s)) {
+                return Err(inapplicable(format!("{w} cannot reach {what}: it has nothing to do")));
+            }
+        }
+        return Err(inapplicable(format!("{w} did not reach {what} within {STEPS_TO_POINT_MAX} calls")))
+    }
+
+    fn crash(&mut self, w: &str) -> Result<()> {
+        let status = self.status(w);
+        let (at, op) = match &status {
+            Status::Parked { at, .. } => (*at, None),
+            Status::Running { op, at } => (*at, Some(op.to_string())),
+            Status::Crashed => return Err(inapplicable(format!("{w} is already crashed"))),
+            _ => (None, None),
+        };
+        self.sim.crash(w);
+        let pid = self.with_slot(w, |s| {
+            s.status = Status::Crashed;
+            s.granted = false;
+            s.blocked_by = None;
+            s.in_pg = false;
+            s.completed = None;
+            s.notes.clear();
+            s.idle = false;
+            s.backend_pid.take()
+        });
+        tracing::info!(worker = w, at = ?at, op = ?op, t_ms = self.now(), "crash injected");
+        self.history.entries.push(Entry::Crash { t_ms: self.now(), worker: w.to_string(), at, op });
+        self.polls.db_changed();
+        if let Some(pid) = pid {
+            self.admin.terminate_backend(pid)?;
+        }
+        self.settle(None)
+    }
+
+    fn restart(&mut self, w: &str) -> Result<()> {
+        if self.status(w) != Status::Crashed {
+            return Err(inapplicable(format!("{w} is not crashed")));
+        }
+        self.sim.bounce(w);
+        self.with_slot(w, |s| {
+            s.status = Status::Starting;
+            s.armed_failures.clear();
+            s.armed_crashes.clear();
+        });
+        self.history.entries.push(Entry::Restart { t_ms: self.now(), worker: w.to_string() });
+        self.settle(None)
+    }
+
+    /// Advances the logical clock and forces every expiry that became due.
+    fn tick(&mut self, ms: u64) -> Result<()> {
+        let to = self.clock.now_ms + ms;
+        self.fault(format!("clock +{}", format_duration_ms(ms)), vec![]);
+        self.advance_clock(to)
+    }
+
+    fn advance_clock(&mut self, to: u64) -> Result<()> {
+        let due = self.clock.advance_to(to);
+        self.world.borrow_mut().now_ms = self.clock.now_ms;
+        for d in due {
+            match d {
+                Due::Visibility { msg, queue, receipt } => {
+                    let ok = self.admin.expire_visibility(queue, &receipt)?;
+                    self.polls.queue_changed(queue);
+                    let what = if ok {
+                        format!("visibility timeout of {msg} expired: it can be received again")
+                    } else {
+                        format!("visibility timeout of {msg} expired (SQS no longer has it)")
+                    };
+                    self.fault(what, vec![]);
+                }
+                Due::Lock { key } => {
+                    self.admin.expire_key(&key)?;
+                    self.fault(format!("lock {key} expired"), vec![]);
+                }
+            }
+        }
+        self.settle(None)
+    }
+
+    /// Applies the workload's fault `name` and sends the messages it returns to the queues
+    /// their bodies belong to ([`Workload::identity`]; the first queue when none).
+    fn workload_fault(&mut self, name: &str) -> Result<()> {
+        let fault = self
+            .workload
+            .faults()
+            .into_iter()
+            .find(|f| f.name() == name)
+            .ok_or_else(|| inapplicable(format!("the workload has no fault `{name}`")))?;
+        let resent = self.admin.rt.block_on(fault.apply(&self.admin.pg))?;
+        if resent.is_empty() {
+            self.fault(fault.announce_nothing(), vec![]);
+        }
+        for r in resent {
+            let (queue, identity) = self
+                .workload
+                .identity(&r.body)
+                .unwrap_or_else(|| (self.admin.queues.queues[0].0, uuid::Uuid::nil()));
+            let message_id = crate::nemesis::sqs::redeliver(&self.admin, queue, &r.body.to_string())?;
+            let msg = self.world.borrow_mut().names.label(self.admin.queues.prefix(queue), &message_id);
+            let fact = Fact::Sent { queue, msg: msg.clone(), identity };
+            let who = self.world.borrow().names.uuid(&identity);
+            self.fault(fault.announce(&who, &msg, &r), vec![fact]);
+        }
+        self.settle(None)
+    }
+
+    fn dispatch(&mut self, event: &str) -> Result<()> {
+        let ev = self
+            .events
+            .iter()
+            .find(|e| e.label == event)
+            .cloned()
+            .ok_or_else(|| inapplicable(format!("there is no event `{event}` in this scenario")))?;
+        let producer = self
+            .workers
+            .iter()
+            .find(|w| self.kind(w) == Some(RoleKind::Producer))
+            .cloned()
+            .ok_or_else(|| inapplicable("this scenario has no producer".into()))?;
+        self.world.borrow_mut().to_dispatch.push_back(ev);
+        self.fault(format!("{producer} will dispatch {event} again"), vec![]);
+        if matches!(self.status(&producer), Status::Waiting { .. }) {
+            let notify = self.with_slot(&producer, |s| {
+                s.status = Status::Starting;
+                s.notify.clone()
+            });
+            notify.notify_one();
+        }
+        self.settle(None)
+    }
+
+    fn fault(&mut self, what: String, facts: Vec<Fact>) {
+        let what = self.world.borrow().names.relabel(&what);
+        for f in &facts {
+            self.apply_fact(f);
+        }
+        tracing::debug!(what = %what, t_ms = self.now(), "fault");
+        self.history.entries.push(Entry::Fault { t_ms: self.now(), what, facts });
+    }
+
+    /// Steps the simulation until no worker is moving; then collects completed calls.
+    fn settle(&mut self, granted: Option<&str>) -> Result<()> {
+        let start = Instant::now();
+        let mut last_check = Instant::now();
+        let mut last_moving: Vec<String> = Vec::new();
+        let mut spins = 0u32;
+        loop {
+            let moving: Vec<String> = {
+                let w = self.world.borrow();
+                w.slots
+                    .iter()
+                    .filter(|(_, s)| {
+                        matches!(s.status, Status::Starting | Status::Running { .. }) && s.blocked_by.is_none()
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            };
+            if moving.is_empty() {
+                if self.recheck_blocked()? {
+                    continue;
+                }
+                break;
+            }
+            self.sim.step().map_err(|e| anyhow!("a worker host failed: {e}"))?;
+            // While the same workers wait on real I/O, stepping again at once only burns the
+            // CPU that PostgreSQL and LocalStack need: after a few idle steps, pause briefly.
+            if moving == last_moving {
+                spins += 1;
+                if spins > IDLE_SPINS {
+                    std::thread::sleep(Duration::from_micros(IDLE_PAUSE_US));
+                }
+            } else {
+                spins = 0;
+                last_moving = moving.clone();
+            }
+            if last_check.elapsed() >= Duration::from_millis(2) {
+                self.detect_blocked(&moving)?;
+                last_check = Instant::now();
+            }
+            if start.elapsed() > Duration::from_secs(CALL_TIMEOUT_S) {
+                bail!("{} made no progress for {CALL_TIMEOUT_S} s", moving.join(", "));
+            }
+        }
+        self.collect(granted);
+        self.redeliver()?;
+        self.fire_armed_crashes()
+    }
+
+    fn name_of_pid(&self, pid: i32) -> String {
+        let w = self.world.borrow();
+        w.slots
+            .iter()
+            .find(|(_, s)| s.backend_pid == Some(pid))
+            .map(|(n, _)| n.clone())
+            .unwrap_or_else(|| format!("backend {pid}"))
+    }
+
+    fn detect_blocked(&mut self, moving: &[String]) -> Result<()> {
+        for w in moving {
+            let (pid, op) = {
+                let mut world = self.world.borrow_mut();
+                let s = world.slot(w);
+                match (&s.status, s.backend_pid) {
+                    (Status::Running { op, .. }, Some(pid)) if s.in_pg => (pid, *op),
+                    _ => continue,
+                }
+            };
+            let pids = self.admin.blocking_pids(pid)?;
+            // The call may have completed meanwhile; only a still-running call is blocked.
+            if pids.is_empty() || !matches!(self.status(w), Status::Running { .. }) {
+                continue;
+            }
+            let mut by: Vec<String> = pids.iter().map(|p| self.name_of_pid(*p)).collect();
+            by.sort();
+            self.with_slot(w, |s| s.blocked_by = Some(by.clone()));
+            tracing::info!(worker = %w, op, by = ?by, "blocked step detected (pg_blocking_pids)");
+            self.history.entries.push(Entry::Blocked { t_ms: self.now(), worker: w.clone(), op: op.to_string(), by });
+        }
+        Ok(())
+    }
+
+    /// Clears `blocked_by` of workers whose call completed or is no longer blocked in the
+    /// server. True if any changed.
+    fn recheck_blocked(&mut self) -> Result<bool> {
+        let blocked: Vec<(String, Option<i32>, bool)> = {
+            let w = self.world.borrow();
+            w.slots
+                .iter()
+                .filter(|(_, s)| s.blocked_by.is_some())
+                .map(|(n, s)| (n.clone(), s.backend_pid, matches!(s.status, Status::Running { .. })))
+                .collect()
+        };
+        let mut changed = false;
+        for (w, pid, running) in blocked {
+            let free = !running || match pid {
+                Some(pid) => self.admin.blocking_pids(pid)?.is_empty(),
+                None => true,
+            };
+            if free {
+                self.with_slot(&w, |s| s.blocked_by = None);
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Feeds a fact to the logical clock and to the drain's poll bookkeeping.
+    fn apply_fact(&mut self, f: &Fact) {
+        self.clock.apply(f);
+        match f {
+            Fact::LockTaken { key, .. } => {
+                self.keys.insert(key.clone());
+            }
+            Fact::Sent { queue, .. } => self.polls.queue_changed(*queue),
+            _ => {}
+        }
+    }
+
+    fn collect(&mut self, granted: Option<&str>) {
+        let mut order: Vec<String> = granted.map(str::to_string).into_iter().collect();
+        order.extend(self.workers.iter().filter(|w| Some(w.as_str()) != granted).cloned());
+        for w in order {
+            let (step, notes) = self.with_slot(&w, |s| (s.completed.take(), std::mem::take(&mut s.notes)));
+            if let Some(mut step) = step {
+                step.result = self.world.borrow().names.relabel(&step.result);
+                for f in &step.facts {
+                    self.apply_fact(f);
+                    if let Fact::Deleted { queue, msg } = f {
+                        if let Some((_, body)) = self.world.borrow_mut().sqs.take_redelivery(msg) {
+                            self.redeliveries.push((msg.clone(), *queue, body));
+                        }
+                    }
+                }
+                let busy = !self.with_slot(&w, |s| s.idle);
+                if busy && (step.op == "commit" || step.op == "rollback") {
+                    self.polls.db_changed();
+                }
+                tracing::debug!(worker = %step.worker, op = %step.op, at = ?step.at, result = %step.result, t_ms = step.t_ms, "step");
+                self.history.entries.push(Entry::Step(step));
+            }
+            for text in notes {
+                let text = self.world.borrow().names.relabel(&text);
+                self.history.entries.push(Entry::Note { t_ms: self.now(), worker: w.clone(), text });
+            }
+        }
+    }
+
+    /// Stops every host (closing their connections) and hands over the history and the admin
+    /// connections.
+    pub fn finish(self) -> Finished {
+        let Run { sim, world, admin, history, keys, .. } = self;
+        drop(sim);
+        let mut w = world.borrow_mut();
+        let passed = w.slots.values().flat_map(|s| s.passed.iter().copied()).collect();
+        let names = std::mem::take(&mut w.names);
+        Finished { history, admin, calls: w.calls, passed, keys: keys.into_iter().collect(), names }
+    }
+}

@@ -1,0 +1,189 @@
+//! State shared between the scheduler and the worker hosts of one schedule.
+//!
+//! Everything runs on one thread (turmoil steps host runtimes in turn), so the state is an
+//! `Rc<RefCell<World>>`. Workers write what they did into their [`Slot`]; only the scheduler
+//! moves it into the history, in a deterministic order.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::history::Step;
+use crate::workload::{CrashPoint, Event};
+
+/// Where a worker is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// Its host is starting (connecting to the services).
+    Starting,
+    /// Waiting at a yield point, before the call `op`; `at` is the crash point it stands at.
+    Parked { op: &'static str, at: Option<CrashPoint> },
+    /// Executing the call `op` (possibly blocked in the server).
+    Running { op: &'static str, at: Option<CrashPoint> },
+    /// Nothing to do until the scheduler gives it work (a producer with nothing to dispatch);
+    /// `at` is the crash point it stands at.
+    Waiting { at: Option<CrashPoint> },
+    /// Killed; nothing runs on its host until a restart.
+    Crashed,
+}
+
+/// One worker's mailbox.
+pub struct Slot {
+    /// Where it is.
+    pub status: Status,
+    /// Set by the scheduler to let the parked worker make its call.
+    pub granted: bool,
+    /// Wakes the worker after `granted` is set.
+    pub notify: Rc<Notify>,
+    /// Its PostgreSQL backend pid, for `pg_blocking_pids`.
+    pub backend_pid: Option<i32>,
+    /// Whether its current call is a PostgreSQL statement (only those can be blocked by
+    /// another worker's lock, so only those are checked with `pg_blocking_pids`).
+    pub in_pg: bool,
+    /// Crash points where the next pass throws an injected failure.
+    pub armed_failures: Vec<CrashPoint>,
+    /// Crash points where the worker is killed the next time it stands there.
+    pub armed_crashes: Vec<CrashPoint>,
+    /// The call that completed since the scheduler last looked.
+    pub completed: Option<Step>,
+    /// Notes the worker wrote since the scheduler last looked.
+    pub notes: Vec<String>,
+    /// Who blocks the worker in the server (set by the scheduler from `pg_blocking_pids`), or
+    /// `None` when it is not blocked.
+    pub blocked_by: Option<Vec<String>>,
+    /// Whether its last receive/select found nothing (it is idle).
+    pub idle: bool,
+    /// Crash points passed (for coverage).
+    pub passed: Vec<CrashPoint>,
+    /// Whether it has made no call since its loop started a new cycle (a receive, a poll, a
+    /// dispatch): parked there after an idle cycle, it is quiescent.
+    pub at_cycle_start: bool,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            status: Status::Starting,
+            granted: false,
+            notify: Rc::new(Notify::new()),
+            backend_pid: None,
+            in_pg: false,
+            armed_failures: Vec::new(),
+            armed_crashes: Vec::new(),
+            completed: None,
+            notes: Vec::new(),
+            blocked_by: None,
+            idle: false,
+            passed: Vec::new(),
+            at_cycle_start: false,
+        }
+    }
+}
+
+/// Readable labels for identifiers, so that traces never show random ids.
+///
+/// Scenario names (`e1`, `p1`) are registered up front; other ids get a label the first time
+/// they are seen, in order, with a prefix the workload chooses (`m1` for the first message on
+/// a queue labelled `m`, `ob1` for the first outbox row a handler labels `ob`).
+#[derive(Debug, Default)]
+pub struct Names {
+    labels: BTreeMap<String, String>,
+    counters: BTreeMap<&'static str, u32>,
+}
+
+impl Names {
+    /// `text` with every known id replaced by its label.
+    pub fn relabel(&self, text: &str) -> String {
+        if !text.contains('-') {
+            return text.to_string();
+        }
+        let mut out = text.to_string();
+        for (id, label) in &self.labels {
+            if id.len() == 36 && out.contains(id.as_str()) {
+                out = out.replace(id.as_str(), label);
+            }
+        }
+        out
+    }
+
+    /// Registers a fixed label.
+    pub fn set(&mut self, id: impl ToString, label: &str) {
+        self.labels.insert(id.to_string(), label.to_string());
+    }
+
+    /// The label of `id`, assigning `<prefix><n>` on first sight.
+    pub fn label(&mut self, prefix: &'static str, id: impl ToString) -> String {
+        let id = id.to_string();
+        if let Some(l) = self.labels.get(&id) {
+            return l.clone();
+        }
+        let n = self.counters.entry(prefix).or_insert(0);
+        *n += 1;
+        let l = format!("{prefix}{n}");
+        self.labels.insert(id, l.clone());
+        l
+    }
+
+    /// The label of `id` if it has one.
+    pub fn get(&self, id: impl ToString) -> Option<String> {
+        self.labels.get(&id.to_string()).cloned()
+    }
+
+    /// The label of a UUID, or its first 8 hex digits when unknown.
+    pub fn uuid(&self, id: &Uuid) -> String {
+        self.get(id).unwrap_or_else(|| id.simple().to_string()[..8].to_string())
+    }
+}
+
+/// Counts of real calls, per service.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, PartialEq, Eq)]
+pub struct CallCounts {
+    /// PostgreSQL statements (BEGIN and COMMIT included).
+    pub pg: u32,
+    /// SQS API calls.
+    pub sqs: u32,
+    /// Redis commands.
+    pub redis: u32,
+}
+
+/// The shared state of one schedule.
+pub struct World {
+    /// One slot per worker, by name.
+    pub slots: BTreeMap<String, Slot>,
+    /// Labels for ids.
+    pub names: Names,
+    /// The logical clock, in ms since the schedule started.
+    pub now_ms: u64,
+    /// Real calls made by workers.
+    pub calls: CallCounts,
+    /// Events the producer still has to dispatch, in order; the front is removed once its
+    /// dispatch returned (so a producer restarted mid-dispatch dispatches it again).
+    pub to_dispatch: std::collections::VecDeque<Event>,
+    /// The SQS nemesis: armed AWS-only behaviours, latest receipt handles, bodies.
+    pub sqs: crate::nemesis::sqs::SqsNemesis,
+}
+
+/// The handle workers and the scheduler share.
+pub type SharedWorld = Rc<RefCell<World>>;
+
+impl World {
+    /// A world with one slot per worker name.
+    pub fn new(workers: &[String], names: Names) -> SharedWorld {
+        Rc::new(RefCell::new(World {
+            slots: workers.iter().map(|w| (w.clone(), Slot::new())).collect(),
+            names,
+            now_ms: 0,
+            calls: CallCounts::default(),
+            to_dispatch: Default::default(),
+            sqs: Default::default(),
+        }))
+    }
+
+    /// The slot of `worker`. Panics on an unknown name (a harness bug).
+    pub fn slot(&mut self, worker: &str) -> &mut Slot {
+        self.slots.get_mut(worker).unwrap_or_else(|| panic!("no worker named {worker}"))
+    }
+}

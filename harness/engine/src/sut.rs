@@ -1,0 +1,60 @@
+//! The system under test as the engine sees it: programs behind traits, one per role kind.
+//!
+//! A [`System`] (a workload's reference or one of its mutants) hands out a [`Program`] for
+//! each role the workload declares. Every program reaches the services only through
+//! [`Cx`], so every call is a yield point for the scheduler.
+
+use std::borrow::Cow;
+use std::rc::Rc;
+
+use async_trait::async_trait;
+
+pub use crate::sim::cx::{CallError, Cx, Delivery, Val};
+pub use crate::workload::Event;
+
+/// Publishes the scenario's events (seed 000: `$bus->dispatch($message, [...stamps])`).
+#[async_trait(?Send)]
+pub trait Producer {
+    /// Dispatches one event. `Ok` removes it from the producer's queue of events to dispatch;
+    /// an error leaves it at the front, to be dispatched again. A crash drops the future.
+    async fn dispatch(&self, cx: &mut Cx, event: &Event) -> Result<(), CallError>;
+}
+
+/// Handles one delivery of its queue, including its acknowledgement (DeleteMessage), retry
+/// (ChangeMessageVisibility) or parking in a failure transport.
+#[async_trait(?Send)]
+pub trait Handler {
+    /// Handles `delivery`. An error is noted in the trace and the open transaction rolled back,
+    /// as Messenger's worker does; the message then comes back when its visibility times out.
+    async fn on_delivery(&self, cx: &mut Cx, delivery: Delivery) -> Result<(), CallError>;
+}
+
+/// One cycle of a polling or periodic worker (an outbox relay, a retention job).
+#[async_trait(?Send)]
+pub trait Poller {
+    /// Runs one cycle. It must call [`Cx::idle`] with `true` when the cycle found nothing to
+    /// do, so that the drain knows it is quiescent. An error is noted and rolled back.
+    async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError>;
+}
+
+/// What one worker runs, by the kind of its role.
+#[derive(Clone)]
+pub enum Program {
+    /// For a [`crate::workload::RoleKind::Producer`] role.
+    Producer(Rc<dyn Producer>),
+    /// For a [`crate::workload::RoleKind::Handler`] role.
+    Handler(Rc<dyn Handler>),
+    /// For a [`crate::workload::RoleKind::Poller`] or [`crate::workload::RoleKind::Periodic`] role.
+    Poller(Rc<dyn Poller>),
+}
+
+/// A complete system under test: the programs of a workload's roles, and its schema.
+pub trait System {
+    /// Its name: `reference`, or the mutant's.
+    fn name(&self) -> &str;
+    /// DDL run in a fresh PostgreSQL schema before each schedule (the search_path is set).
+    fn schema_sql(&self) -> Cow<'_, str>;
+    /// The program of the role with prefix `role` (see [`crate::workload::RoleSpec`]), or
+    /// `None` when this system has no such role.
+    fn program(&self, role: &str) -> Option<Program>;
+}

@@ -1,3 +1,0 @@
-fn main() {
-    std::process::exit(crashpoint::cli::main());
-}

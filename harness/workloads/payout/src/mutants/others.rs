@@ -1,0 +1,97 @@
+//! Relays, downstream consumers and retention jobs that get at-least-once delivery wrong.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+
+use async_trait::async_trait;
+
+use crashpoint::sut::Val;
+use crate::queues;
+use crate::points;
+use crate::messages::MerchantPayoutCreated;
+use crate::reference::downstream::{apply_settlement, DOWNSTREAM};
+use crate::reference::relay::{mark, select_batch};
+use crate::reference::fail_or_retry;
+use crate::system::{CallError, Cx, Delivery, Downstream, Relay, Retention};
+
+/// `relay-mark-before-send`: commits `published_at`, then sends. A crash in between loses
+/// the publication (seed 000: "Marking the row first creates the opposite failure").
+pub struct MarkBeforeSend;
+
+#[async_trait(?Send)]
+impl Relay for MarkBeforeSend {
+    async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
+        let Some(batch) = select_batch(cx).await? else { return Ok(()) };
+        for ev in &batch {
+            mark(cx, ev.outbox_id, "published_at").await?;
+        }
+        cx.commit().await?;
+        cx.crash_point(points::RELAY_AFTER_MARK);
+        for ev in &batch {
+            cx.send("send", queues::PAYOUTS, ev, ev.outbox_id).await?;
+            cx.crash_point(points::RELAY_AFTER_SEND);
+        }
+        Ok(())
+    }
+}
+
+/// `relay-mark-fails-after-send`: the first mark of each row (per relay process) errors after
+/// a successful send, and the transaction rolls back, so the row is published again. Harmless
+/// with the reference downstream; paired with `naive-downstream` it applies twice.
+#[derive(Default)]
+pub struct MarkFailsAfterSend {
+    failed_once: RefCell<BTreeSet<uuid::Uuid>>,
+}
+
+#[async_trait(?Send)]
+impl Relay for MarkFailsAfterSend {
+    async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
+        let Some(batch) = select_batch(cx).await? else { return Ok(()) };
+        for ev in &batch {
+            cx.send("send", queues::PAYOUTS, ev, ev.outbox_id).await?;
+            cx.crash_point(points::RELAY_AFTER_SEND);
+            let first = self.failed_once.borrow_mut().insert(ev.outbox_id);
+            mark(cx, ev.outbox_id, if first { "published_at_typo" } else { "published_at" }).await?;
+            cx.crash_point(points::RELAY_AFTER_MARK);
+        }
+        cx.commit().await
+    }
+}
+
+/// `naive-downstream`: applies every `MerchantPayoutCreated` it receives, with no dedup, so a
+/// duplicate publication is applied twice.
+pub struct NaiveDownstream;
+
+#[async_trait(?Send)]
+impl Downstream for NaiveDownstream {
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev: MerchantPayoutCreated =
+            serde_json::from_str(&d.body).map_err(|e| CallError::Service(format!("malformed body: {e}")))?;
+        let r = async {
+            cx.begin().await?;
+            apply_settlement(cx, &ev).await?;
+            cx.commit().await
+        }
+        .await;
+        match r {
+            Ok(()) => cx.delete(&d).await,
+            Err(e) => {
+                cx.rollback().await?;
+                fail_or_retry(cx, DOWNSTREAM, &d, &e, None).await
+            }
+        }
+    }
+}
+
+/// `short-retention`: purges dedup rows older than 1 s, far sooner than a redelivery or a
+/// replay can arrive; with no unique constraint on the payout, the late copy pays again.
+pub struct ShortRetention;
+
+#[async_trait(?Send)]
+impl Retention for ShortRetention {
+    async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
+        let n = cx.execute("purge", "DELETE FROM processed_message WHERE processed_at < $1", &[Val::NowMinusS(1)]).await?;
+        cx.note(format!("retention purged {n} dedup rows older than 1s"));
+        Ok(())
+    }
+}

@@ -1,0 +1,61 @@
+//! The reference system: seed 000's design, correct under at-least-once delivery.
+//!
+//! - the consumer claims `processed_message` with `ON CONFLICT DO NOTHING RETURNING`, inserts
+//!   the payout under `UNIQUE (source_payment_id)` and the outbox row, all in one transaction,
+//!   then releases the dispatch lock and deletes the message;
+//! - the relay publishes with `FOR UPDATE SKIP LOCKED`, send before mark, at least once;
+//! - the downstream consumer has its own claim under its own `consumer_name`;
+//! - retention deletes dedup rows older than the window by the logical clock.
+
+pub mod consumer;
+pub mod downstream;
+mod failure;
+mod producer;
+pub mod relay;
+mod retention;
+
+use std::rc::Rc;
+
+use crate::system::*;
+
+pub use consumer::PayoutConsumer;
+pub use downstream::SettlementProjection;
+pub use failure::{acknowledge, fail_or_retry, park};
+pub use producer::DedupProducer;
+pub use relay::OutboxRelay;
+pub use retention::DedupRetention;
+
+/// The schema of the reference system (`fixtures/schema.sql`).
+pub const SCHEMA_SQL: &str = include_str!("../../../../../fixtures/schema.sql");
+
+/// The DeduplicateStamp key of an event: `payment-captured.<event_id>` (seed 000).
+pub fn lock_key(event_id: &uuid::Uuid) -> String {
+    format!("payment-captured.{event_id}")
+}
+
+/// The correct system from seed 000.
+pub struct Reference;
+
+impl PayoutSystem for Reference {
+    fn name(&self) -> &str {
+        "reference"
+    }
+    fn schema_sql(&self) -> &str {
+        SCHEMA_SQL
+    }
+    fn producer(&self) -> Rc<dyn Producer> {
+        Rc::new(DedupProducer)
+    }
+    fn consumer(&self) -> Rc<dyn Consumer> {
+        Rc::new(PayoutConsumer)
+    }
+    fn relay(&self) -> Rc<dyn Relay> {
+        Rc::new(OutboxRelay)
+    }
+    fn downstream(&self) -> Rc<dyn Downstream> {
+        Rc::new(SettlementProjection)
+    }
+    fn retention(&self) -> Rc<dyn Retention> {
+        Rc::new(DedupRetention)
+    }
+}

@@ -1,0 +1,20 @@
+use async_trait::async_trait;
+
+use crashpoint::sut::Val;
+use crate::system::{CallError, Cx, Retention};
+
+/// Deletes `processed_message` rows older than `retention_s`, where "older" is decided by the
+/// logical clock (`processed_at` is written from it), not by PostgreSQL's `now()`.
+pub struct DedupRetention;
+
+#[async_trait(?Send)]
+impl Retention for DedupRetention {
+    async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
+        let window = cx.config::<crate::SystemConfig>().retention_s;
+        let n = cx
+            .execute("purge", "DELETE FROM processed_message WHERE processed_at < $1", &[Val::NowMinusS(window)])
+            .await?;
+        cx.note(format!("retention purged {n} dedup rows older than {}s", cx.config::<crate::SystemConfig>().retention_s));
+        Ok(())
+    }
+}
