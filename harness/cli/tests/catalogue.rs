@@ -56,7 +56,7 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
             None => missed.push(format!("{name}: not caught in {budget} schedules")),
             Some(f) => {
                 assert!(!f.minimal.passed(), "{name}: the minimal schedule passes");
-                let broken: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant).collect();
+                let broken: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
                 if !broken.iter().any(|b| b.starts_with(invariant)) {
                     missed.push(format!("{name}: caught by {broken:?}, not by `{invariant}`"));
                 }

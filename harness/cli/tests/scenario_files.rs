@@ -55,9 +55,16 @@ fn the_workload_checks_its_own_fields() {
 #[test]
 fn a_counter_scenario_rejects_payout_names() {
     let dir = tempfile::tempdir().unwrap();
-    let body = GOOD.replace("after_lunch", "after_claim").replace("description", "workload = \"counter\"\ndescription");
-    let e = error(dir.path(), "c.toml", &body);
-    assert!(e.contains("c.toml") && (e.contains("unknown crash point `after_claim`") || e.contains("field `workers`")), "{e}");
+    let counter = |schedule: &str| {
+        format!("workload = \"counter\"\ndescription = \"d\"\nworkers = \"p c1\"\nschedule = \"{schedule}\"\n[[events]]\nname = \"e1\"\ncustomer = \"cu1\"\n")
+    };
+    assert!(load(dir.path(), &write(dir.path(), "ok.toml", &counter("p c1:crash@between_handlers")), &common::registry()).is_ok());
+    let e = error(dir.path(), "c.toml", &counter("p c1:crash@relay_after_send"));
+    assert!(e.contains("c.toml:4: field `schedule`") && e.contains("unknown crash point `relay_after_send`; expected one of after_send, after_receive"), "{e}");
+    let e = error(dir.path(), "r.toml", &counter("p replay"));
+    assert!(e.contains("`replay`: expected a worker or a fault (p, c1)"), "{e}");
+    let e = error(dir.path(), "w.toml", &counter("p").replace("p c1", "p c1 r1"));
+    assert!(e.contains("`r1` is not a worker name of workload `counter`"), "{e}");
 }
 
 #[test]

@@ -1,20 +1,28 @@
-//! crashpoint: a deterministic failure-injection harness for at-least-once message handlers.
+//! crashpoint: a deterministic failure-injection harness for at-least-once message handlers,
+//! generic over the system it tests.
+//!
+//! A [`Workload`] declares a system's queues, roles and crash points, how scenario events
+//! become messages, its invariants, its own faults, and its systems (a reference and known-bad
+//! mutants). The engine runs them against real PostgreSQL, SQS (LocalStack) and Redis, one
+//! service call at a time, and never names a workload's tables, queues or calls.
 //!
 //! The crate follows Jepsen's split of a test:
 //! - [`services`]: real PostgreSQL, SQS (LocalStack) and Redis, provisioned natively,
 //!   through testcontainers, or taken from the environment, and the SQS calibration;
-//! - [`sut`]: the system under test (producer, consumer, relay, downstream, retention job)
-//!   behind traits, with the reference implementation from seed 000;
-//! - [`sim`]: the turmoil fleet, the gate that makes every service call a yield point,
+//! - [`workload`] and [`sut`]: the seam a system under test plugs into, and the programs of its
+//!   roles (producer, handler, poller);
+//! - [`sim`]: the turmoil fleet, the gate that makes every service call a yield point ([`Cx`]),
 //!   the logical clock and the scheduler;
 //! - [`schedule`]: schedules as data and their text form;
-//! - [`faults`]: what the nemesis does to the world, including the AWS-only SQS behaviours;
+//! - [`nemesis`]: what the nemesis does to the world, including the AWS-only SQS behaviours;
 //! - [`checker`]: invariants over the real final state and the recorded history;
 //! - [`report`]: the trace text, the report files (junit.xml, report.json, summary.md) and the
 //!   HTML timeline of a failing schedule;
 //! - [`scenario`]: scenario files under `scenarios/`;
 //! - [`explore`]: generated schedules, shrinking, determinism self-check, coverage;
-//! - [`cli`]: the `crashpoint` command.
+//! - [`cli`]: the `crashpoint` command as a library function, for any binary ([`main!`]).
+//!
+//! A team's own handler needs only the items re-exported here.
 
 pub mod checker;
 pub mod cli;
@@ -29,3 +37,12 @@ pub mod sim;
 pub mod sut;
 pub mod testkit;
 pub mod workload;
+
+pub use checker::{CheckCx, CulpritKind, Invariant, Problem, Quiescence, SqlInvariant, Verdict};
+pub use sim::cx::{CallError, Cx, Delivery, Val};
+pub use sim::history::Fact;
+pub use sim::names::Names;
+pub use sut::{Handler, Poller, Producer, Program, System};
+pub use workload::{
+    derive_id, CrashPoint, Event, Leftover, QueueSpec, Registry, Resend, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault,
+};

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::checker::Invariant;
-use crate::sim::world::Names;
+use crate::sim::names::Names;
 use crate::sut::System;
 
 /// A crash point: a named place in worker code between two service calls, declared by the

@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::sim::admin::Admin;
 use crate::sim::history::History;
-use crate::sim::world::Names;
+use crate::sim::names::Names;
 use crate::workload::Event;
 
 /// The outcome of one invariant.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::scenario::ScenarioOutcome;
 use crate::sim::history::Entry;
 use crate::workload::CrashPoint;
-use crate::sim::world::CallCounts;
+use crate::sim::history::CallCounts;
 
 /// How one crash point was exercised.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -80,9 +80,9 @@ impl Stats {
         for e in &o.history.entries {
             match e {
                 Entry::Crash { at: Some(cp), op: None, .. } => self.coverage.entry(*cp).or_default().crashed += 1,
-                Entry::Step(s) if s.result.starts_with("✗ injected failure") => {
-                    if let Some(cp) = s.at {
-                        self.coverage.entry(cp).or_default().failed += 1;
+                Entry::Step(s) => {
+                    if let crate::sim::history::Outcome::Injected { at } = s.outcome {
+                        self.coverage.entry(at).or_default().failed += 1;
                     }
                 }
                 _ => {}

@@ -18,7 +18,7 @@ use quick_xml::escape::escape;
 use super::trace;
 use super::violation::first_break;
 use crate::scenario::ScenarioOutcome;
-use crate::sim::history::{Entry, Service};
+use crate::sim::history::{Entry, FaultEvent, Service};
 
 const LABEL_W: usize = 110;
 const COL_W: usize = 52;
@@ -30,15 +30,10 @@ pub const SERVICE_LANES: [&str; 3] = ["postgres", "sqs", "redis"];
 /// The nemesis lane's name.
 pub const NEMESIS_LANE: &str = "nemesis";
 
-fn role_rank(w: &str) -> (usize, String) {
-    let rank = match w.chars().next() {
-        Some('p') => 0,
-        Some('c') => 1,
-        Some('r') if w.starts_with("ret") => 4,
-        Some('r') => 2,
-        Some('d') => 3,
-        _ => 5,
-    };
+/// Lane order of a worker: its role's rank in the workload's role list, then its name
+/// (`c2` before `c10`).
+fn role_rank(o: &ScenarioOutcome, w: &str) -> (usize, String) {
+    let rank = o.history.roles.get(w).map(|r| r.rank).unwrap_or(usize::MAX);
     (rank, format!("{:>8}", w))
 }
 
@@ -56,7 +51,7 @@ fn lanes(o: &ScenarioOutcome, shown: &[usize]) -> Vec<String> {
             workers.push(w.clone());
         }
     }
-    workers.sort_by_key(|w| role_rank(w));
+    workers.sort_by_key(|w| role_rank(o, w));
     workers.push(NEMESIS_LANE.into());
     workers.extend(SERVICE_LANES.iter().map(|s| s.to_string()));
     workers
@@ -91,18 +86,17 @@ fn short(text: &str, n: usize) -> String {
     }
 }
 
-fn fault_label(what: &str) -> &'static str {
-    match what {
-        w if w.starts_with("drain") => "drain",
-        w if w.starts_with("clock") => "tick",
-        w if w.starts_with("skipped") => "skip",
-        w if w.contains("armed") => "armed",
-        w if w.contains("visibility timeout") => "expire",
-        w if w.starts_with("lock") => "expire",
-        w if w.starts_with("replay") => "replay",
-        w if w.starts_with("redis") => "redis",
-        w if w.contains("dispatch") => "dispatch",
-        _ => "fault",
+fn fault_label(f: &FaultEvent) -> String {
+    match f {
+        FaultEvent::DrainStart | FaultEvent::DrainPending { .. } | FaultEvent::Clock { drain: true, .. } => "drain".into(),
+        FaultEvent::Clock { .. } => "tick".into(),
+        FaultEvent::Skipped { .. } => "skip".into(),
+        FaultEvent::Armed { .. } | FaultEvent::ArmedFires { .. } => "armed".into(),
+        FaultEvent::VisibilityExpired { .. } | FaultEvent::LockExpired { .. } => "expire".into(),
+        FaultEvent::Workload { name, .. } => short(name, 8),
+        FaultEvent::RedisRestart { .. } => "redis".into(),
+        FaultEvent::Dispatch { .. } => "dispatch".into(),
+        FaultEvent::Sqs { .. } | FaultEvent::Redelivered { .. } => "sqs".into(),
     }
 }
 
@@ -172,7 +166,7 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
             Entry::Step(s) => {
                 let y = lane_y[s.worker.as_str()];
                 let svc = service_lane(s.service).unwrap_or("none");
-                let failed = if s.result.starts_with('✗') || s.result.starts_with("error") { " failed" } else { "" };
+                let failed = if s.outcome.failed() { " failed" } else { "" };
                 let _ = writeln!(
                     svg,
                     r#"<g class="step {svc}{failed}{hl}" data-entry="{i}"><title>{tip}</title><rect x="{x}" y="{}" width="{}" height="{}" rx="3"/><text x="{}" y="{}">{}</text></g>"#,
@@ -220,7 +214,7 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
                 let y = lane_y[worker.as_str()];
                 let _ = writeln!(svg, r#"<g class="restart{hl}"><title>{tip}</title><text x="{}" y="{}">↻</text></g>"#, x + 8, y + LANE_H / 2 + 7);
             }
-            Entry::Fault { what, .. } => {
+            Entry::Fault { fault, .. } => {
                 let y = lane_y[NEMESIS_LANE];
                 let _ = writeln!(
                     svg,
@@ -229,7 +223,7 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
                     y + 4,
                     x + 2,
                     y + LANE_H - 2,
-                    fault_label(what)
+                    escape(fault_label(fault))
                 );
             }
             Entry::Note { worker, .. } => {

@@ -10,26 +10,87 @@
 
 use std::fmt::Write;
 
-use crate::sim::history::{Entry, History};
+use crate::schedule::format_duration_ms;
+use crate::sim::history::{Entry, FaultEvent, History, Outcome, Step};
 
-fn t(ms: u64) -> String {
-    format!("{:>4}.{:03}s", ms / 1000, ms % 1000)
+/// Width of the seconds column: 4 digits, or more when the history's logical time needs them
+/// (a 15-day tick reaches 7), so that every line of one trace keeps its columns aligned.
+fn seconds_width(history: &History) -> usize {
+    let max_s = history.entries.iter().map(t_ms_of).max().unwrap_or(0) / 1000;
+    max_s.to_string().len().max(4)
 }
 
-/// Marks the entry that starts the drain phase.
-pub const DRAIN_MARK: &str = "drain:";
-
-fn is_idle_result(result: &str) -> bool {
-    result == "empty" || result == "0 rows"
+fn t_ms_of(e: &Entry) -> u64 {
+    match e {
+        Entry::Step(s) => s.t_ms,
+        Entry::Blocked { t_ms, .. } | Entry::Crash { t_ms, .. } | Entry::Restart { t_ms, .. } | Entry::Fault { t_ms, .. } | Entry::Note { t_ms, .. } => *t_ms,
+    }
 }
 
-/// Indices (into `history.entries`) of drain-phase steps that only polled: a receive that was empty, a select that
-/// found nothing, and the begin/commit around such a select.
+fn t(ms: u64, width: usize) -> String {
+    format!("{:>width$}.{:03}s", ms / 1000, ms % 1000)
+}
+
+fn plural(n: u64, what: &str) -> String {
+    if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
+}
+
+/// A step's outcome in words, e.g. `1 row`, `m1 (receive 2)`, `✗ injected failure at …`.
+pub fn outcome_text(s: &Step) -> String {
+    match &s.outcome {
+        Outcome::Done => "ok".into(),
+        Outcome::Affected { n } | Outcome::Fetched { n } => plural(*n, "row"),
+        Outcome::Returned { row: true } => "1 row".into(),
+        Outcome::Returned { row: false } => "no row".into(),
+        Outcome::Received { msg, receive_count } => format!("{msg} (receive {receive_count})"),
+        Outcome::ReceiveLost { msg, receive_count } => {
+            format!("empty: {msg} (receive {receive_count}) lost on its way (sqs:receive-lost)")
+        }
+        Outcome::Empty => "empty".into(),
+        Outcome::Sent { msg, who } => format!("{msg} ({who})"),
+        Outcome::Deleted { msg, stale: false } => format!("{msg} deleted"),
+        Outcome::Deleted { msg, stale: true } => format!("{msg} deleted with a stale receipt handle (AWS may keep it)"),
+        Outcome::NotDeleted { msg } => format!("ok, but {msg} is not deleted: stale receipt handle (sqs:stale-delete-noop)"),
+        Outcome::Hidden { msg, secs } => format!("{msg} visible again in {secs}s"),
+        Outcome::Locked { taken: true } => "acquired".into(),
+        Outcome::Locked { taken: false } => "held elsewhere".into(),
+        Outcome::Unlocked { held: true } => "released".into(),
+        Outcome::Unlocked { held: false } => "not held".into(),
+        Outcome::Injected { at } => format!("✗ injected failure at {at}: `{}` not made", s.op),
+        Outcome::Error { message } => format!("error: {message}"),
+    }
+}
+
+/// What the nemesis did, in words.
+pub fn fault_text(f: &FaultEvent) -> String {
+    match f {
+        FaultEvent::Skipped { decision, why } => format!("skipped `{decision}`: {why}"),
+        FaultEvent::Armed { worker, kind, at, why } => {
+            format!("{worker}:{kind}@{at} armed: {why}; it fires when {worker} next gets there")
+        }
+        FaultEvent::ArmedFires { worker, at } => format!("armed crash of {worker} at {at} fires"),
+        FaultEvent::Clock { ms, drain: false } => format!("clock +{}", format_duration_ms(*ms)),
+        FaultEvent::Clock { ms, drain: true } => format!("drain: clock +{}", format_duration_ms(*ms)),
+        FaultEvent::VisibilityExpired { msg, found: true } => format!("visibility timeout of {msg} expired: it can be received again"),
+        FaultEvent::VisibilityExpired { msg, found: false } => format!("visibility timeout of {msg} expired (SQS no longer has it)"),
+        FaultEvent::LockExpired { key } => format!("lock {key} expired"),
+        FaultEvent::RedisRestart { locks } => format!("redis restarted: {locks} lock(s) lost"),
+        FaultEvent::Dispatch { producer, event } => format!("{producer} will dispatch {event} again"),
+        FaultEvent::Sqs { text, .. } | FaultEvent::Workload { text, .. } => text.clone(),
+        FaultEvent::Redelivered { msg } => format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"),
+        FaultEvent::DrainStart => "drain: restart crashed workers, run everyone until quiescent".into(),
+        FaultEvent::DrainPending { left } => format!("drain: {left}; polling again"),
+    }
+}
+
+/// Indices (into `history.entries`) of drain-phase steps that only polled: a call that found
+/// nothing ([`Step::idle`]: an empty receive, a poll with no rows), and the `begin` and
+/// `commit` around such a poll.
 pub fn idle_polls(history: &History) -> std::collections::BTreeSet<usize> {
     let start = history
         .entries
         .iter()
-        .position(|e| matches!(e, Entry::Fault { what, .. } if what.starts_with(DRAIN_MARK)))
+        .position(|e| matches!(e, Entry::Fault { fault: FaultEvent::DrainStart, .. }))
         .unwrap_or(history.entries.len());
     let mut by_worker: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
     for (i, e) in history.entries.iter().enumerate().skip(start) {
@@ -45,15 +106,15 @@ pub fn idle_polls(history: &History) -> std::collections::BTreeSet<usize> {
     for idx in by_worker.values() {
         for (k, &i) in idx.iter().enumerate() {
             let s = step(i).expect("step");
-            if is_idle_result(&s.result) {
+            if s.idle {
                 hide.insert(i);
                 continue;
             }
             let next_idle = match idx.get(k + 1).and_then(|&j| step(j)) {
-                Some(n) => n.op == "select" && n.result == "0 rows",
+                Some(n) => n.idle,
                 None => true,
             };
-            let prev_idle = k > 0 && step(idx[k - 1]).is_some_and(|p| p.op == "select" && p.result == "0 rows");
+            let prev_idle = k > 0 && step(idx[k - 1]).is_some_and(|p| p.idle);
             if (s.op == "begin" && next_idle) || (s.op == "commit" && prev_idle) {
                 hide.insert(i);
             }
@@ -62,15 +123,19 @@ pub fn idle_polls(history: &History) -> std::collections::BTreeSet<usize> {
     hide
 }
 
-/// One entry as a trace line, without the newline.
+/// One entry as a trace line, without the newline (seconds in at least 4 digits).
 pub fn line(e: &Entry) -> String {
+    line_with(e, 4)
+}
+
+fn line_with(e: &Entry, w: usize) -> String {
     match e {
         Entry::Step(s) => {
             let at = s.at.map(|a| format!("[{a}]")).unwrap_or_default();
-            format!("{}  {:<4} {:<14} {:<24} → {}", t(s.t_ms), s.worker, s.op, at, s.result)
+            format!("{}  {:<4} {:<14} {:<24} → {}", t(s.t_ms, w), s.worker, s.op, at, outcome_text(s))
         }
         Entry::Blocked { t_ms, worker, op, by } => {
-            format!("{}  {:<4} {:<14} {:<24} ⧗ blocked by {}", t(*t_ms), worker, op, "", by.join(", "))
+            format!("{}  {:<4} {:<14} {:<24} ⧗ blocked by {}", t(*t_ms, w), worker, op, "", by.join(", "))
         }
         Entry::Crash { t_ms, worker, at, op } => {
             let place = match (at, op) {
@@ -78,11 +143,11 @@ pub fn line(e: &Entry) -> String {
                 (Some(a), None) => format!("at {a}"),
                 (None, None) => "between calls".to_string(),
             };
-            format!("{}  {:<4} ✗ CRASH {place}", t(*t_ms), worker)
+            format!("{}  {:<4} ✗ CRASH {place}", t(*t_ms, w), worker)
         }
-        Entry::Restart { t_ms, worker } => format!("{}  {:<4} ↻ restart", t(*t_ms), worker),
-        Entry::Fault { t_ms, what, .. } => format!("{}  ~    {what}", t(*t_ms)),
-        Entry::Note { t_ms, worker, text } => format!("{}  {:<4}   · {text}", t(*t_ms), worker),
+        Entry::Restart { t_ms, worker } => format!("{}  {:<4} ↻ restart", t(*t_ms, w), worker),
+        Entry::Fault { t_ms, fault, .. } => format!("{}  ~    {}", t(*t_ms, w), fault_text(fault)),
+        Entry::Note { t_ms, worker, text } => format!("{}  {:<4}   · {text}", t(*t_ms, w), worker),
     }
 }
 
@@ -91,13 +156,14 @@ pub fn line(e: &Entry) -> String {
 pub fn render(history: &History) -> String {
     let mut out = String::new();
     let hidden = idle_polls(history);
+    let w = seconds_width(history);
     for (i, e) in history.entries.iter().enumerate() {
         if !hidden.contains(&i) {
-            let _ = writeln!(out, "{}", line(e));
+            let _ = writeln!(out, "{}", line_with(e, w));
         }
     }
     if !hidden.is_empty() {
-        let _ = writeln!(out, "{:>9}   ({} idle polls of the drain phase not shown)", "", hidden.len());
+        let _ = writeln!(out, "{:>pad$}   ({} idle polls of the drain phase not shown)", "", hidden.len(), pad = w + 5);
     }
     out
 }

@@ -11,25 +11,21 @@
 //! - work left in flight ([`CulpritKind::Stuck`]): the last entry of the history.
 //!
 //! A step *concerns* a message identity when it sent or received a message with that
-//! identity, or when its worker's current message (its last receive, or what a relay sent
-//! since its `begin`) has it.
+//! identity, or when its worker's current message (its last receive, or what a poller such
+//! as an outbox relay sent since its `begin`) has it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
 use crate::checker::{CulpritKind, Verdict};
-use crate::sim::history::{Entry, Fact, History};
+use crate::sim::history::{Entry, Fact, History, Outcome};
+use crate::workload::RoleKind;
 
 /// The identities each entry concerns, by entry index, and whether it is an effective commit.
 struct Reading {
     concerns: Vec<BTreeSet<Uuid>>,
     effective: Vec<bool>,
-}
-
-fn is_write(op: &str, result: &str) -> bool {
-    let n: u64 = result.split_whitespace().next().and_then(|w| w.parse().ok()).unwrap_or(0);
-    op != "select" && (result.ends_with(" row") || result.ends_with(" rows")) && n >= 1
 }
 
 fn read(history: &History) -> Reading {
@@ -49,9 +45,10 @@ fn read(history: &History) -> Reading {
         match e {
             Entry::Step(s) => {
                 let w = s.worker.as_str();
+                let poller = history.roles.get(w).is_some_and(|r| r.kind == RoleKind::Poller);
                 if s.op == "begin" {
                     in_tx.insert(w, (true, false));
-                    if w.starts_with('r') {
+                    if poller {
                         current.remove(w);
                     }
                 }
@@ -63,7 +60,7 @@ fn read(history: &History) -> Reading {
                         }
                         Fact::Sent { identity, .. } => {
                             mine.insert(*identity);
-                            if w.starts_with('r') {
+                            if poller {
                                 current.entry(w).or_default().insert(*identity);
                             }
                         }
@@ -73,7 +70,7 @@ fn read(history: &History) -> Reading {
                 }
                 mine.extend(current.get(w).into_iter().flatten().copied());
                 let tx = in_tx.entry(w).or_insert((false, false));
-                if is_write(&s.op, &s.result) {
+                if s.outcome.wrote() {
                     if tx.0 {
                         tx.1 = true;
                     } else {
@@ -81,7 +78,7 @@ fn read(history: &History) -> Reading {
                     }
                 }
                 if (s.op == "commit" || s.op == "rollback") && tx.0 {
-                    eff = s.op == "commit" && s.result == "ok" && tx.1;
+                    eff = s.op == "commit" && s.outcome == Outcome::Done && tx.1;
                     *tx = (false, false);
                 }
             }

@@ -61,6 +61,22 @@ struct Raw {
     config: toml::Table,
     #[serde(default)]
     events: Vec<toml::Table>,
+    #[serde(default)]
+    invariants: Vec<InvariantSpec>,
+}
+
+/// An `[[invariants]]` table: an SQL invariant of the scenario's own, checked after the
+/// workload's (see [`crate::checker::SqlInvariant`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvariantSpec {
+    /// Its name, e.g. `at most one payout per payment`.
+    pub name: String,
+    /// A query over the schedule's schema that returns the violating rows.
+    pub sql: String,
+    /// `excess` (default: a violating row is too much of an effect) or `missing`.
+    #[serde(default)]
+    pub kind: Option<String>,
 }
 
 /// A loaded scenario.
@@ -94,6 +110,18 @@ pub struct Scenario {
     pub events: Vec<toml::Table>,
     /// The event labels (`name` of each `[[events]]` table).
     pub event_names: Vec<String>,
+    /// The scenario's own SQL invariants (`[[invariants]]`), checked after the workload's.
+    pub sql_invariants: Vec<crate::checker::SqlInvariant>,
+}
+
+impl Scenario {
+    /// Every invariant a schedule of this scenario is checked against, in order: the
+    /// workload's, the scenario's `[[invariants]]`, and quiescence when the workload has none.
+    pub fn invariants(&self) -> Vec<Box<dyn crate::checker::Invariant>> {
+        let mut all = self.workload.invariants();
+        all.extend(self.sql_invariants.iter().cloned().map(|i| Box::new(i) as Box<dyn crate::checker::Invariant>));
+        crate::checker::with_quiescence(all)
+    }
 }
 
 /// The scenarios directory: `$CRASHPOINT_SCENARIOS`, else `./scenarios` if it exists, else
@@ -106,7 +134,7 @@ pub fn scenarios_dir() -> PathBuf {
     if local.is_dir() {
         return local;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
 }
 
 /// Every scenario under `dir`, sorted by name, each for its workload in `registry`.
@@ -203,7 +231,7 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
         }
     }
     // The workload checks its fields now, so that a bad file fails before any service starts.
-    let mut names = crate::sim::world::Names::default();
+    let mut names = crate::sim::names::Names::default();
     workload
         .events(&raw.events, uuid::Uuid::nil(), &mut names)
         .map_err(|e| anyhow!("{}: field `events`: {e}", path.display()))?;
@@ -219,6 +247,22 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
     workload
         .config(raw.config.clone())
         .map_err(|e| anyhow!("{}:{}: field `config`: {e}", path.display(), field_line(&text, "[config]")))?;
+    let mut sql_invariants = Vec::new();
+    for (i, inv) in raw.invariants.iter().enumerate() {
+        let kind = match inv.kind.as_deref() {
+            None | Some("excess") => crate::checker::CulpritKind::Excess,
+            Some("missing") => crate::checker::CulpritKind::Missing,
+            Some(other) => bail!(
+                "{}: invariants[{i}] ({}): field `kind`: expected `excess` or `missing`, found `{other}`",
+                path.display(),
+                inv.name
+            ),
+        };
+        if inv.sql.trim().is_empty() {
+            bail!("{}: invariants[{i}] ({}): field `sql`: expected a query returning the violating rows", path.display(), inv.name);
+        }
+        sql_invariants.push(crate::checker::SqlInvariant { name: inv.name.clone(), sql: inv.sql.clone(), kind });
+    }
     Ok(Some(Scenario {
         name,
         workload,
@@ -233,6 +277,7 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
         visibility_timeout_s,
         events: raw.events,
         event_names,
+        sql_invariants,
     }))
 }
 

@@ -27,7 +27,8 @@ mod file;
 mod run;
 
 pub use file::{discover, load, scenarios_dir, ExhaustiveSpec, ExploreSpec, Scenario};
-pub use run::{materialize, queues, run_driven, run_scenario, Phases, ScenarioOutcome};
+pub(crate) use run::run_driven;
+pub use run::{materialize, queues, run_scenario, Phases, ScenarioOutcome};
 
 /// The system named `name` (`reference` or a mutant) of scenario `s`'s workload.
 /// Errors: the workload has no such system; the message lists the ones it has.

@@ -10,7 +10,7 @@ use crate::report::trace;
 use crate::schedule::Schedule;
 use crate::services::Endpoints;
 use crate::sim::scheduler::{Run, Setup};
-use crate::sim::world::{CallCounts, Names};
+use crate::sim::{history::CallCounts, names::Names};
 use crate::sut::System;
 use crate::workload::{CrashPoint, Event, QueueSpec};
 
@@ -99,7 +99,7 @@ pub fn run_scenario(
 
 /// Like [`run_scenario`], but the decisions are made by `drive`, which applies them to the
 /// run (it may look at the run between decisions) and returns the schedule it applied.
-pub fn run_driven(
+pub(crate) fn run_driven(
     endpoints: &Endpoints,
     system: Rc<dyn System>,
     s: &Scenario,
@@ -140,7 +140,7 @@ pub fn run_driven(
     };
     let run_ms = t_run.elapsed().as_secs_f64() * 1e3;
     let t_check = Instant::now();
-    let invariants = checker::with_quiescence(s.workload.invariants());
+    let invariants = s.invariants();
     let verdicts = checker::check(&invariants, &fin.admin, &fin.history, &events, &fin.names, stuck.as_deref());
     let check_ms = t_check.elapsed().as_secs_f64() * 1e3;
     let t_teardown = Instant::now();

@@ -13,7 +13,7 @@ use sqlx::postgres::PgRow;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::history::{Fact, Service, Step};
+use super::history::{Fact, Outcome, Service, Step};
 use super::world::{SharedWorld, Status};
 use crate::workload::CrashPoint;
 
@@ -149,7 +149,7 @@ impl Cx {
     }
 
     /// The shared world (for the worker loops).
-    pub fn world(&self) -> &SharedWorld {
+    pub(crate) fn world(&self) -> &SharedWorld {
         &self.world
     }
 
@@ -227,7 +227,7 @@ impl Cx {
             }
         };
         if let Some(cp) = armed {
-            self.complete(op, Service::None, format!("✗ injected failure at {cp}: `{op}` not made"), vec![]);
+            self.complete(op, Service::None, Outcome::Injected { at: cp }, vec![]);
             return Err(CallError::Injected(cp));
         }
         Ok(())
@@ -237,17 +237,23 @@ impl Cx {
         self.world.borrow_mut().slot(&self.me).in_pg = in_pg;
     }
 
-    fn complete(&mut self, op: &'static str, service: Service, result: String, facts: Vec<Fact>) {
+    fn complete(&mut self, op: &'static str, service: Service, outcome: Outcome, facts: Vec<Fact>) {
         let at = self.at.take();
         let mut w = self.world.borrow_mut();
         w.slot(&self.me).in_pg = false;
         let t_ms = w.now_ms;
         w.slot(&self.me).completed =
-            Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, result, facts });
+            Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, outcome, idle: false, facts });
     }
 
     fn set_idle(&self, idle: bool) {
-        self.world.borrow_mut().slot(&self.me).idle = idle;
+        let mut w = self.world.borrow_mut();
+        let slot = w.slot(&self.me);
+        slot.idle = idle;
+        // The call that just completed found nothing: its step is an idle poll.
+        if let Some(step) = slot.completed.as_mut() {
+            step.idle = idle;
+        }
     }
 
     fn count(&self, pg: u32, sqs: u32, redis: u32) {
@@ -286,7 +292,7 @@ impl Cx {
         let r = sqlx::raw_sql(sql).execute(&mut self.pg).await;
         // COMMIT and ROLLBACK end the transaction even when they report an error.
         self.in_tx = in_tx_after && r.is_ok();
-        self.complete(op, Service::Postgres, result_text(&r.as_ref().map(|_| "ok".to_string())), vec![]);
+        self.complete(op, Service::Postgres, pg_outcome(r.as_ref().map(|_| Outcome::Done)), vec![]);
         r.map(|_| ()).map_err(Into::into)
     }
 
@@ -302,8 +308,8 @@ impl Cx {
         self.count(1, 0, 0);
         self.set_in_pg(true);
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_optional(&mut self.pg).await;
-        let text = r.as_ref().map(|o| if o.is_some() { "1 row".to_string() } else { "no row".into() });
-        self.complete(op, Service::Postgres, result_text(&text), vec![]);
+        let outcome = r.as_ref().map(|o| Outcome::Returned { row: o.is_some() });
+        self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
         Ok(r?)
     }
 
@@ -313,8 +319,8 @@ impl Cx {
         self.count(1, 0, 0);
         self.set_in_pg(true);
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_all(&mut self.pg).await;
-        let text = r.as_ref().map(|rows| plural(rows.len() as u64, "row"));
-        self.complete(op, Service::Postgres, result_text(&text), vec![]);
+        let outcome = r.as_ref().map(|rows| Outcome::Fetched { n: rows.len() as u64 });
+        self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
         Ok(r?)
     }
 
@@ -324,8 +330,8 @@ impl Cx {
         self.count(1, 0, 0);
         self.set_in_pg(true);
         let r = bind(sqlx::query(sql), vals, self.now()).execute(&mut self.pg).await;
-        let text = r.as_ref().map(|d| plural(d.rows_affected(), "row"));
-        self.complete(op, Service::Postgres, result_text(&text), vec![]);
+        let outcome = r.as_ref().map(|d| Outcome::Affected { n: d.rows_affected() });
+        self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
         Ok(r?.rows_affected())
     }
 
@@ -370,12 +376,12 @@ impl Cx {
             Ok(Some(d)) => self.world.borrow_mut().sqs.received(queue, &d.msg, &d.receipt, &d.body),
             _ => false,
         };
-        let (text, facts) = match &out {
+        let (outcome, facts) = match &out {
             Ok(Some(d)) => (
                 if lost {
-                    format!("empty: {} (receive {}) lost on its way (sqs:receive-lost)", d.msg, d.receive_count)
+                    Outcome::ReceiveLost { msg: d.msg.clone(), receive_count: d.receive_count }
                 } else {
-                    format!("{} (receive {})", d.msg, d.receive_count)
+                    Outcome::Received { msg: d.msg.clone(), receive_count: d.receive_count }
                 },
                 vec![Fact::Received {
                     queue,
@@ -384,13 +390,13 @@ impl Cx {
                     receipt: d.receipt.clone(),
                 }],
             ),
-            Ok(None) => ("empty".to_string(), vec![]),
-            Err(e) => (format!("error: {e}"), vec![]),
+            Ok(None) => (Outcome::Empty, vec![]),
+            Err(e) => (Outcome::Error { message: e.to_string() }, vec![]),
         };
         // A lost receive: SQS counted it and the message is in flight, the consumer gets nothing.
         let out = if lost { Ok(None) } else { out };
+        self.complete("recv", Service::Sqs, outcome, facts);
         self.set_idle(matches!(out, Ok(None)));
-        self.complete("recv", Service::Sqs, text, facts);
         out
     }
 
@@ -412,12 +418,12 @@ impl Cx {
                 let (queue, prefix) = (self.queues.name(queue), self.queues.prefix(queue));
                 let msg = self.label(prefix, out.message_id.unwrap_or_default());
                 let who = self.world.borrow().names.uuid(&identity);
-                self.complete(op, Service::Sqs, format!("{msg} ({who})"), vec![Fact::Sent { queue, msg: msg.clone(), identity }]);
+                self.complete(op, Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![Fact::Sent { queue, msg: msg.clone(), identity }]);
                 Ok(msg)
             }
             Err(e) => {
                 let e = format!("SendMessage: {}", aws_err(&e));
-                self.complete(op, Service::Sqs, format!("error: {e}"), vec![]);
+                self.complete(op, Service::Sqs, Outcome::Error { message: e.to_string() }, vec![]);
                 Err(CallError::Service(e))
             }
         }
@@ -436,8 +442,7 @@ impl Cx {
             (w.sqs.depends_on_stale_delete(&d.msg, &d.receipt), w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop)
         };
         if noop {
-            let text = format!("ok, but {} is not deleted: stale receipt handle (sqs:stale-delete-noop)", d.msg);
-            self.complete("delete", Service::Sqs, text, vec![]);
+            self.complete("delete", Service::Sqs, Outcome::NotDeleted { msg: d.msg.clone() }, vec![]);
             return Ok(());
         }
         self.count(0, 1, 0);
@@ -446,18 +451,15 @@ impl Cx {
             Ok(_) => {
                 self.world.borrow_mut().sqs.deleted(&d.msg);
                 let mut facts = vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }];
-                let text = if depends {
+                if depends {
                     facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
-                    format!("{} deleted with a stale receipt handle (AWS may keep it)", d.msg)
-                } else {
-                    format!("{} deleted", d.msg)
-                };
-                self.complete("delete", Service::Sqs, text, facts);
+                }
+                self.complete("delete", Service::Sqs, Outcome::Deleted { msg: d.msg.clone(), stale: depends }, facts);
                 Ok(())
             }
             Err(e) => {
                 let e = format!("DeleteMessage: {}", aws_err(&e));
-                self.complete("delete", Service::Sqs, format!("error: {e}"), vec![]);
+                self.complete("delete", Service::Sqs, Outcome::Error { message: e.to_string() }, vec![]);
                 Err(CallError::Service(e))
             }
         }
@@ -481,14 +483,14 @@ impl Cx {
                 self.complete(
                     op,
                     Service::Sqs,
-                    format!("{} visible again in {secs}s", d.msg),
+                    Outcome::Hidden { msg: d.msg.clone(), secs },
                     vec![Fact::VisibilityChanged { queue: d.queue, msg: d.msg.clone(), secs }],
                 );
                 Ok(())
             }
             Err(e) => {
                 let e = format!("ChangeMessageVisibility: {}", aws_err(&e));
-                self.complete(op, Service::Sqs, format!("error: {e}"), vec![]);
+                self.complete(op, Service::Sqs, Outcome::Error { message: e.to_string() }, vec![]);
                 Err(CallError::Service(e))
             }
         }
@@ -513,11 +515,11 @@ impl Cx {
             Ok(v) => {
                 let taken = v.is_some();
                 let facts = if taken { vec![Fact::LockTaken { key: key.to_string(), ttl_ms }] } else { vec![] };
-                self.complete(op, Service::Redis, if taken { "acquired".into() } else { "held elsewhere".into() }, facts);
+                self.complete(op, Service::Redis, Outcome::Locked { taken }, facts);
                 Ok(taken)
             }
             Err(e) => {
-                self.complete(op, Service::Redis, format!("error: {e}"), vec![]);
+                self.complete(op, Service::Redis, Outcome::Error { message: e.to_string() }, vec![]);
                 Err(CallError::Service(format!("redis SET NX: {e}")))
             }
         }
@@ -530,11 +532,11 @@ impl Cx {
         let r: redis::RedisResult<i64> = redis::cmd("DEL").arg(key).query_async(&mut self.redis).await;
         match r {
             Ok(n) => {
-                self.complete(op, Service::Redis, if n > 0 { "released".into() } else { "not held".into() }, vec![Fact::LockReleased { key: key.to_string() }]);
+                self.complete(op, Service::Redis, Outcome::Unlocked { held: n > 0 }, vec![Fact::LockReleased { key: key.to_string() }]);
                 Ok(())
             }
             Err(e) => {
-                self.complete(op, Service::Redis, format!("error: {e}"), vec![]);
+                self.complete(op, Service::Redis, Outcome::Error { message: e.to_string() }, vec![]);
                 Err(CallError::Service(format!("redis DEL: {e}")))
             }
         }
@@ -553,7 +555,9 @@ impl Cx {
         notify.notified().await;
     }
 
-    /// Marks the worker idle (nothing to do) or busy, for the drain phase.
+    /// Marks the worker idle (its last call found nothing to do, e.g. a poll that selected no
+    /// rows) or busy. The drain polls an idle worker again only when something it could see
+    /// changed, and the trace folds its idle polls. Call it right after the poll's call.
     pub fn idle(&self, idle: bool) {
         self.set_idle(idle);
     }
@@ -578,16 +582,14 @@ fn bind<'q>(
     q
 }
 
-fn plural(n: u64, what: &str) -> String {
-    if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
-}
-
-fn result_text(r: &Result<String, &sqlx::Error>) -> String {
+fn pg_outcome(r: Result<Outcome, &sqlx::Error>) -> Outcome {
     match r {
-        Ok(s) => s.clone(),
-        Err(e) => match e.as_database_error() {
-            Some(db) => format!("error: {}", db.message()),
-            None => format!("error: {e}"),
+        Ok(o) => o,
+        Err(e) => Outcome::Error {
+            message: match e.as_database_error() {
+                Some(db) => db.message().to_string(),
+                None => e.to_string(),
+            },
         },
     }
 }

@@ -27,6 +27,17 @@ pub enum Fact {
     DependsOn { behaviour: String },
 }
 
+/// Counts of real calls, per service.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, PartialEq, Eq)]
+pub struct CallCounts {
+    /// PostgreSQL statements (BEGIN and COMMIT included).
+    pub pg: u32,
+    /// SQS API calls.
+    pub sqs: u32,
+    /// Redis commands.
+    pub redis: u32,
+}
+
 /// The service a call went to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -39,6 +50,56 @@ pub enum Service {
     Redis,
     /// No call was made (an injected failure replaced it).
     None,
+}
+
+/// What a call returned, as data; [`crate::report::trace`] turns it into text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// A statement without rows (BEGIN, COMMIT, ROLLBACK) succeeded.
+    Done,
+    /// A statement affected `n` rows (INSERT, UPDATE, DELETE without RETURNING).
+    Affected { n: u64 },
+    /// A query returned `n` rows (a read, e.g. a relay's select).
+    Fetched { n: u64 },
+    /// A statement returning at most one row (`… RETURNING`) returned one, or none.
+    Returned { row: bool },
+    /// ReceiveMessage returned message `msg`, received for the `receive_count`-th time.
+    Received { msg: String, receive_count: u32 },
+    /// ReceiveMessage returned a message that the nemesis lost on its way (`sqs:receive-lost`).
+    ReceiveLost { msg: String, receive_count: u32 },
+    /// ReceiveMessage returned nothing.
+    Empty,
+    /// SendMessage accepted message `msg` with identity label `who`.
+    Sent { msg: String, who: String },
+    /// DeleteMessage deleted `msg`; `stale` when the receipt handle was not the latest (AWS
+    /// may keep the message then).
+    Deleted { msg: String, stale: bool },
+    /// DeleteMessage returned OK with a stale handle and deleted nothing (`sqs:stale-delete-noop`).
+    NotDeleted { msg: String },
+    /// ChangeMessageVisibility: `msg` is visible again in `secs` logical seconds.
+    Hidden { msg: String, secs: u64 },
+    /// `SET NX` took the lock (`true`) or found it held.
+    Locked { taken: bool },
+    /// `DEL` released a held lock (`true`) or found none.
+    Unlocked { held: bool },
+    /// An injected failure at crash point `at` replaced the call.
+    Injected { at: CrashPoint },
+    /// The service returned an error (ids already replaced by labels).
+    Error { message: String },
+}
+
+impl Outcome {
+    /// Whether the call failed (an error, or an injected failure).
+    pub fn failed(&self) -> bool {
+        matches!(self, Outcome::Error { .. } | Outcome::Injected { .. })
+    }
+
+    /// Whether the call wrote at least one row: an INSERT/UPDATE/DELETE that affected rows, or a
+    /// statement with `RETURNING` that returned one (reads are [`Outcome::Fetched`]).
+    pub fn wrote(&self) -> bool {
+        matches!(self, Outcome::Affected { n } if *n >= 1) || matches!(self, Outcome::Returned { row: true })
+    }
 }
 
 /// One call a worker made: its result and what it did.
@@ -54,10 +115,46 @@ pub struct Step {
     pub service: Service,
     /// The crash point the worker stood at before the call.
     pub at: Option<CrashPoint>,
-    /// A short result, e.g. `1 row`, `no row`, `m1 (receive 2)`.
-    pub result: String,
+    /// What it returned.
+    pub outcome: Outcome,
+    /// Whether the call found nothing to do (an empty receive, a poll that found no rows): the
+    /// worker is idle after it. Set by the worker ([`crate::sim::cx::Cx::idle`]).
+    pub idle: bool,
     /// Facts for the checker and the clock.
     pub facts: Vec<Fact>,
+}
+
+/// Something the nemesis or the scheduler did to the world, as data; the trace words it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "fault", rename_all = "snake_case")]
+pub enum FaultEvent {
+    /// A generated decision could not apply and was skipped.
+    Skipped { decision: String, why: String },
+    /// A crash (`kind` `crash`) or failure (`fail`) at a point the worker could not reach yet
+    /// was armed; it fires when the worker gets there.
+    Armed { worker: String, kind: String, at: CrashPoint, why: String },
+    /// An armed crash fired.
+    ArmedFires { worker: String, at: CrashPoint },
+    /// The logical clock advanced by `ms` (in the drain when `drain`).
+    Clock { ms: u64, drain: bool },
+    /// A visibility timeout expired; `found` is false when SQS no longer had the message.
+    VisibilityExpired { msg: String, found: bool },
+    /// A lock's TTL expired (key with ids replaced by labels).
+    LockExpired { key: String },
+    /// Redis restarted without persistence, losing `locks` locks.
+    RedisRestart { locks: usize },
+    /// The producer will dispatch `event` again.
+    Dispatch { producer: String, event: String },
+    /// An AWS-only SQS behaviour was armed (`sqs:<name>`), announced as `text`.
+    Sqs { name: String, text: String },
+    /// `msg` was delivered once more after its delete (`sqs:redeliver-after-delete`).
+    Redelivered { msg: String },
+    /// A fault of the workload's own (`name`), worded by the workload.
+    Workload { name: String, text: String },
+    /// The drain phase started.
+    DrainStart,
+    /// The drain found work pending (`left`, e.g. `1 unpublished outbox row(s)`) and polls again.
+    DrainPending { left: String },
 }
 
 /// One entry of the history.
@@ -71,10 +168,21 @@ pub enum Entry {
     Crash { t_ms: u64, worker: String, at: Option<CrashPoint>, op: Option<String> },
     /// A crashed worker was restarted with fresh software.
     Restart { t_ms: u64, worker: String },
-    /// The nemesis did something to the world (expiry, replay, retention, clock).
-    Fault { t_ms: u64, what: String, facts: Vec<Fact> },
+    /// The nemesis did something to the world (expiry, replay, clock, …).
+    Fault { t_ms: u64, fault: FaultEvent, facts: Vec<Fact> },
     /// A worker explained a decision (duplicate skipped, parked, …).
     Note { t_ms: u64, worker: String, text: String },
+}
+
+/// The role a worker of the history plays: its rank in the workload's role list (the order of
+/// lanes in a timeline) and its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WorkerRole {
+    /// Index of its role in [`crate::workload::Workload::roles`].
+    pub rank: usize,
+    /// What the role does.
+    #[serde(skip)]
+    pub kind: crate::workload::RoleKind,
 }
 
 /// The ordered history of one schedule.
@@ -82,6 +190,8 @@ pub enum Entry {
 pub struct History {
     /// Entries in the order they happened.
     pub entries: Vec<Entry>,
+    /// The role of each worker, by name.
+    pub roles: std::collections::BTreeMap<String, WorkerRole>,
 }
 
 impl History {

@@ -1,11 +1,12 @@
 //! The simulation: a turmoil fleet of workers, the gate that makes every service call a yield
 //! point, the logical clock, and the scheduler.
 
-pub mod admin;
-pub mod clock;
+pub(crate) mod admin;
+pub(crate) mod clock;
 pub mod cx;
-pub mod fleet;
+pub(crate) mod fleet;
 pub mod history;
-pub mod programs;
-pub mod scheduler;
-pub mod world;
+pub(crate) mod programs;
+pub(crate) mod scheduler;
+pub(crate) mod world;
+pub mod names;

@@ -13,7 +13,7 @@ use std::any::Any;
 use std::rc::Rc;
 
 use crashpoint::checker::Invariant;
-use crashpoint::sim::world::Names;
+use crashpoint::sim::names::Names;
 use crashpoint::sut::System;
 use crashpoint::workload::{derive_id, CrashPoint, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault};
 use serde::{Deserialize, Serialize};

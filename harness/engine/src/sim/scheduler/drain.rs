@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 
 use super::Run;
-use crate::schedule::format_duration_ms;
+use crate::sim::history::FaultEvent;
 use crate::sim::world::Status;
 use crate::workload::RoleKind;
 
@@ -66,7 +66,7 @@ impl Run<'_> {
     /// that no message and no pending row ([`crate::workload::Workload::leftovers`]) is left. `Ok(Some(why))` when it
     /// is not quiescent after [`DRAIN_ROUNDS_MAX`] rounds: a liveness violation.
     pub fn drain(&mut self) -> Result<Option<String>> {
-        self.fault("drain: restart crashed workers, run everyone until quiescent".into(), vec![]);
+        self.fault(FaultEvent::DrainStart, vec![]);
         let periodic: Vec<String> =
             self.workers.iter().filter(|w| self.kind(w) == Some(RoleKind::Periodic)).cloned().collect();
         let drainers: Vec<String> = self.workers.iter().filter(|w| !periodic.contains(w)).cloned().collect();
@@ -98,7 +98,7 @@ impl Run<'_> {
             }
             if let Some(deadline) = self.clock.next_visibility_deadline() {
                 let jump = deadline.saturating_sub(self.clock.now_ms);
-                self.fault(format!("drain: clock +{}", format_duration_ms(jump)), vec![]);
+                self.fault(FaultEvent::Clock { ms: jump, drain: true }, vec![]);
                 self.advance_clock(deadline)?;
                 // Time passed: each periodic job runs once, as it would in production.
                 for job in &periodic {
@@ -112,7 +112,7 @@ impl Run<'_> {
             if left.is_empty() {
                 return Ok(None);
             }
-            self.fault(format!("drain: {left}; polling again"), vec![]);
+            self.fault(FaultEvent::DrainPending { left }, vec![]);
             self.polls.seen.clear();
         }
         let stuck: Vec<String> = self.clock.in_flight.keys().cloned().collect();

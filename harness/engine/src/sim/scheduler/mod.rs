@@ -20,14 +20,13 @@ mod drain;
 use super::admin::Admin;
 use super::clock::{Clock, Due};
 use super::fleet::{self, HostSpec};
-use super::history::{Entry, Fact, History};
+use super::history::{Entry, Fact, FaultEvent, History, WorkerRole};
 use super::world::{CallCounts, Names, SharedWorld, Slot, Status, World};
-use crate::schedule::{format_duration_ms, Decision};
+use crate::schedule::Decision;
 use crate::services::Endpoints;
 use crate::sut::System;
 use crate::workload::{role_of, CrashPoint, Event, QueueSpec, RoleKind, RoleSpec, Workload};
 
-pub use drain::DRAIN_ROUNDS_MAX;
 /// Steps one decision may take to reach a crash point.
 const STEPS_TO_POINT_MAX: usize = 64;
 /// Real time a worker may take for one call before the harness gives up, s.
@@ -107,6 +106,17 @@ pub struct Finished {
     pub names: Names,
 }
 
+/// The role of each worker name: its rank among the workload's roles and its kind.
+fn worker_roles(workers: &[String], roles: &[RoleSpec]) -> std::collections::BTreeMap<String, WorkerRole> {
+    workers
+        .iter()
+        .filter_map(|w| {
+            let rank = roles.iter().position(|r| Some(r) == role_of(roles, w))?;
+            Some((w.clone(), WorkerRole { rank, kind: roles[rank].kind }))
+        })
+        .collect()
+}
+
 fn unique_namespace() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
@@ -137,6 +147,7 @@ impl<'a> Run<'a> {
             roles: roles.clone(),
         });
         let sim = fleet::build(&setup.workers, spec)?;
+        let history = History { entries: Vec::new(), roles: worker_roles(&setup.workers, &roles) };
         let visibility_ms = setup.queues.iter().map(|q| (q.name, q.visibility_timeout_s * 1000)).collect();
         let mut run = Run {
             sim,
@@ -148,7 +159,7 @@ impl<'a> Run<'a> {
             workload: setup.workload,
             events: setup.events,
             keys: BTreeSet::new(),
-            history: History::default(),
+            history,
             lenient: false,
             polls: drain::Polls::default(),
             redeliveries: Vec::new(),
@@ -209,7 +220,7 @@ impl<'a> Run<'a> {
     pub fn apply(&mut self, d: &Decision) -> Result<()> {
         match self.apply_strict(d) {
             Err(e) if self.lenient && e.downcast_ref::<Inapplicable>().is_some() => {
-                self.fault(format!("skipped `{d}`: {e}"), vec![]);
+                self.fault(FaultEvent::Skipped { decision: d.to_string(), why: format!("{e}") }, vec![]);
                 Ok(())
             }
             r => r,
@@ -249,7 +260,7 @@ impl<'a> Run<'a> {
             Decision::RedisRestart => self.redis_restart(),
             Decision::Sqs(fault) => {
                 self.world.borrow_mut().sqs.apply(*fault);
-                self.fault(fault.announcement().to_string(), vec![]);
+                self.fault(FaultEvent::Sqs { name: fault.to_string(), text: fault.announcement().to_string() }, vec![]);
                 Ok(())
             }
         }
@@ -263,7 +274,7 @@ impl<'a> Run<'a> {
             self.world.borrow_mut().names.set(&message_id, &msg);
             let identity = serde_json::from_str(&body).ok().and_then(|b| self.workload.identity(&b).map(|(_, id)| id));
             let facts = identity.map(|identity| vec![Fact::Sent { queue, msg: msg.clone(), identity }]).unwrap_or_default();
-            self.fault(format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"), facts);
+            self.fault(FaultEvent::Redelivered { msg }, facts);
         }
         Ok(())
     }
@@ -274,7 +285,7 @@ impl<'a> Run<'a> {
         for k in &keys {
             self.admin.expire_key(k)?;
         }
-        self.fault(format!("redis restarted: {} lock(s) lost", keys.len()), vec![]);
+        self.fault(FaultEvent::RedisRestart { locks: keys.len() }, vec![]);
         Ok(())
     }
 
@@ -290,7 +301,7 @@ impl<'a> Run<'a> {
             "crash" => s.armed_crashes.push(cp),
             _ => s.armed_failures.push(cp),
         });
-        self.fault(format!("{w}:{kind}@{cp} armed: {e}; it fires when {w} next gets there"), vec![]);
+        self.fault(FaultEvent::Armed { worker: w.to_string(), kind: kind.to_string(), at: cp, why: format!("{e}") }, vec![]);
         Ok(())
     }
 
@@ -308,7 +319,7 @@ impl<'a> Run<'a> {
             Some((w.clone(), at))
         });
         let Some((w, cp)) = due else { return Ok(()) };
-        self.fault(format!("armed crash of {w} at {cp} fires"), vec![]);
+        self.fault(FaultEvent::ArmedFires { worker: w.clone(), at: cp }, vec![]);
         self.crash(&w)
     }
 
@@ -412,7 +423,7 @@ impl<'a> Run<'a> {
     /// Advances the logical clock and forces every expiry that became due.
     fn tick(&mut self, ms: u64) -> Result<()> {
         let to = self.clock.now_ms + ms;
-        self.fault(format!("clock +{}", format_duration_ms(ms)), vec![]);
+        self.fault(FaultEvent::Clock { ms, drain: false }, vec![]);
         self.advance_clock(to)
     }
 
@@ -424,16 +435,11 @@ impl<'a> Run<'a> {
                 Due::Visibility { msg, queue, receipt } => {
                     let ok = self.admin.expire_visibility(queue, &receipt)?;
                     self.polls.queue_changed(queue);
-                    let what = if ok {
-                        format!("visibility timeout of {msg} expired: it can be received again")
-                    } else {
-                        format!("visibility timeout of {msg} expired (SQS no longer has it)")
-                    };
-                    self.fault(what, vec![]);
+                    self.fault(FaultEvent::VisibilityExpired { msg, found: ok }, vec![]);
                 }
                 Due::Lock { key } => {
                     self.admin.expire_key(&key)?;
-                    self.fault(format!("lock {key} expired"), vec![]);
+                    self.fault(FaultEvent::LockExpired { key }, vec![]);
                 }
             }
         }
@@ -451,7 +457,7 @@ impl<'a> Run<'a> {
             .ok_or_else(|| inapplicable(format!("the workload has no fault `{name}`")))?;
         let resent = self.admin.rt.block_on(fault.apply(&self.admin.pg))?;
         if resent.is_empty() {
-            self.fault(fault.announce_nothing(), vec![]);
+            self.fault(FaultEvent::Workload { name: fault.name().into(), text: fault.announce_nothing() }, vec![]);
         }
         for r in resent {
             let (queue, identity) = self
@@ -462,7 +468,7 @@ impl<'a> Run<'a> {
             let msg = self.world.borrow_mut().names.label(self.admin.queues.prefix(queue), &message_id);
             let fact = Fact::Sent { queue, msg: msg.clone(), identity };
             let who = self.world.borrow().names.uuid(&identity);
-            self.fault(fault.announce(&who, &msg, &r), vec![fact]);
+            self.fault(FaultEvent::Workload { name: fault.name().into(), text: fault.announce(&who, &msg, &r) }, vec![fact]);
         }
         self.settle(None)
     }
@@ -481,7 +487,7 @@ impl<'a> Run<'a> {
             .cloned()
             .ok_or_else(|| inapplicable("this scenario has no producer".into()))?;
         self.world.borrow_mut().to_dispatch.push_back(ev);
-        self.fault(format!("{producer} will dispatch {event} again"), vec![]);
+        self.fault(FaultEvent::Dispatch { producer: producer.clone(), event: event.to_string() }, vec![]);
         if matches!(self.status(&producer), Status::Waiting { .. }) {
             let notify = self.with_slot(&producer, |s| {
                 s.status = Status::Starting;
@@ -492,13 +498,24 @@ impl<'a> Run<'a> {
         self.settle(None)
     }
 
-    fn fault(&mut self, what: String, facts: Vec<Fact>) {
-        let what = self.world.borrow().names.relabel(&what);
+    /// Records what the nemesis did, with ids in its text replaced by their labels.
+    fn fault(&mut self, mut fault: FaultEvent, facts: Vec<Fact>) {
+        {
+            let w = self.world.borrow();
+            let relabel = |t: &mut String| *t = w.names.relabel(t);
+            match &mut fault {
+                FaultEvent::Skipped { why, .. } | FaultEvent::Armed { why, .. } => relabel(why),
+                FaultEvent::LockExpired { key } => relabel(key),
+                FaultEvent::Workload { text, .. } => relabel(text),
+                FaultEvent::DrainPending { left } => relabel(left),
+                _ => {}
+            }
+        }
         for f in &facts {
             self.apply_fact(f);
         }
-        tracing::debug!(what = %what, t_ms = self.now(), "fault");
-        self.history.entries.push(Entry::Fault { t_ms: self.now(), what, facts });
+        tracing::debug!(fault = ?fault, t_ms = self.now(), "fault");
+        self.history.entries.push(Entry::Fault { t_ms: self.now(), fault, facts });
     }
 
     /// Steps the simulation until no worker is moving; then collects completed calls.
@@ -625,7 +642,9 @@ impl<'a> Run<'a> {
         for w in order {
             let (step, notes) = self.with_slot(&w, |s| (s.completed.take(), std::mem::take(&mut s.notes)));
             if let Some(mut step) = step {
-                step.result = self.world.borrow().names.relabel(&step.result);
+                if let super::history::Outcome::Error { message } = &mut step.outcome {
+                    *message = self.world.borrow().names.relabel(message);
+                }
                 for f in &step.facts {
                     self.apply_fact(f);
                     if let Fact::Deleted { queue, msg } = f {
@@ -638,7 +657,7 @@ impl<'a> Run<'a> {
                 if busy && (step.op == "commit" || step.op == "rollback") {
                     self.polls.db_changed();
                 }
-                tracing::debug!(worker = %step.worker, op = %step.op, at = ?step.at, result = %step.result, t_ms = step.t_ms, "step");
+                tracing::debug!(worker = %step.worker, op = %step.op, at = ?step.at, outcome = ?step.outcome, t_ms = step.t_ms, "step");
                 self.history.entries.push(Entry::Step(step));
             }
             for text in notes {
