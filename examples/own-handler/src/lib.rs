@@ -13,17 +13,15 @@
 //! ([`SendEmailWithoutInbox`]) that the harness must catch. The schema is `schema.sql`; the
 //! exploration scenario is `scenarios/own-handler/explore.toml`.
 
-use std::any::Any;
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use async_trait::async_trait;
-use crashpoint::checker::decide;
 use crashpoint::{
-    derive_id, CallError, CheckCx, CrashPoint, CulpritKind, Cx, Delivery, Event, Fact, Handler, Invariant, Leftover, Names,
+    decide, derive_id, event_specs, CallError, CheckCx, CrashPoint, CulpritKind, Cx, Delivery, Event, Fact, Handler, Invariant, Names,
     Problem, Producer, Program, QueueSpec, Quiescence, RoleKind, RoleSpec, SqlInvariant, System, SystemInfo, Val, Verdict,
-    Workload, WorkloadFault,
+    Workload,
 };
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
@@ -254,22 +252,9 @@ impl Workload for OwnHandler {
         ]
     }
 
-    /// This workload has no handler policy: the `[config]` table must be empty (apart from
-    /// `visibility_timeout_s`, which the engine takes). Errors: the first field found.
-    fn config(&self, table: toml::Table) -> Result<Rc<dyn Any>, String> {
-        match table.keys().next() {
-            Some(k) => Err(format!("unknown field `{k}`: the own-handler workload has no handler policy")),
-            None => Ok(Rc::new(())),
-        }
-    }
-
     fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Names) -> Result<Vec<Event>, String> {
         let mut out = Vec::new();
-        for (i, t) in specs.iter().enumerate() {
-            let label = t.get("name").and_then(|v| v.as_str()).unwrap_or("?").to_string();
-            let spec: EventSpec = toml::Value::Table(t.clone())
-                .try_into()
-                .map_err(|e: toml::de::Error| format!("events[{i}] ({label}): {}", e.message()))?;
+        for spec in event_specs::<EventSpec>(specs)? {
             let req = EmailRequested {
                 operation_id: derive_id(namespace, "operation", &spec.name),
                 recipient: spec.recipient.unwrap_or_else(|| format!("{}@example.com", spec.name)),
@@ -287,16 +272,8 @@ impl Workload for OwnHandler {
         Some((QUEUE, id))
     }
 
-    fn leftovers(&self) -> Vec<Leftover> {
-        Vec::new()
-    }
-
     fn invariants(&self) -> Vec<Box<dyn Invariant>> {
         invariants()
-    }
-
-    fn faults(&self) -> Vec<Box<dyn WorkloadFault>> {
-        Vec::new()
     }
 
     fn systems(&self) -> Vec<SystemInfo> {

@@ -124,3 +124,10 @@ fn redelivery_after_delete_is_a_no_op() {
 fn a_lost_receive_comes_back_after_the_visibility_timeout() {
     window("aws/receive-lost", &["c2   recv                                    → empty", "c2   commit                                  → ok"]);
 }
+
+/// Outbox rows get their labels in order of creation: c1's row, inserted first and committed
+/// last, is `ob1` even though the relay publishes c2's `ob2` first.
+#[test]
+fn outbox_labels_follow_the_order_of_creation() {
+    window("payout/outbox-label-order", &["→ x1 (ob2)", "→ x2 (ob1)"]);
+}

@@ -38,11 +38,11 @@ pub mod sut;
 pub mod testkit;
 pub mod workload;
 
-pub use checker::{CheckCx, CulpritKind, Invariant, Problem, Quiescence, SqlInvariant, Verdict};
+pub use checker::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, SqlInvariant, Verdict};
 pub use sim::cx::{CallError, Cx, Delivery, Val};
 pub use sim::history::Fact;
 pub use sim::names::Names;
 pub use sut::{Handler, Poller, Producer, Program, System};
 pub use workload::{
-    derive_id, CrashPoint, Event, Leftover, QueueSpec, Registry, Resend, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault,
+    derive_id, event_specs, CrashPoint, Event, Leftover, QueueSpec, Registry, Resend, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault,
 };

@@ -101,6 +101,21 @@ pub fn derive_id(namespace: Uuid, kind: &str, label: &str) -> Uuid {
     Uuid::new_v5(&namespace, format!("{kind}/{label}").as_bytes())
 }
 
+/// The `[[events]]` tables as the workload's own spec type `T` (a serde struct, usually with
+/// `deny_unknown_fields`). Errors: `events[i] (<name>): <what serde expected>`.
+pub fn event_specs<T: serde::de::DeserializeOwned>(specs: &[toml::Table]) -> Result<Vec<T>, String> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let label = t.get("name").and_then(|v| v.as_str()).unwrap_or("?");
+            toml::Value::Table(t.clone())
+                .try_into()
+                .map_err(|e: toml::de::Error| format!("events[{i}] ({label}): {}", e.message()))
+        })
+        .collect()
+}
+
 /// A count of work still pending in PostgreSQL, for the drain's quiescence probe: quiescent
 /// means every queue empty (confirmed by SQS) and every `count_sql` returning 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,8 +185,14 @@ pub trait Workload: Send + Sync + 'static {
 
     /// Its handler policy from a scenario's `[config]` table (retries, TTLs, batch sizes; never
     /// queue settings), handed to handlers through [`crate::sim::cx::Cx::config`].
-    /// Errors: a field that is unknown or of the wrong type, named.
-    fn config(&self, table: toml::Table) -> Result<Rc<dyn Any>, String>;
+    /// Errors: a field that is unknown or of the wrong type, named. The default has no policy:
+    /// it accepts only an empty table and gives `()`.
+    fn config(&self, table: toml::Table) -> Result<Rc<dyn Any>, String> {
+        match table.keys().next() {
+            None => Ok(Rc::new(())),
+            Some(k) => Err(format!("unknown field `{k}`: workload `{}` has no handler settings", self.name())),
+        }
+    }
 
     /// The events of a scenario's `[[events]]` tables, in dispatch order, with ids derived from
     /// their labels inside `namespace` ([`derive_id`]). Every id it creates is given a label in
@@ -183,15 +204,19 @@ pub trait Workload: Send + Sync + 'static {
     /// body), or `None` when the body has none.
     fn identity(&self, body: &serde_json::Value) -> Option<(&'static str, Uuid)>;
 
-    /// Work that is still pending in PostgreSQL when the queues are empty.
-    fn leftovers(&self) -> Vec<Leftover>;
+    /// Work that is still pending in PostgreSQL when the queues are empty (default: none).
+    fn leftovers(&self) -> Vec<Leftover> {
+        Vec::new()
+    }
 
     /// Its invariants, checked after every schedule in this order. The engine appends
     /// [`crate::checker::Quiescence`] when the list has no invariant of that name.
     fn invariants(&self) -> Vec<Box<dyn Invariant>>;
 
-    /// Its own faults (schedule text, strategy, application).
-    fn faults(&self) -> Vec<Box<dyn WorkloadFault>>;
+    /// Its own faults (schedule text, strategy, application); default none.
+    fn faults(&self) -> Vec<Box<dyn WorkloadFault>> {
+        Vec::new()
+    }
 
     /// Its systems: `reference` first, then the mutants of its catalogue.
     fn systems(&self) -> Vec<SystemInfo>;

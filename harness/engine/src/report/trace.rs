@@ -167,3 +167,35 @@ pub fn render(history: &History) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::history::{Service, Step};
+
+    fn step(t_ms: u64) -> Entry {
+        let outcome = Outcome::Received { msg: "m1".into(), receive_count: 1 };
+        Entry::Step(Step { t_ms, worker: "c1".into(), op: "recv".into(), service: Service::Sqs, at: None, outcome, idle: false, facts: vec![] })
+    }
+
+    /// Every line keeps its columns when logical time passes 6 digits of seconds (a 15-day tick).
+    #[test]
+    fn columns_stay_aligned_past_a_15_day_tick() {
+        let history = History {
+            entries: vec![
+                step(0),
+                Entry::Fault { t_ms: 0, fault: FaultEvent::Clock { ms: 15 * 86_400_000, drain: false }, facts: vec![] },
+                step(15 * 86_400_000),
+            ],
+            roles: Default::default(),
+        };
+        let text = render(&history);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0].find("c1"), lines[2].find("c1"), "\n{text}");
+        assert_eq!(lines[0].find("recv"), lines[2].find("recv"), "\n{text}");
+        assert!(lines[2].starts_with("1296000.000s"), "\n{text}");
+        assert!(lines[1].contains("clock +15d"), "\n{text}");
+        // Short traces keep the 4-digit column of their snapshots.
+        assert!(render(&History { entries: vec![step(31_000)], roles: Default::default() }).starts_with("  31.000s  c1"));
+    }
+}

@@ -15,7 +15,7 @@ use std::rc::Rc;
 use crashpoint::checker::Invariant;
 use crashpoint::sim::names::Names;
 use crashpoint::sut::System;
-use crashpoint::workload::{derive_id, CrashPoint, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault};
+use crashpoint::workload::{derive_id, event_specs, CrashPoint, Event, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -110,11 +110,7 @@ impl Workload for Counter {
 
     fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Names) -> Result<Vec<Event>, String> {
         let mut out = Vec::new();
-        for (i, t) in specs.iter().enumerate() {
-            let label = t.get("name").and_then(|v| v.as_str()).unwrap_or("?").to_string();
-            let e: EventSpec = toml::Value::Table(t.clone())
-                .try_into()
-                .map_err(|err: toml::de::Error| format!("events[{i}] ({label}): {}", err.message()))?;
+        for e in event_specs::<EventSpec>(specs)? {
             let ev = OrderPlaced {
                 event_id: derive_id(namespace, "event", &e.name),
                 order_id: derive_id(namespace, "order", &e.name),
@@ -134,16 +130,8 @@ impl Workload for Counter {
         Some((ORDERS, id))
     }
 
-    fn leftovers(&self) -> Vec<Leftover> {
-        Vec::new()
-    }
-
     fn invariants(&self) -> Vec<Box<dyn Invariant>> {
         invariants::all()
-    }
-
-    fn faults(&self) -> Vec<Box<dyn WorkloadFault>> {
-        Vec::new()
     }
 
     fn systems(&self) -> Vec<SystemInfo> {

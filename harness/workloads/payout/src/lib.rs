@@ -22,7 +22,7 @@ use std::rc::Rc;
 use crashpoint::checker::Invariant;
 use crashpoint::sim::names::Names;
 use crashpoint::sut::System;
-use crashpoint::workload::{derive_id, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault};
+use crashpoint::workload::{derive_id, event_specs, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault};
 use serde::Deserialize;
 use uuid::Uuid;
 
@@ -103,11 +103,7 @@ impl Workload for Payout {
 
     fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Names) -> Result<Vec<Event>, String> {
         let mut out = Vec::new();
-        for (i, t) in specs.iter().enumerate() {
-            let label = t.get("name").and_then(|v| v.as_str()).unwrap_or("?").to_string();
-            let e: EventSpec = toml::Value::Table(t.clone())
-                .try_into()
-                .map_err(|err: toml::de::Error| format!("events[{i}] ({label}): {}", err.message()))?;
+        for (i, e) in event_specs::<EventSpec>(specs)?.into_iter().enumerate() {
             if e.amount_minor <= 0 || e.currency.len() != 3 {
                 return Err(format!("events[{i}] ({}): expected amount_minor > 0 and a 3-letter currency", e.name));
             }

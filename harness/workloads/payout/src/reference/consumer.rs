@@ -18,7 +18,9 @@ pub struct PayoutConsumer;
 pub const CONSUMER: &str = "create-merchant-payout-v1";
 
 /// Inserts the `MerchantPayoutCreated` outbox row for `payout_id`, caused by `ev`
-/// (a yield point named `insert_outbox`), inside the caller's transaction.
+/// (a yield point named `insert_outbox`), inside the caller's transaction. The row gets its
+/// trace label (`ob1`, `ob2`, …) here, in order of creation, and its `next_attempt_at` from
+/// the logical clock (the relay compares it with the logical now).
 pub async fn insert_outbox(cx: &mut Cx, ev: &PaymentCaptured, payout_id: uuid::Uuid) -> Result<(), CallError> {
     let payload = serde_json::json!({
         "payoutId": payout_id,
@@ -27,14 +29,18 @@ pub async fn insert_outbox(cx: &mut Cx, ev: &PaymentCaptured, payout_id: uuid::U
         "amount": ev.amount_minor,
         "currency": ev.currency,
     });
-    cx.execute(
-        "insert_outbox",
-        "INSERT INTO outbox_event (id, causation_id, event_type, aggregate_id, payload) \
-         VALUES (gen_random_uuid(), $1, 'MerchantPayoutCreated', $2, $3)",
-        &[Val::Uuid(ev.event_id), Val::Uuid(ev.payment_id), Val::Json(payload)],
-    )
-    .await
-    .map(|_| ())
+    let row = cx
+        .fetch_optional(
+            "insert_outbox",
+            "INSERT INTO outbox_event (id, causation_id, event_type, aggregate_id, payload, next_attempt_at) \
+             VALUES (gen_random_uuid(), $1, 'MerchantPayoutCreated', $2, $3, $4) RETURNING id",
+            &[Val::Uuid(ev.event_id), Val::Uuid(ev.payment_id), Val::Json(payload), Val::Now],
+        )
+        .await?;
+    if let Some(id) = row.map(|r| r.try_get::<uuid::Uuid, _>(0)).transpose()? {
+        cx.label("ob", id);
+    }
+    Ok(())
 }
 
 /// Claims `id` for `consumer` in `processed_message` (`INSERT … ON CONFLICT DO NOTHING

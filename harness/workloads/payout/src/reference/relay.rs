@@ -12,10 +12,11 @@ use crate::system::{CallError, Cx, Relay};
 /// after the send and before the commit republishes the row.
 pub struct OutboxRelay;
 
-/// The relay's select (seed 000): unpublished rows, oldest first, locked with
-/// `FOR UPDATE SKIP LOCKED`, `LIMIT $1`.
+/// The relay's select (seed 000): unpublished rows due by `$2`, the logical now (not
+/// PostgreSQL's `now()`, which is wall time: every time a schedule decides comes from the
+/// logical clock), oldest first, locked with `FOR UPDATE SKIP LOCKED`, `LIMIT $1`.
 pub const SELECT_UNPUBLISHED: &str = "SELECT id, aggregate_id, payload FROM outbox_event \
-     WHERE published_at IS NULL AND next_attempt_at <= now() \
+     WHERE published_at IS NULL AND next_attempt_at <= $2 \
      ORDER BY created_at, id FOR UPDATE SKIP LOCKED LIMIT $1";
 
 /// The `MerchantPayoutCreated` to publish for an outbox row of [`SELECT_UNPUBLISHED`]; its
@@ -41,7 +42,8 @@ pub fn publication(cx: &Cx, row: &sqlx::postgres::PgRow) -> Result<MerchantPayou
 /// their rows still locked by the open transaction.
 pub async fn select_batch(cx: &mut Cx) -> Result<Option<Vec<MerchantPayoutCreated>>, CallError> {
     cx.begin().await?;
-    let rows = cx.fetch_all("select", SELECT_UNPUBLISHED, &[Val::I64(cx.config::<crate::SystemConfig>().relay_batch)]).await?;
+    let batch = cx.config::<crate::SystemConfig>().relay_batch;
+    let rows = cx.fetch_all("select", SELECT_UNPUBLISHED, &[Val::I64(batch), Val::Now]).await?;
     cx.idle(rows.is_empty());
     if rows.is_empty() {
         cx.commit().await?;
