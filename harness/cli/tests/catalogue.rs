@@ -41,7 +41,7 @@ fn budgets_cover_the_whole_catalogue() {
     assert_eq!(names, budgeted);
     assert_eq!(names.len(), 14);
     for n in names {
-        assert!(crashpoint_payout::system::by_name(n).is_some(), "{n} does not resolve");
+        assert!(crashpoint_payout::by_name(n).is_some(), "{n} does not resolve");
     }
 }
 

@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::Command;
 
 use crashpoint::explore::{explore, Options, Shard};
-use crashpoint::scenario::{for_shard, run_scenario};
+use crashpoint::explore::for_shard;
+use crashpoint::scenario::run_scenario;
 use crashpoint::testkit;
 mod common;
 

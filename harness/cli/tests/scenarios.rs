@@ -3,7 +3,6 @@
 //! Each test asserts the verdict, the key trace facts, and a snapshot of the whole trace.
 
 use crashpoint::scenario::{run_scenario, ScenarioOutcome};
-use crashpoint::schedule;
 mod common;
 use crashpoint::testkit;
 

@@ -34,6 +34,7 @@ pub mod scenario;
 pub mod schedule;
 pub mod services;
 pub mod sim;
+pub mod spec;
 pub mod sut;
 pub mod testkit;
 pub mod workload;

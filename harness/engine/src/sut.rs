@@ -10,7 +10,7 @@ use std::rc::Rc;
 use async_trait::async_trait;
 
 pub use crate::sim::cx::{CallError, Cx, Delivery, Val};
-pub use crate::workload::Event;
+pub use crate::spec::Event;
 
 /// Publishes the scenario's events (seed 000: `$bus->dispatch($message, [...stamps])`).
 #[async_trait(?Send)]

@@ -25,7 +25,7 @@ use uuid::Uuid;
 use crate::sim::admin::Admin;
 use crate::sim::history::History;
 use crate::sim::names::Names;
-use crate::workload::Event;
+use crate::spec::Event;
 
 /// The outcome of one invariant.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -290,7 +290,7 @@ pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs, 
     } else if let Some(s) = chosen.iter().find(|s| !known(s)) {
         scenario::system_of(s, &system)?;
     }
-    let chosen = scenario::for_shard(chosen, args.shard);
+    let chosen = explore::for_shard(chosen, args.shard);
     let dir = ReportDir::create(&args.report_dir)?;
     let _hold = crate::services::native::process::ReportHold::take();
     let seed = args.seed;

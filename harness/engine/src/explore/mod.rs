@@ -19,7 +19,7 @@ use anyhow::Result;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-pub use shard::Shard;
+pub use shard::{for_shard, Shard};
 pub use stats::{Case, Coverage, Stats};
 
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};

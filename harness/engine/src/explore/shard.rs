@@ -6,6 +6,7 @@
 //! shards run exactly the items of one unsharded run with the same seed and budget in
 //! schedules. (With a budget in wall time each job stops on its own clock.)
 
+use crate::scenario::Scenario;
 use std::fmt;
 use std::str::FromStr;
 
@@ -51,6 +52,23 @@ impl FromStr for Shard {
         }
         Ok(Shard { index, count })
     }
+}
+
+/// The scenarios shard `shard` runs, in order: every exploration scenario (their explored
+/// cases are dealt by [`crate::explore::Options::shard`]), and the k-th of the others
+/// (scripted, exhaustive) when the shard owns k.
+pub fn for_shard(chosen: Vec<Scenario>, shard: Shard) -> Vec<Scenario> {
+    let mut k = 0u64;
+    chosen
+        .into_iter()
+        .filter(|s| {
+            if s.explore.is_some() {
+                return true;
+            }
+            k += 1;
+            shard.owns(k - 1)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -17,7 +17,6 @@ use std::fmt;
 
 use anyhow::Result;
 
-use crate::sim::admin::Admin;
 
 
 /// The calibration probe that a stale-handle DeleteMessage depends on.
@@ -140,22 +139,6 @@ impl SqsNemesis {
         }
         found
     }
-}
-
-/// Sends `body` to `queue` again (a redelivery) and returns the new SQS MessageId.
-/// Errors: SendMessage failed.
-pub fn redeliver(admin: &Admin, queue: &'static str, body: &str) -> Result<String> {
-    admin.rt.block_on(async {
-        let sent = admin
-            .sqs
-            .send_message()
-            .queue_url(admin.queues.url(queue))
-            .message_body(body)
-            .send()
-            .await
-            .map_err(|e| anyhow::anyhow!("redelivery SendMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
-        Ok(sent.message_id.unwrap_or_default())
-    })
 }
 
 #[cfg(test)]

@@ -38,20 +38,3 @@ pub fn system_of(s: &Scenario, name: &str) -> anyhow::Result<std::rc::Rc<dyn cra
         anyhow::anyhow!("workload `{}` (scenario {}) has no system `{name}`; known: {}", s.workload.name(), s.name, known.join(", "))
     })
 }
-
-/// The scenarios shard `shard` runs, in order: every exploration scenario (their explored
-/// cases are dealt by [`crate::explore::Options::shard`]), and the k-th of the others
-/// (scripted, exhaustive) when the shard owns k.
-pub fn for_shard(chosen: Vec<Scenario>, shard: crate::explore::Shard) -> Vec<Scenario> {
-    let mut k = 0u64;
-    chosen
-        .into_iter()
-        .filter(|s| {
-            if s.explore.is_some() {
-                return true;
-            }
-            k += 1;
-            shard.owns(k - 1)
-        })
-        .collect()
-}

@@ -111,7 +111,13 @@ pub(crate) fn run_driven(
     let config = s.workload.config(s.config.clone()).map_err(|e| anyhow!("{}: field `config`: {e}", s.path.display()))?;
     let setup = Setup {
         endpoints: endpoints.clone(),
-        workload: s.workload.clone(),
+        roles: s.workload.roles(),
+        identity: {
+            let w = s.workload.clone();
+            Box::new(move |body| w.identity(body))
+        },
+        faults: s.workload.faults(),
+        leftovers: s.workload.leftovers(),
         system,
         config,
         queues: queues(s),

@@ -28,7 +28,7 @@ pub use text::{format_duration_ms, parse, ParseError, Vocabulary};
 use std::fmt;
 
 use crate::nemesis::sqs::SqsFault;
-use crate::workload::CrashPoint;
+use crate::spec::CrashPoint;
 
 /// One scheduler decision.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -10,7 +10,7 @@ use proptest::strategy::Union;
 
 use super::{Decision, Schedule, Vocabulary};
 use crate::nemesis::sqs::SqsFault;
-use crate::workload::{role_of, CrashPoint, RoleKind};
+use crate::spec::{role_of, CrashPoint, RoleKind};
 
 /// What generated schedules may use.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::{Decision, Schedule};
-use crate::workload::{role_of, CrashPoint, RoleSpec, Workload};
+use crate::spec::{role_of, CrashPoint, RoleKind, RoleSpec};
 
 /// The names a schedule may use: the workload's roles (worker name prefixes and their crash
 /// points) and its own faults.
@@ -16,11 +16,6 @@ pub struct Vocabulary {
 }
 
 impl Vocabulary {
-    /// The vocabulary of `workload`.
-    pub fn of(workload: &dyn Workload) -> Vocabulary {
-        Vocabulary { roles: workload.roles(), faults: workload.faults().iter().map(|f| f.name()).collect() }
-    }
-
     /// Every crash point, in role order, without repeats.
     pub fn points(&self) -> Vec<CrashPoint> {
         let mut out: Vec<CrashPoint> = Vec::new();
@@ -42,7 +37,7 @@ impl Vocabulary {
 
     fn worker_forms(&self) -> String {
         let mut forms: Vec<String> = self.roles.iter().map(|r| match r.kind {
-            crate::workload::RoleKind::Producer | crate::workload::RoleKind::Periodic => r.prefix.to_string(),
+            RoleKind::Producer | RoleKind::Periodic => r.prefix.to_string(),
             _ => format!("{}1", r.prefix),
         }).collect();
         forms.extend(self.faults.iter().map(|f| format!("`{f}`")));
@@ -172,7 +167,6 @@ pub fn format_duration_ms(ms: u64) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::workload::RoleKind;
 
     /// A small vocabulary of its own: the engine's tests name no workload.
     pub(crate) fn vocabulary() -> Vocabulary {

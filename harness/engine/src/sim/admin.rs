@@ -11,7 +11,7 @@ use sqlx::PgPool;
 
 use super::cx::QueueUrls;
 use crate::services::{clients, Endpoints};
-use crate::workload::{Leftover, QueueSpec};
+use crate::spec::{Leftover, QueueSpec};
 
 /// Admin connections and the namespace of one schedule.
 pub struct Admin {
@@ -142,6 +142,23 @@ impl Admin {
                 }
             }
             Ok(parts.join(", "))
+        })
+    }
+
+    /// Sends `body` to queue `q` (a redelivery, a replayed message) and returns the new SQS
+    /// MessageId. Errors: SendMessage failed.
+    pub fn send(&self, q: &str, body: &str) -> Result<String> {
+        let url = self.queues.url(q).to_string();
+        self.rt.block_on(async {
+            let sent = self
+                .sqs
+                .send_message()
+                .queue_url(url)
+                .message_body(body)
+                .send()
+                .await
+                .map_err(|e| anyhow::anyhow!("SendMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+            Ok(sent.message_id.unwrap_or_default())
         })
     }
 

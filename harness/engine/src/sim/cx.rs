@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::history::{Fact, Outcome, Service, Step};
 use super::world::{SharedWorld, Status};
-use crate::workload::CrashPoint;
+use crate::spec::CrashPoint;
 
 /// Real visibility timeout given to SQS, s. Long, so that only the logical clock expires
 /// messages (by ChangeMessageVisibility to 0).

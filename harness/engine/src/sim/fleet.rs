@@ -15,7 +15,7 @@ use super::programs;
 use super::world::SharedWorld;
 use crate::services::{clients, Endpoints};
 use crate::sut::{Program, System};
-use crate::workload::{role_of, RoleKind, RoleSpec};
+use crate::spec::{role_of, RoleKind, RoleSpec};
 
 /// What every host needs to start its software.
 pub struct HostSpec {

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::workload::CrashPoint;
+use crate::spec::CrashPoint;
 
 /// What a call did to the world, in terms the checker and the logical clock need.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -182,7 +182,7 @@ pub struct WorkerRole {
     pub rank: usize,
     /// What the role does.
     #[serde(skip)]
-    pub kind: crate::workload::RoleKind,
+    pub kind: crate::spec::RoleKind,
 }
 
 /// The ordered history of one schedule.

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use tokio::sync::Notify;
 
 use super::history::Step;
-use crate::workload::{CrashPoint, Event};
+use crate::spec::{CrashPoint, Event};
 
 /// Where a worker is.
 #[derive(Debug, Clone, PartialEq, Eq)]

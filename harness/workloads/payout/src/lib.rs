@@ -27,6 +27,17 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 pub use replay::{identity_of, Replay};
+
+/// The system named `name`: `reference`, or a mutant of [`crate::mutants::CATALOGUE`].
+pub fn by_name(name: &str) -> Option<Rc<dyn System>> {
+    let system: Rc<dyn system::PayoutSystem> = if name == "reference" {
+        Rc::new(crate::reference::Reference)
+    } else {
+        crate::mutants::by_name(name)?
+    };
+    Some(Rc::new(system::AsSystem(system)))
+}
+
 pub use system::SystemConfig;
 
 /// The payout system's queue names.
@@ -149,7 +160,7 @@ impl Workload for Payout {
     }
 
     fn system(&self, name: &str) -> Option<Rc<dyn System>> {
-        system::by_name(name)
+        by_name(name)
     }
 
     fn catalogue_scenario(&self) -> String {

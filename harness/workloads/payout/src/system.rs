@@ -105,13 +105,3 @@ impl System for AsSystem {
         })
     }
 }
-
-/// The system named `name`: `reference`, or a mutant of [`crate::mutants::CATALOGUE`].
-pub fn by_name(name: &str) -> Option<Rc<dyn System>> {
-    let system: Rc<dyn PayoutSystem> = if name == "reference" {
-        Rc::new(crate::reference::Reference)
-    } else {
-        crate::mutants::by_name(name)?
-    };
-    Some(Rc::new(AsSystem(system)))
-}

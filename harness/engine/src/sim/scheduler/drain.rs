@@ -15,7 +15,7 @@ use anyhow::Result;
 use super::Run;
 use crate::sim::history::FaultEvent;
 use crate::sim::world::Status;
-use crate::workload::RoleKind;
+use crate::spec::RoleKind;
 
 /// Rounds of the drain phase before the schedule is declared not quiescent.
 pub const DRAIN_ROUNDS_MAX: usize = 200;
@@ -108,7 +108,7 @@ impl Run<'_> {
                 }
                 continue;
             }
-            let left = self.admin.leftovers(&self.workload.leftovers())?;
+            let left = self.admin.leftovers(&self.leftovers)?;
             if left.is_empty() {
                 return Ok(None);
             }

@@ -10,7 +10,6 @@
 
 use std::collections::BTreeSet;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
@@ -25,7 +24,7 @@ use super::world::{CallCounts, Names, SharedWorld, Slot, Status, World};
 use crate::schedule::Decision;
 use crate::services::Endpoints;
 use crate::sut::System;
-use crate::workload::{role_of, CrashPoint, Event, QueueSpec, RoleKind, RoleSpec, Workload};
+use crate::spec::{role_of, CrashPoint, Event, IdentityFn, Leftover, QueueSpec, RoleKind, RoleSpec, WorkloadFault};
 
 /// Steps one decision may take to reach a crash point.
 const STEPS_TO_POINT_MAX: usize = 64;
@@ -47,8 +46,14 @@ fn inapplicable(msg: String) -> anyhow::Error {
 pub struct Setup {
     /// Where the services are.
     pub endpoints: Endpoints,
-    /// The workload the system belongs to.
-    pub workload: Arc<dyn Workload>,
+    /// The workload's roles.
+    pub roles: Vec<RoleSpec>,
+    /// The workload's message identity of a body ([`crate::workload::Workload::identity`]).
+    pub identity: IdentityFn,
+    /// The workload's own faults.
+    pub faults: Vec<Box<dyn WorkloadFault>>,
+    /// The workload's pending-work counts for the quiescence probe.
+    pub leftovers: Vec<Leftover>,
     /// The system under test.
     pub system: Rc<dyn System>,
     /// Its handler policy ([`Workload::config`]).
@@ -77,7 +82,9 @@ pub struct Run<'a> {
     clock: Clock,
     workers: Vec<String>,
     roles: Vec<RoleSpec>,
-    workload: Arc<dyn Workload>,
+    identity: IdentityFn,
+    faults: Vec<Box<dyn WorkloadFault>>,
+    leftovers: Vec<Leftover>,
     events: Vec<Event>,
     keys: BTreeSet<String>,
     /// The history so far.
@@ -136,7 +143,7 @@ impl<'a> Run<'a> {
         let admin_ms = t0.elapsed().as_secs_f64() * 1e3;
         let world = World::new(&setup.workers, setup.names);
         world.borrow_mut().to_dispatch = setup.events.iter().cloned().collect();
-        let roles = setup.workload.roles();
+        let roles = setup.roles.clone();
         let spec = Rc::new(HostSpec {
             endpoints: setup.endpoints.clone(),
             schema: admin.schema.clone(),
@@ -156,7 +163,9 @@ impl<'a> Run<'a> {
             clock: Clock::new(visibility_ms),
             workers: setup.workers,
             roles,
-            workload: setup.workload,
+            identity: setup.identity,
+            faults: setup.faults,
+            leftovers: setup.leftovers,
             events: setup.events,
             keys: BTreeSet::new(),
             history,
@@ -270,9 +279,9 @@ impl<'a> Run<'a> {
     /// is sent to the same queue, and the new SQS message gets the deleted one's label.
     fn redeliver(&mut self) -> Result<()> {
         for (msg, queue, body) in std::mem::take(&mut self.redeliveries) {
-            let message_id = crate::nemesis::sqs::redeliver(&self.admin, queue, &body)?;
+            let message_id = self.admin.send(queue, &body)?;
             self.world.borrow_mut().names.set(&message_id, &msg);
-            let identity = serde_json::from_str(&body).ok().and_then(|b| self.workload.identity(&b).map(|(_, id)| id));
+            let identity = serde_json::from_str(&body).ok().and_then(|b| (self.identity)(&b).map(|(_, id)| id));
             let facts = identity.map(|identity| vec![Fact::Sent { queue, msg: msg.clone(), identity }]).unwrap_or_default();
             self.fault(FaultEvent::Redelivered { msg }, facts);
         }
@@ -449,26 +458,25 @@ impl<'a> Run<'a> {
     /// Applies the workload's fault `name` and sends the messages it returns to the queues
     /// their bodies belong to ([`Workload::identity`]; the first queue when none).
     fn workload_fault(&mut self, name: &str) -> Result<()> {
-        let fault = self
-            .workload
-            .faults()
-            .into_iter()
-            .find(|f| f.name() == name)
+        let i = self
+            .faults
+            .iter()
+            .position(|f| f.name() == name)
             .ok_or_else(|| inapplicable(format!("the workload has no fault `{name}`")))?;
-        let resent = self.admin.rt.block_on(fault.apply(&self.admin.pg))?;
+        let resent = self.admin.rt.block_on(self.faults[i].apply(&self.admin.pg))?;
+        let name = self.faults[i].name().to_string();
         if resent.is_empty() {
-            self.fault(FaultEvent::Workload { name: fault.name().into(), text: fault.announce_nothing() }, vec![]);
+            let text = self.faults[i].announce_nothing();
+            self.fault(FaultEvent::Workload { name: name.clone(), text }, vec![]);
         }
         for r in resent {
-            let (queue, identity) = self
-                .workload
-                .identity(&r.body)
-                .unwrap_or_else(|| (self.admin.queues.queues[0].0, uuid::Uuid::nil()));
-            let message_id = crate::nemesis::sqs::redeliver(&self.admin, queue, &r.body.to_string())?;
+            let (queue, identity) = (self.identity)(&r.body).unwrap_or_else(|| (self.admin.queues.queues[0].0, uuid::Uuid::nil()));
+            let message_id = self.admin.send(queue, &r.body.to_string())?;
             let msg = self.world.borrow_mut().names.label(self.admin.queues.prefix(queue), &message_id);
             let fact = Fact::Sent { queue, msg: msg.clone(), identity };
             let who = self.world.borrow().names.uuid(&identity);
-            self.fault(FaultEvent::Workload { name: fault.name().into(), text: fault.announce(&who, &msg, &r) }, vec![fact]);
+            let text = self.faults[i].announce(&who, &msg, &r);
+            self.fault(FaultEvent::Workload { name: name.clone(), text }, vec![fact]);
         }
         self.settle(None)
     }

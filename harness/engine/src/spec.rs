@@ -1,0 +1,182 @@
+//! What a workload declares, as plain data: its queues, roles and crash points, its events,
+//! the work it may leave pending. The simulation and the history use these; the [`Workload`]
+//! trait that hands them to the engine is in [`crate::workload`].
+//!
+//! [`Workload`]: crate::workload::Workload
+
+use uuid::Uuid;
+
+/// A crash point: a named place in worker code between two service calls, declared by the
+/// workload (e.g. `after_commit`), used in schedules (`c1:crash@after_commit`) and traces.
+pub type CrashPoint = &'static str;
+
+/// One SQS queue of the workload. The engine creates it fresh for every schedule
+/// (`<namespace>-<name>`), with a real visibility timeout of 3600 s: only the logical clock
+/// expires messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSpec {
+    /// Its name within the workload, e.g. `payments`; handlers receive from it by this name.
+    pub name: &'static str,
+    /// Label prefix of its messages in traces, e.g. `m` gives `m1`, `m2`.
+    pub label: &'static str,
+    /// Visibility timeout, logical s (AWS default 30 s; seed 000 configures 120). A scenario's
+    /// `[config] visibility_timeout_s` overrides it for every queue.
+    pub visibility_timeout_s: u64,
+}
+
+/// What a role does, which decides how the engine runs and drains its workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleKind {
+    /// Dispatches the scenario's events, in order, then waits for `dispatch:<event>`
+    /// ([`crate::sut::Producer`]). At most one producer worker per scenario is used.
+    Producer,
+    /// Receives from `queue` and handles each delivery ([`crate::sut::Handler`]): the
+    /// Messenger worker loop.
+    Handler {
+        /// The queue's [`QueueSpec::name`].
+        queue: &'static str,
+    },
+    /// Polls PostgreSQL in cycles ([`crate::sut::Poller`]), e.g. an outbox relay; the drain
+    /// polls it again after a transaction ended.
+    Poller,
+    /// A periodic job ([`crate::sut::Poller`]), e.g. dedup retention: it runs when a schedule
+    /// steps it and once after each clock jump of the drain; it is never crashed.
+    Periodic,
+}
+
+/// A role of the workload: the workers named `<prefix>` or `<prefix><n>` (`c1`, `c2`) play it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleSpec {
+    /// Worker name prefix, lower-case letters, e.g. `c`, `r`, `ret`.
+    pub prefix: &'static str,
+    /// What the role does.
+    pub kind: RoleKind,
+    /// The crash points its workers stand at, in pipeline order.
+    pub points: &'static [CrashPoint],
+    /// One line for `crashpoint list`, e.g. `payout consumer`.
+    pub about: &'static str,
+}
+
+/// One event a scenario dispatches: its label (`e1`), its stable identity (the idempotency key,
+/// derived from the label inside a per-schedule namespace) and the JSON body the producer
+/// publishes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Event {
+    /// The label of the scenario file's `[[events]] name`.
+    pub label: String,
+    /// The message identity (e.g. `event_id`).
+    pub identity: Uuid,
+    /// The event, as the workload's producer reads it.
+    pub body: serde_json::Value,
+}
+
+impl Event {
+    /// The body as the workload's event type. Errors: the body does not have that shape.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_value(self.body.clone())
+    }
+}
+
+/// The UUID of a label: `v5(namespace, "<kind>/<label>")`. The namespace is fresh for every
+/// schedule, so that concurrent runs never share a Redis key, and the same label always gets
+/// the same id within one schedule.
+pub fn derive_id(namespace: Uuid, kind: &str, label: &str) -> Uuid {
+    Uuid::new_v5(&namespace, format!("{kind}/{label}").as_bytes())
+}
+
+/// The `[[events]]` tables as the workload's own spec type `T` (a serde struct, usually with
+/// `deny_unknown_fields`). Errors: `events[i] (<name>): <what serde expected>`.
+pub fn event_specs<T: serde::de::DeserializeOwned>(specs: &[toml::Table]) -> Result<Vec<T>, String> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let label = t.get("name").and_then(|v| v.as_str()).unwrap_or("?");
+            toml::Value::Table(t.clone())
+                .try_into()
+                .map_err(|e: toml::de::Error| format!("events[{i}] ({label}): {}", e.message()))
+        })
+        .collect()
+}
+
+/// A count of work still pending in PostgreSQL, for the drain's quiescence probe: quiescent
+/// means every queue empty (confirmed by SQS) and every `count_sql` returning 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    /// What is counted, for the trace: `unpublished outbox row(s)`.
+    pub what: &'static str,
+    /// `SELECT count(*) …` (one `bigint`), run in the schedule's schema.
+    pub count_sql: &'static str,
+}
+
+/// A message a workload fault sends again (to the queue [`Workload::identity`] names).
+#[derive(Debug, Clone)]
+pub struct Resend {
+    /// The body to send.
+    pub body: serde_json::Value,
+    /// Why it was where it was (e.g. the reason it had been parked), for the trace.
+    pub reason: String,
+}
+
+/// A system under test of the workload, by name, with one line saying what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SystemInfo {
+    /// `reference`, or a mutant's name.
+    pub name: &'static str,
+    /// What it gets right, or wrong.
+    pub about: &'static str,
+}
+
+/// The role a worker name plays: `c1` plays the role with prefix `c`, `ret` the one with prefix
+/// `ret`. `None` when no role matches.
+pub fn role_of<'r>(roles: &'r [RoleSpec], worker: &str) -> Option<&'r RoleSpec> {
+    let split = worker.find(|c: char| c.is_ascii_digit()).unwrap_or(worker.len());
+    let (head, tail) = worker.split_at(split);
+    if !tail.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    roles.iter().find(|r| r.prefix == head)
+}
+
+/// A fault of the workload's own, applied by the nemesis when a schedule names it (e.g.
+/// `replay`, Messenger's `messenger:failed:retry`): it reads or changes the workload's tables
+/// through the admin connection and returns the messages to send again.
+#[async_trait::async_trait(?Send)]
+pub trait WorkloadFault {
+    /// Its schedule text: lower-case letters and `-`, e.g. `replay`.
+    fn name(&self) -> &'static str;
+    /// One line for `crashpoint list`.
+    fn about(&self) -> &'static str;
+    /// Applies it in the schedule's schema. Errors: PostgreSQL errors (a harness error, exit 2).
+    async fn apply(&self, pg: &sqlx::PgPool) -> anyhow::Result<Vec<Resend>>;
+    /// The trace line for one message sent again; `who` is the identity's label, `msg` the
+    /// new message's.
+    fn announce(&self, who: &str, msg: &str, resend: &Resend) -> String {
+        format!("{}: {who} sent again as {msg} ({})", self.name(), resend.reason)
+    }
+    /// The trace line when there was nothing to send.
+    fn announce_nothing(&self) -> String {
+        format!("{}: nothing to send", self.name())
+    }
+}
+/// The message identity of a body and the queue it belongs to (see
+/// [`crate::workload::Workload::identity`]); what the scheduler needs to send a message again.
+pub type IdentityFn = Box<dyn Fn(&serde_json::Value) -> Option<(&'static str, Uuid)>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROLES: &[RoleSpec] = &[
+        RoleSpec { prefix: "c", kind: RoleKind::Handler { queue: "q" }, points: &[], about: "" },
+        RoleSpec { prefix: "ret", kind: RoleKind::Periodic, points: &[], about: "" },
+    ];
+
+    #[test]
+    fn worker_names_match_role_prefixes() {
+        assert_eq!(role_of(ROLES, "c12").map(|r| r.prefix), Some("c"));
+        assert_eq!(role_of(ROLES, "ret").map(|r| r.prefix), Some("ret"));
+        assert_eq!(role_of(ROLES, "r1"), None);
+        assert_eq!(role_of(ROLES, "c1x"), None);
+    }
+}
