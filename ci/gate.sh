@@ -15,9 +15,9 @@ cd "$(dirname "$0")/.."
 CRASHPOINT_NO_CHROMIUM=1 bash ci/setup.sh
 # The dev profile already builds dependencies optimised (opt-level 2), and shares the build
 # with `cargo test`.
-cargo build -q -p crashpoint
+cargo build -q -p crashpoint-cli
 set +e
-cargo run -q -p crashpoint -- run \
+cargo run -q -p crashpoint-cli -- run \
   --budget "${BUDGET:-200}" --shard "${SHARD:-1/1}" --seed "${SEED:-0}" \
   --report-dir "${REPORT_DIR:-reports/latest}" "$@"
 code=$?

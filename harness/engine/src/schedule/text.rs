@@ -176,6 +176,7 @@ pub(crate) mod tests {
                 role("p", RoleKind::Producer, &["after_lock", "after_send"]),
                 role("c", RoleKind::Handler { queue: "q" }, &["after_claim", "after_commit"]),
                 role("r", RoleKind::Poller, &["after_select"]),
+                role("d", RoleKind::Handler { queue: "q2" }, &[]),
                 role("ret", RoleKind::Periodic, &[]),
             ],
             faults: vec!["replay"],
