@@ -3,8 +3,6 @@
 //! mutants are caught and shrunk, its scripted window keeps its trace, and SQL invariants
 //! written in a scenario file are checked (a broken query is a harness error, never a pass).
 
-use std::process::Command;
-
 use crashpoint::explore::{self, Options};
 use crashpoint::scenario::run_scenario;
 use crashpoint::testkit;
@@ -77,16 +75,11 @@ fn scenario_dir(sql: &str) -> tempfile::TempDir {
 }
 
 fn run_cli(dir: &std::path::Path, system: &str) -> std::process::Output {
-    let e = testkit::endpoints();
-    Command::new(env!("CARGO_BIN_EXE_crashpoint"))
+    common::crashpoint_on_test_services()
         .args(["run", "--no-calibrate", "--system", system, "--report-dir"])
         .arg(dir.join("reports"))
         .arg("counter/own")
         .env("CRASHPOINT_SCENARIOS", dir)
-        .env("DATABASE_URL", &e.database_url)
-        .env("SQS_ENDPOINT_URL", &e.sqs_endpoint_url)
-        .env("REDIS_URL", &e.redis_url)
-        .env("CI", "true")
         .output()
         .unwrap()
 }

@@ -2,22 +2,17 @@
 //! alone: the file's `expect_trace` describes its own schedule. Real services, started once for
 //! this test process through the harness and handed to the binary as the external provider.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-use crashpoint::testkit;
+mod common;
 
 fn repro(args: &[&str]) -> Output {
-    let e = testkit::endpoints();
     let dir = tempfile::tempdir().unwrap();
-    Command::new(env!("CARGO_BIN_EXE_crashpoint"))
+    common::crashpoint_on_test_services()
         .arg("repro")
         .args(args)
         .arg("--report-dir")
         .arg(dir.path())
-        .env("DATABASE_URL", &e.database_url)
-        .env("SQS_ENDPOINT_URL", &e.sqs_endpoint_url)
-        .env("REDIS_URL", &e.redis_url)
-        .env("CI", "true")
         .output()
         .unwrap()
 }

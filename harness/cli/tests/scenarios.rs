@@ -130,3 +130,26 @@ fn a_lost_receive_comes_back_after_the_visibility_timeout() {
 fn outbox_labels_follow_the_order_of_creation() {
     window("payout/outbox-label-order", &["→ x1 (ob2)", "→ x2 (ob1)"]);
 }
+
+/// Issue 17: a producer that dies holding its dispatch lock suppresses its own retries until
+/// the lock expires; the upstream dispatches the event again after 900 logical seconds.
+#[test]
+fn a_dispatch_lock_outliving_its_producer_delays_the_event_and_loses_nothing() {
+    window("seed/dispatch-lock-outlives-crash", &["900.000s  p    send           [after_lock]             → m1 (e1)"]);
+}
+
+/// Without an upstream retry the same schedule loses e1 at the producer, and the checker says
+/// so (it used to pass every invariant).
+#[test]
+fn without_upstream_retry_the_suppressed_dispatch_is_reported_lost() {
+    let o = run("no-upstream-retry", "seed/dispatch-lock-outlives-crash", Some("p:lock p:crash p:restart dispatch:e1 p:lock"));
+    let lost = o.verdicts.iter().find(|v| v.invariant.starts_with("nothing lost")).unwrap();
+    assert!(!lost.holds, "{}", o.trace);
+    assert!(
+        lost.detail.contains("event e1 was dispatched and never sent: lost at the producer (its dispatch was suppressed by lock payment-captured.e1, taken by p at 0.000s)"),
+        "{}",
+        lost.detail
+    );
+    let payout = o.verdicts.iter().find(|v| v.invariant == "exactly one payout per payment").unwrap();
+    assert_eq!(payout.detail, "payment p1 has no payout");
+}

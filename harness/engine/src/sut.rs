@@ -57,4 +57,12 @@ pub trait System {
     /// The program of the role with prefix `role` (see [`crate::workload::RoleSpec`]), or
     /// `None` when this system has no such role.
     fn program(&self, role: &str) -> Option<Program>;
+    /// Whether the producer's upstream (a payment service's own outbox, a retried request)
+    /// dispatches an event again until one dispatch is sent. The drain models it: an event
+    /// dispatched and never sent is dispatched again once the locks held then have expired
+    /// (logical time). Default `true`; a system whose events can be lost at the producer
+    /// returns `false`.
+    fn retries_upstream(&self) -> bool {
+        true
+    }
 }

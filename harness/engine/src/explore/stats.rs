@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::scenario::ScenarioOutcome;
-use crate::sim::history::Entry;
+use crate::sim::history::{Entry, Fact, FaultEvent};
 use crate::workload::CrashPoint;
 use crate::sim::history::CallCounts;
 
@@ -51,6 +51,36 @@ pub struct Stats {
     pub points: Vec<CrashPoint>,
 }
 
+/// Key in [`Stats::faults`]: schedules in which a dispatch attempt sent nothing (suppressed by a
+/// lock, or the producer crashed before SendMessage).
+pub const UNSENT_DISPATCH: &str = "dispatch sent nothing";
+/// Key in [`Stats::faults`]: schedules whose drain dispatched a never-sent event again.
+pub const UPSTREAM_RETRY: &str = "upstream retry (drain)";
+
+/// Whether some dispatch attempt of `history` ended without its event being sent: the next
+/// attempt of the same producer began, or the history ended, before a `Sent` of its identity.
+fn dispatch_sent_nothing(history: &crate::sim::history::History) -> bool {
+    let mut open: std::collections::BTreeMap<&str, (uuid::Uuid, bool)> = Default::default();
+    for s in history.steps() {
+        for f in &s.facts {
+            match f {
+                Fact::Dispatched { identity, .. } => {
+                    if open.insert(&s.worker, (*identity, false)).is_some_and(|(_, sent)| !sent) {
+                        return true;
+                    }
+                }
+                Fact::Sent { identity, .. } => {
+                    if let Some((id, sent)) = open.get_mut(s.worker.as_str()) {
+                        *sent |= id == identity;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    open.values().any(|(_, sent)| !sent)
+}
+
 impl Stats {
     /// Empty counters for a scenario of `workload`.
     pub fn new(workload: &dyn crate::workload::Workload) -> Stats {
@@ -70,6 +100,12 @@ impl Stats {
         kinds.dedup();
         for k in kinds {
             *self.faults.entry(k).or_default() += 1;
+        }
+        if dispatch_sent_nothing(&o.history) {
+            *self.faults.entry(UNSENT_DISPATCH.into()).or_default() += 1;
+        }
+        if o.history.entries.iter().any(|e| matches!(e, Entry::Fault { fault: FaultEvent::UpstreamRetry { .. }, .. })) {
+            *self.faults.entry(UPSTREAM_RETRY.into()).or_default() += 1;
         }
         let mut passed: Vec<CrashPoint> = o.passed.clone();
         passed.sort();

@@ -89,6 +89,7 @@ fn short(text: &str, n: usize) -> String {
 fn fault_label(f: &FaultEvent) -> String {
     match f {
         FaultEvent::DrainStart | FaultEvent::DrainPending { .. } | FaultEvent::Clock { drain: true, .. } => "drain".into(),
+        FaultEvent::UpstreamRetry { .. } => "retry".into(),
         FaultEvent::Clock { .. } => "tick".into(),
         FaultEvent::Skipped { .. } => "skip".into(),
         FaultEvent::Armed { .. } | FaultEvent::ArmedFires { .. } => "armed".into(),

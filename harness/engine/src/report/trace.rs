@@ -80,6 +80,9 @@ pub fn fault_text(f: &FaultEvent) -> String {
         FaultEvent::Redelivered { msg } => format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"),
         FaultEvent::DrainStart => "drain: restart crashed workers, run everyone until quiescent".into(),
         FaultEvent::DrainPending { left } => format!("drain: {left}; polling again"),
+        FaultEvent::UpstreamRetry { events } => {
+            format!("drain: upstream dispatches {} again (dispatched, never sent)", events.join(", "))
+        }
     }
 }
 

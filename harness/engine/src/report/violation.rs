@@ -10,8 +10,8 @@
 //!   (the message was acknowledged without its effect), else the last step concerning them;
 //! - work left in flight ([`CulpritKind::Stuck`]): the last entry of the history.
 //!
-//! A step *concerns* a message identity when it sent or received a message with that
-//! identity, or when its worker's current message (its last receive, or what a poller such
+//! A step *concerns* a message identity when it began a dispatch of it, sent or received a
+//! message with that identity, or when its worker's current message (its last receive, or what a poller such
 //! as an outbox relay sent since its `begin`) has it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -65,6 +65,9 @@ fn read(history: &History) -> Reading {
                             }
                         }
                         Fact::Deleted { msg, .. } => mine.extend(identity_of.get(msg.as_str()).copied()),
+                        Fact::Dispatched { identity, .. } => {
+                            mine.insert(*identity);
+                        }
                         _ => {}
                     }
                 }

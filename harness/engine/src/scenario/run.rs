@@ -118,6 +118,7 @@ pub(crate) fn run_driven(
         },
         faults: s.workload.faults(),
         leftovers: s.workload.leftovers(),
+        retries_upstream: system.retries_upstream(),
         system,
         config,
         queues: queues(s),

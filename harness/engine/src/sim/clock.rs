@@ -78,7 +78,7 @@ impl Clock {
             Fact::LockReleased { key } => {
                 self.locks.remove(key);
             }
-            Fact::Sent { .. } | Fact::DependsOn { .. } => {}
+            Fact::Sent { .. } | Fact::DependsOn { .. } | Fact::Dispatched { .. } => {}
         }
     }
 
@@ -107,6 +107,11 @@ impl Clock {
         });
         due.sort_by_key(|(at, seq, _)| (*at, *seq));
         due.into_iter().map(|(_, _, d)| d).collect()
+    }
+
+    /// The latest expiry of a lock still held, if any (logical ms).
+    pub fn last_lock_deadline(&self) -> Option<u64> {
+        self.locks.values().map(|(at, _)| *at).max()
     }
 
     /// The earliest visibility deadline of an in-flight message, if any.

@@ -130,6 +130,8 @@ pub struct Cx {
     config: Rc<dyn std::any::Any>,
     at: Option<CrashPoint>,
     in_tx: bool,
+    /// Facts to record with the next call (e.g. the start of a dispatch).
+    pending_facts: Vec<Fact>,
 }
 
 impl Cx {
@@ -145,7 +147,7 @@ impl Cx {
     ) -> Result<Cx, CallError> {
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut pg).await?;
         world.borrow_mut().slot(&me).backend_pid = Some(pid);
-        Ok(Cx { me, world, pg, sqs, redis, queues, config, at: None, in_tx: false })
+        Ok(Cx { me, world, pg, sqs, redis, queues, config, at: None, in_tx: false, pending_facts: Vec::new() })
     }
 
     /// The shared world (for the worker loops).
@@ -164,6 +166,11 @@ impl Cx {
         self.config.downcast_ref::<T>().unwrap_or_else(|| {
             panic!("Cx::config::<{}>: the workload's config has another type", std::any::type_name::<T>())
         })
+    }
+
+    /// Records `fact` with the worker's next call (not a yield point).
+    pub(crate) fn record_with_next_call(&mut self, fact: Fact) {
+        self.pending_facts.push(fact);
     }
 
     /// Marks the start of a cycle of the worker loop (before a receive, a poll, a dispatch):
@@ -237,7 +244,12 @@ impl Cx {
         self.world.borrow_mut().slot(&self.me).in_pg = in_pg;
     }
 
-    fn complete(&mut self, op: &'static str, service: Service, outcome: Outcome, facts: Vec<Fact>) {
+    fn complete(&mut self, op: &'static str, service: Service, outcome: Outcome, mut facts: Vec<Fact>) {
+        if !self.pending_facts.is_empty() {
+            let mut first = std::mem::take(&mut self.pending_facts);
+            first.append(&mut facts);
+            facts = first;
+        }
         let at = self.at.take();
         let mut w = self.world.borrow_mut();
         w.slot(&self.me).in_pg = false;

@@ -9,6 +9,10 @@ use crate::spec::CrashPoint;
 /// What a call did to the world, in terms the checker and the logical clock need.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Fact {
+    /// The producer began to dispatch scenario event `event` (identity `identity`): recorded
+    /// with its first call, before any lock, for every attempt (the scenario's events,
+    /// `dispatch:<event>`, the drain's upstream retries).
+    Dispatched { event: String, identity: Uuid },
     /// A message was accepted by SQS. `identity` is the message identity in its body
     /// (`event_id` or `outbox_id`).
     Sent { queue: &'static str, msg: String, identity: Uuid },
@@ -155,6 +159,9 @@ pub enum FaultEvent {
     DrainStart,
     /// The drain found work pending (`left`, e.g. `1 unpublished outbox row(s)`) and polls again.
     DrainPending { left: String },
+    /// The drain dispatches `events` again: they were dispatched and never sent, and the
+    /// producer's upstream retries until a dispatch succeeds (after the locks expired).
+    UpstreamRetry { events: Vec<String> },
 }
 
 /// One entry of the history.

@@ -2,6 +2,7 @@
 //! Messenger worker loop of a handler, and the cycle loop of a poller.
 
 use crate::sim::cx::Cx;
+use crate::sim::history::Fact;
 use crate::sut::Program;
 
 /// Runs `program` until the host is crashed or the simulation ends. `queue` is the queue a
@@ -15,6 +16,7 @@ pub async fn run(program: Program, queue: Option<&'static str>, mut cx: Cx) {
             match next {
                 Some(ev) => {
                     cx.idle(false);
+                    cx.record_with_next_call(Fact::Dispatched { event: ev.label.clone(), identity: ev.identity });
                     // A failed dispatch stays at the front: the caller retries it.
                     match producer.dispatch(&mut cx, &ev).await {
                         Ok(()) => {

@@ -61,8 +61,12 @@ async fn read_state(pg: &sqlx::PgPool) -> Result<State> {
 struct Facts {
     st: std::rc::Rc<State>,
     events: Vec<PaymentCaptured>,
+    /// Events the producer began to dispatch (at least once).
+    dispatched: BTreeSet<Uuid>,
     sent_events: BTreeSet<Uuid>,
     published: BTreeSet<Uuid>,
+    /// Who took each dispatch lock last (key, worker, logical ms), in order.
+    locks: Vec<(String, String, u64)>,
 }
 
 impl Facts {
@@ -70,18 +74,31 @@ impl Facts {
         cx.memo("payout-facts", |cx| {
             let st = cx.block_on(read_state(cx.pg()))?;
             let events = cx.events.iter().map(|e| e.decode()).collect::<Result<Vec<PaymentCaptured>, _>>()?;
-            let mut sent_events = BTreeSet::new();
-            let mut published = BTreeSet::new();
+            let (mut sent_events, mut published, mut dispatched) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
             for f in cx.history.facts() {
-                if let Fact::Sent { queue, identity, .. } = f {
-                    if *queue == queues::PAYOUTS {
+                match f {
+                    Fact::Sent { queue, identity, .. } if *queue == queues::PAYOUTS => {
                         published.insert(*identity);
-                    } else {
+                    }
+                    Fact::Sent { identity, .. } => {
                         sent_events.insert(*identity);
                     }
+                    Fact::Dispatched { identity, .. } => {
+                        dispatched.insert(*identity);
+                    }
+                    _ => {}
                 }
             }
-            Ok(Facts { st: std::rc::Rc::new(st), events, sent_events, published })
+            let locks = cx
+                .history
+                .steps()
+                .flat_map(|s| s.facts.iter().map(move |f| (s, f)))
+                .filter_map(|(s, f)| match f {
+                    Fact::LockTaken { key, .. } => Some((key.clone(), s.worker.clone(), s.t_ms)),
+                    _ => None,
+                })
+                .collect();
+            Ok(Facts { st: std::rc::Rc::new(st), events, dispatched, sent_events, published, locks })
         })
     }
 
@@ -91,6 +108,17 @@ impl Facts {
 
     fn events_of(&self, p: &Uuid) -> Vec<Uuid> {
         self.events.iter().filter(|e| &e.payment_id == p).map(|e| e.event_id).collect()
+    }
+
+    /// Events that should have their effect: every event dispatched or sent.
+    fn due(&self) -> BTreeSet<Uuid> {
+        self.dispatched.union(&self.sent_events).copied().collect()
+    }
+
+    /// Who holds the dispatch lock of `event` (its last taker and when), for a lost dispatch.
+    fn lock_holder(&self, event: &Uuid) -> Option<(String, String, u64)> {
+        let key = crate::reference::lock_key(event);
+        self.locks.iter().rev().find(|(k, _, _)| *k == key).cloned()
     }
 
     fn caused(&self) -> BTreeSet<Uuid> {
@@ -126,7 +154,7 @@ pub fn all() -> Vec<Box<dyn Invariant>> {
         i("one outbox row per causation", one_outbox_row),
         i("every outbox event published at least once", published),
         i("downstream effect exactly once per outbox id", downstream_once),
-        i("nothing lost: every sent event has its effect or sits in the failure transport", nothing_lost),
+        i("nothing lost: every dispatched event has its effect or sits in the failure transport", nothing_lost),
         i("no dedup row without its effect", no_dedup_without_effect),
         Box::new(Quiescence),
         i("merchant balance equals the sum of its payouts", balances),
@@ -137,14 +165,16 @@ fn one_payout(cx: &CheckCx, f: &Facts) -> Vec<Problem> {
     let payment_of = f.payment_of();
     let payout_count = |p: &Uuid| f.st.payouts.get(p).copied().unwrap_or(0);
     let mut problems = Vec::new();
-    let payments: BTreeSet<Uuid> = f.sent_events.iter().filter_map(|e| payment_of.get(e).copied()).collect();
+    // A payment is due a payout once one of its events was dispatched (not only once sent: a
+    // dispatch the producer lost must not pass as "no payout, nothing sent").
+    let payments: BTreeSet<Uuid> = f.due().iter().filter_map(|e| payment_of.get(e).copied()).collect();
     for (p, c) in &f.st.payouts {
         if *c > 1 {
             problems.push(problem(format!("payment {} has {c} payouts", cx.label(p)), Excess, f.events_of(p)));
         }
     }
     for p in &payments {
-        let all_parked = f.sent_events.iter().filter(|e| payment_of.get(e) == Some(p)).all(|e| f.st.parked.contains_key(e));
+        let all_parked = f.due().iter().filter(|e| payment_of.get(e) == Some(p)).all(|e| f.st.parked.contains_key(e));
         if payout_count(p) == 0 && !all_parked {
             problems.push(problem(format!("payment {} has no payout", cx.label(p)), Missing, f.events_of(p)));
         }
@@ -203,18 +233,36 @@ fn downstream_once(cx: &CheckCx, f: &Facts) -> Vec<Problem> {
     problems
 }
 
-/// The event's effect committed (its outbox row, written in the same transaction as the
-/// payout) or it sits in the failure transport with a reason.
+/// From the dispatch on: every event the producer began to dispatch was sent (a dispatch
+/// suppressed as the duplicate of one that was sent counts as sent: they share the event id),
+/// and its effect committed (its outbox row, written in the same transaction as the payout) or
+/// it sits in the failure transport with a reason. A dispatch never sent is reported lost at the
+/// producer, with the lock that suppressed it and who took that lock.
 fn nothing_lost(cx: &CheckCx, f: &Facts) -> Vec<Problem> {
     let caused = f.caused();
-    f.sent_events
-        .iter()
-        .filter(|e| {
-            let parked = f.st.parked.get(e).map(|r| !r.trim().is_empty()).unwrap_or(false);
-            !caused.contains(e) && !parked
-        })
-        .map(|e| problem(format!("event {} has no effect and is not in the failure transport", cx.label(e)), Missing, [*e]))
-        .collect()
+    let mut problems = Vec::new();
+    for e in f.due() {
+        let parked = f.st.parked.get(&e).map(|r| !r.trim().is_empty()).unwrap_or(false);
+        if caused.contains(&e) || parked {
+            continue;
+        }
+        let text = if f.sent_events.contains(&e) {
+            format!("event {} has no effect and is not in the failure transport", cx.label(&e))
+        } else {
+            let by = match f.lock_holder(&e) {
+                Some((key, worker, t_ms)) => format!(
+                    "its dispatch was suppressed by lock {}, taken by {worker} at {}.{:03}s",
+                    cx.names.relabel(&key),
+                    t_ms / 1000,
+                    t_ms % 1000
+                ),
+                None => "no dispatch of it reached SendMessage".to_string(),
+            };
+            format!("event {} was dispatched and never sent: lost at the producer ({by})", cx.label(&e))
+        };
+        problems.push(problem(text, Missing, [e]));
+    }
+    problems
 }
 
 /// A dedup row under the payout consumer's name needs its outbox row, one under the

@@ -81,6 +81,11 @@ pub trait PayoutSystem {
     fn downstream(&self) -> Rc<dyn Downstream>;
     /// The retention job.
     fn retention(&self) -> Rc<dyn Retention>;
+    /// Whether the upstream of the producer (the payment service) dispatches a
+    /// `PaymentCaptured` again until one is sent (see [`System::retries_upstream`]).
+    fn retries_upstream(&self) -> bool {
+        true
+    }
 }
 
 /// A [`PayoutSystem`] as the engine's [`System`]: `p` producer, `c` consumer, `r` relay,
@@ -103,5 +108,8 @@ impl System for AsSystem {
             "ret" => Program::Poller(self.0.retention()),
             _ => return None,
         })
+    }
+    fn retries_upstream(&self) -> bool {
+        self.0.retries_upstream()
     }
 }

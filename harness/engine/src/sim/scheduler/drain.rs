@@ -13,12 +13,14 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 
 use super::Run;
-use crate::sim::history::FaultEvent;
+use crate::sim::history::{Fact, FaultEvent};
 use crate::sim::world::Status;
 use crate::spec::RoleKind;
 
 /// Rounds of the drain phase before the schedule is declared not quiescent.
 pub const DRAIN_ROUNDS_MAX: usize = 200;
+/// Times the drain dispatches never-sent events again (each after the locks held expired).
+pub const UPSTREAM_RETRIES_MAX: usize = 3;
 
 /// Change counters, and the counter each idle worker last polled at.
 #[derive(Debug, Default)]
@@ -49,6 +51,29 @@ impl Polls {
 }
 
 impl Run<'_> {
+    /// Labels of the events dispatched (a [`Fact::Dispatched`]) and never sent (no
+    /// [`Fact::Sent`] with their identity), not queued for the producer now, in dispatch order.
+    fn unsent_dispatches(&self) -> Vec<String> {
+        let sent: std::collections::BTreeSet<uuid::Uuid> = self
+            .history
+            .facts()
+            .filter_map(|f| match f {
+                Fact::Sent { identity, .. } => Some(*identity),
+                _ => None,
+            })
+            .collect();
+        let queued: Vec<String> = self.world.borrow().to_dispatch.iter().map(|e| e.label.clone()).collect();
+        let mut out: Vec<String> = Vec::new();
+        for f in self.history.facts() {
+            if let Fact::Dispatched { event, identity } = f {
+                if !sent.contains(identity) && !queued.contains(event) && !out.contains(event) {
+                    out.push(event.clone());
+                }
+            }
+        }
+        out
+    }
+
     /// True when `w` is parked at its poll after a poll that found nothing, and nothing it
     /// could see changed since.
     fn poll_is_stale(&self, w: &str) -> bool {
@@ -71,6 +96,7 @@ impl Run<'_> {
             self.workers.iter().filter(|w| self.kind(w) == Some(RoleKind::Periodic)).cloned().collect();
         let drainers: Vec<String> = self.workers.iter().filter(|w| !periodic.contains(w)).cloned().collect();
         self.polls.seen.clear();
+        let mut upstream_rounds = 0;
         for _ in 0..DRAIN_ROUNDS_MAX {
             let mut moved = false;
             for w in &drainers {
@@ -107,6 +133,22 @@ impl Run<'_> {
                     }
                 }
                 continue;
+            }
+            if self.retries_upstream && upstream_rounds < UPSTREAM_RETRIES_MAX {
+                let unsent = self.unsent_dispatches();
+                if !unsent.is_empty() {
+                    upstream_rounds += 1;
+                    if let Some(deadline) = self.clock.last_lock_deadline() {
+                        let jump = deadline.saturating_sub(self.clock.now_ms);
+                        self.fault(FaultEvent::Clock { ms: jump, drain: true }, vec![]);
+                        self.advance_clock(deadline)?;
+                    }
+                    let producer = self.queue_dispatch(&unsent)?;
+                    self.fault(FaultEvent::UpstreamRetry { events: unsent }, vec![]);
+                    self.wake_producer(&producer);
+                    self.settle(None)?;
+                    continue;
+                }
             }
             let left = self.admin.leftovers(&self.leftovers)?;
             if left.is_empty() {

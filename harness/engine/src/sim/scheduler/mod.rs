@@ -54,6 +54,8 @@ pub struct Setup {
     pub faults: Vec<Box<dyn WorkloadFault>>,
     /// The workload's pending-work counts for the quiescence probe.
     pub leftovers: Vec<Leftover>,
+    /// Whether the drain dispatches events that were never sent again ([`System::retries_upstream`]).
+    pub retries_upstream: bool,
     /// The system under test.
     pub system: Rc<dyn System>,
     /// Its handler policy ([`Workload::config`]).
@@ -85,6 +87,7 @@ pub struct Run<'a> {
     identity: IdentityFn,
     faults: Vec<Box<dyn WorkloadFault>>,
     leftovers: Vec<Leftover>,
+    retries_upstream: bool,
     events: Vec<Event>,
     keys: BTreeSet<String>,
     /// The history so far.
@@ -166,6 +169,7 @@ impl<'a> Run<'a> {
             identity: setup.identity,
             faults: setup.faults,
             leftovers: setup.leftovers,
+            retries_upstream: setup.retries_upstream,
             events: setup.events,
             keys: BTreeSet::new(),
             history,
@@ -482,28 +486,42 @@ impl<'a> Run<'a> {
     }
 
     fn dispatch(&mut self, event: &str) -> Result<()> {
-        let ev = self
-            .events
-            .iter()
-            .find(|e| e.label == event)
-            .cloned()
-            .ok_or_else(|| inapplicable(format!("there is no event `{event}` in this scenario")))?;
+        let producer = self.queue_dispatch(&[event.to_string()])?;
+        self.fault(FaultEvent::Dispatch { producer: producer.clone(), event: event.to_string() }, vec![]);
+        self.wake_producer(&producer);
+        self.settle(None)
+    }
+
+    /// Queues `events` (labels) for the producer, in order, and returns the producer's name.
+    /// Errors: an unknown event, or no producer in the scenario.
+    fn queue_dispatch(&mut self, events: &[String]) -> Result<String> {
         let producer = self
             .workers
             .iter()
             .find(|w| self.kind(w) == Some(RoleKind::Producer))
             .cloned()
             .ok_or_else(|| inapplicable("this scenario has no producer".into()))?;
-        self.world.borrow_mut().to_dispatch.push_back(ev);
-        self.fault(FaultEvent::Dispatch { producer: producer.clone(), event: event.to_string() }, vec![]);
-        if matches!(self.status(&producer), Status::Waiting { .. }) {
+        for event in events {
+            let ev = self
+                .events
+                .iter()
+                .find(|e| &e.label == event)
+                .cloned()
+                .ok_or_else(|| inapplicable(format!("there is no event `{event}` in this scenario")))?;
+            self.world.borrow_mut().to_dispatch.push_back(ev);
+        }
+        Ok(producer)
+    }
+
+    /// Wakes the producer if it waits for work.
+    fn wake_producer(&mut self, producer: &str) {
+        if matches!(self.status(producer), Status::Waiting { .. }) {
             let notify = self.with_slot(&producer, |s| {
                 s.status = Status::Starting;
                 s.notify.clone()
             });
             notify.notify_one();
         }
-        self.settle(None)
     }
 
     /// Records what the nemesis did, with ids in its text replaced by their labels.

@@ -20,6 +20,7 @@ pub struct Mutant {
     relay: Rc<dyn Relay>,
     downstream: Rc<dyn Downstream>,
     retention: Rc<dyn Retention>,
+    retries_upstream: bool,
 }
 
 impl Mutant {
@@ -31,7 +32,12 @@ impl Mutant {
             relay: Rc::new(OutboxRelay),
             downstream: Rc::new(SettlementProjection),
             retention: Rc::new(DedupRetention),
+            retries_upstream: true,
         }
+    }
+    fn without_upstream_retry(mut self) -> Mutant {
+        self.retries_upstream = false;
+        self
     }
     fn without_payout_unique(mut self) -> Mutant {
         self.schema = schema_without_payout_unique();
@@ -77,6 +83,9 @@ impl PayoutSystem for Mutant {
     fn retention(&self) -> Rc<dyn Retention> {
         self.retention.clone()
     }
+    fn retries_upstream(&self) -> bool {
+        self.retries_upstream
+    }
 }
 
 /// The reference schema without the payout's business unique constraint.
@@ -105,6 +114,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("park-failure-acked", "writing to the failure transport fails, and the message is deleted anyway"),
     ("relay-mark-fails-after-send", "the relay's mark errors after a successful send (with naive-downstream)"),
     ("balance-increment", "UPDATE balance = balance + amount with no dedup record (seed 004's counter)"),
+    ("no-upstream-retry", "nothing upstream dispatches an event again: a dispatch suppressed by a dead producer's lock is lost"),
 ];
 
 /// The mutant named `name`, if any.
@@ -125,6 +135,7 @@ pub fn by_name(name: &str) -> Option<Rc<dyn PayoutSystem>> {
         "park-failure-acked" => m.consumer(ParkFailureAcked),
         "relay-mark-fails-after-send" => m.relay(MarkFailsAfterSend::default()).downstream(NaiveDownstream),
         "balance-increment" => m.consumer(Acked(BalanceIncrement)),
+        "no-upstream-retry" => m.without_upstream_retry(),
         _ => return None,
     };
     Some(Rc::new(m))
