@@ -9,8 +9,8 @@
 //! The crate follows Jepsen's split of a test:
 //! - [`services`]: real PostgreSQL, SQS (LocalStack) and Redis, provisioned natively,
 //!   through testcontainers, or taken from the environment, and the SQS calibration;
-//! - [`workload`] and [`sut`]: the seam a system under test plugs into, and the programs of its
-//!   roles (producer, handler, poller);
+//! - [`workload`], [`spec`] and [`sut`]: the seam a system under test plugs into, what a
+//!   workload declares (plain data), and the programs of its roles (producer, handler, poller);
 //! - [`sim`]: the turmoil fleet, the gate that makes every service call a yield point ([`Cx`]),
 //!   the logical clock and the scheduler;
 //! - [`schedule`]: schedules as data and their text form;
@@ -20,9 +20,12 @@
 //!   HTML timeline of a failing schedule;
 //! - [`scenario`]: scenario files under `scenarios/`;
 //! - [`explore`]: generated schedules, shrinking, determinism self-check, coverage;
-//! - [`cli`]: the `crashpoint` command as a library function, for any binary ([`main!`]).
+//! - [`cli`]: the `crashpoint` command as a library function, for any binary ([`main!`]);
+//! - [`testkit`]: services started once per test process, and scenario loading, for `cargo test`;
+//! - [`error`]: exit codes.
 //!
-//! A team's own handler needs only the items re-exported here.
+//! A team's own handler needs only the items re-exported here; its tests also use
+//! [`testkit`], [`explore::explore`], [`explore::Options`] and [`scenario::Scenario`].
 
 pub mod checker;
 pub mod cli;

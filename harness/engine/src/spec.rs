@@ -109,7 +109,7 @@ pub struct Leftover {
     pub count_sql: &'static str,
 }
 
-/// A message a workload fault sends again (to the queue [`Workload::identity`] names).
+/// A message a workload fault sends again (to the queue [`crate::workload::Workload::identity`] names).
 #[derive(Debug, Clone)]
 pub struct Resend {
     /// The body to send.

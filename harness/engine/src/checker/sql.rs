@@ -6,7 +6,7 @@ use uuid::Uuid;
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
 
 /// An invariant defined by a query over the schedule's schema that returns the rows that
-/// violate it, e.g. `SELECT payment_id FROM payout GROUP BY 1 HAVING count(*) > 1`. It holds
+/// violate it, e.g. `SELECT operation_id FROM outgoing_email GROUP BY 1 HAVING count(*) > 1`. It holds
 /// when the query returns no row. Each row is one problem, printed as its columns
 /// (`name=value`, UUIDs replaced by their labels); UUID columns are the culprit's identities.
 /// A query that fails (a syntax error, a missing table) gives [`Verdict::unknown`] with

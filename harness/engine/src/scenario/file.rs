@@ -84,8 +84,8 @@ pub struct InvariantSpec {
 pub struct Scenario {
     /// `<group>/<name>`, from its path under `scenarios/`.
     pub name: String,
-    /// The workload it runs: `workload = "…"` in the file, else the one named like its
-    /// directory, else the registry's default.
+    /// The workload it runs: `workload = "…"` in the file, else the one named like its group
+    /// (the first directory under `scenarios/`), else the registry's default.
     pub workload: Arc<dyn Workload>,
     /// The file it came from.
     pub path: PathBuf,
@@ -125,7 +125,7 @@ impl Scenario {
 }
 
 /// The scenarios directory: `$CRASHPOINT_SCENARIOS`, else `./scenarios` if it exists, else
-/// the one in the source tree this binary was built from.
+/// the crashpoint checkout's `scenarios/` (next to the engine crate).
 pub fn scenarios_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("CRASHPOINT_SCENARIOS") {
         return PathBuf::from(d);

@@ -42,7 +42,7 @@ pub struct ScenarioOutcome {
 /// Where a schedule's wall time went, ms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Phases {
-    /// Fresh schema with the system's DDL, two queues, admin pools, hosts connected.
+    /// Fresh schema with the system's DDL, the workload's queues, admin pools, hosts connected.
     pub setup_ms: f64,
     /// The schedule's decisions and the drain.
     pub run_ms: f64,

@@ -116,7 +116,7 @@ impl Schedule {
     }
 }
 
-
+/// A schedule: decisions in order. `Display` gives its text form; [`parse`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
 pub struct Schedule {
     /// The decisions.

@@ -136,7 +136,7 @@ pub struct Cx {
 
 impl Cx {
     /// Wraps a worker's connections. `pg` must already have its search_path set.
-    pub async fn new(
+    pub(crate) async fn new(
         me: String,
         world: SharedWorld,
         mut pg: PgConnection,
@@ -556,7 +556,7 @@ impl Cx {
 
     /// Waits, without a yield point, until the scheduler hands this worker new work
     /// (status [`Status::Waiting`]).
-    pub async fn wait_for_work(&mut self) {
+    pub(crate) async fn wait_for_work(&mut self) {
         let notify = {
             let mut w = self.world.borrow_mut();
             let slot = w.slot(&self.me);

@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 
+mod blocked;
 mod drain;
+mod nemesis;
 
 use super::admin::Admin;
-use super::clock::{Clock, Due};
+use super::clock::Clock;
 use super::fleet::{self, HostSpec};
 use super::history::{Entry, Fact, FaultEvent, History, WorkerRole};
 use super::world::{CallCounts, Names, SharedWorld, Slot, Status, World};
@@ -58,7 +60,7 @@ pub struct Setup {
     pub retries_upstream: bool,
     /// The system under test.
     pub system: Rc<dyn System>,
-    /// Its handler policy ([`Workload::config`]).
+    /// Its handler policy ([`crate::workload::Workload::config`]).
     pub config: Rc<dyn std::any::Any>,
     /// The workload's queues, with the scenario's visibility timeouts.
     pub queues: Vec<QueueSpec>,
@@ -279,63 +281,6 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Delivers once more the messages that `sqs:redeliver-after-delete` picked: the same body
-    /// is sent to the same queue, and the new SQS message gets the deleted one's label.
-    fn redeliver(&mut self) -> Result<()> {
-        for (msg, queue, body) in std::mem::take(&mut self.redeliveries) {
-            let message_id = self.admin.send(queue, &body)?;
-            self.world.borrow_mut().names.set(&message_id, &msg);
-            let identity = serde_json::from_str(&body).ok().and_then(|b| (self.identity)(&b).map(|(_, id)| id));
-            let facts = identity.map(|identity| vec![Fact::Sent { queue, msg: msg.clone(), identity }]).unwrap_or_default();
-            self.fault(FaultEvent::Redelivered { msg }, facts);
-        }
-        Ok(())
-    }
-
-    /// Redis restarts without persistence: every lock of this schedule is lost.
-    fn redis_restart(&mut self) -> Result<()> {
-        let keys: Vec<String> = std::mem::take(&mut self.clock.locks).into_keys().collect();
-        for k in &keys {
-            self.admin.expire_key(k)?;
-        }
-        self.fault(FaultEvent::RedisRestart { locks: keys.len() }, vec![]);
-        Ok(())
-    }
-
-    /// In a lenient run, a crash or failure at a point the worker cannot reach now is armed
-    /// instead: it fires the next time the worker stands at (crash) or passes (fail) the
-    /// point, in the drain phase too, as FoundationDB's buggify does. Strict runs fail with
-    /// the original error.
-    fn arm_instead(&mut self, w: &str, cp: CrashPoint, kind: &str, e: anyhow::Error) -> Result<()> {
-        if !self.lenient || e.downcast_ref::<Inapplicable>().is_none() || self.status(w) == Status::Crashed {
-            return Err(e);
-        }
-        self.with_slot(w, |s| match kind {
-            "crash" => s.armed_crashes.push(cp),
-            _ => s.armed_failures.push(cp),
-        });
-        self.fault(FaultEvent::Armed { worker: w.to_string(), kind: kind.to_string(), at: cp, why: format!("{e}") }, vec![]);
-        Ok(())
-    }
-
-    /// Crashes the first worker that stands at a crash point where a crash is armed.
-    fn fire_armed_crashes(&mut self) -> Result<()> {
-        let due = self.workers.iter().find_map(|w| {
-            let mut world = self.world.borrow_mut();
-            let slot = world.slot(w);
-            let at = match slot.status {
-                Status::Parked { at: Some(cp), .. } | Status::Waiting { at: Some(cp) } => cp,
-                _ => return None,
-            };
-            let i = slot.armed_crashes.iter().position(|c| *c == at)?;
-            slot.armed_crashes.remove(i);
-            Some((w.clone(), at))
-        });
-        let Some((w, cp)) = due else { return Ok(()) };
-        self.fault(FaultEvent::ArmedFires { worker: w.clone(), at: cp }, vec![]);
-        self.crash(&w)
-    }
-
     fn step(&mut self, w: &str, expect: Option<&str>) -> Result<()> {
         let _span = tracing::debug_span!("step", worker = w).entered();
         match self.status(w) {
@@ -433,97 +378,6 @@ impl<'a> Run<'a> {
         self.settle(None)
     }
 
-    /// Advances the logical clock and forces every expiry that became due.
-    fn tick(&mut self, ms: u64) -> Result<()> {
-        let to = self.clock.now_ms + ms;
-        self.fault(FaultEvent::Clock { ms, drain: false }, vec![]);
-        self.advance_clock(to)
-    }
-
-    fn advance_clock(&mut self, to: u64) -> Result<()> {
-        let due = self.clock.advance_to(to);
-        self.world.borrow_mut().now_ms = self.clock.now_ms;
-        for d in due {
-            match d {
-                Due::Visibility { msg, queue, receipt } => {
-                    let ok = self.admin.expire_visibility(queue, &receipt)?;
-                    self.polls.queue_changed(queue);
-                    self.fault(FaultEvent::VisibilityExpired { msg, found: ok }, vec![]);
-                }
-                Due::Lock { key } => {
-                    self.admin.expire_key(&key)?;
-                    self.fault(FaultEvent::LockExpired { key }, vec![]);
-                }
-            }
-        }
-        self.settle(None)
-    }
-
-    /// Applies the workload's fault `name` and sends the messages it returns to the queues
-    /// their bodies belong to ([`Workload::identity`]; the first queue when none).
-    fn workload_fault(&mut self, name: &str) -> Result<()> {
-        let i = self
-            .faults
-            .iter()
-            .position(|f| f.name() == name)
-            .ok_or_else(|| inapplicable(format!("the workload has no fault `{name}`")))?;
-        let resent = self.admin.rt.block_on(self.faults[i].apply(&self.admin.pg))?;
-        let name = self.faults[i].name().to_string();
-        if resent.is_empty() {
-            let text = self.faults[i].announce_nothing();
-            self.fault(FaultEvent::Workload { name: name.clone(), text }, vec![]);
-        }
-        for r in resent {
-            let (queue, identity) = (self.identity)(&r.body).unwrap_or_else(|| (self.admin.queues.queues[0].0, uuid::Uuid::nil()));
-            let message_id = self.admin.send(queue, &r.body.to_string())?;
-            let msg = self.world.borrow_mut().names.label(self.admin.queues.prefix(queue), &message_id);
-            let fact = Fact::Sent { queue, msg: msg.clone(), identity };
-            let who = self.world.borrow().names.uuid(&identity);
-            let text = self.faults[i].announce(&who, &msg, &r);
-            self.fault(FaultEvent::Workload { name: name.clone(), text }, vec![fact]);
-        }
-        self.settle(None)
-    }
-
-    fn dispatch(&mut self, event: &str) -> Result<()> {
-        let producer = self.queue_dispatch(&[event.to_string()])?;
-        self.fault(FaultEvent::Dispatch { producer: producer.clone(), event: event.to_string() }, vec![]);
-        self.wake_producer(&producer);
-        self.settle(None)
-    }
-
-    /// Queues `events` (labels) for the producer, in order, and returns the producer's name.
-    /// Errors: an unknown event, or no producer in the scenario.
-    fn queue_dispatch(&mut self, events: &[String]) -> Result<String> {
-        let producer = self
-            .workers
-            .iter()
-            .find(|w| self.kind(w) == Some(RoleKind::Producer))
-            .cloned()
-            .ok_or_else(|| inapplicable("this scenario has no producer".into()))?;
-        for event in events {
-            let ev = self
-                .events
-                .iter()
-                .find(|e| &e.label == event)
-                .cloned()
-                .ok_or_else(|| inapplicable(format!("there is no event `{event}` in this scenario")))?;
-            self.world.borrow_mut().to_dispatch.push_back(ev);
-        }
-        Ok(producer)
-    }
-
-    /// Wakes the producer if it waits for work.
-    fn wake_producer(&mut self, producer: &str) {
-        if matches!(self.status(producer), Status::Waiting { .. }) {
-            let notify = self.with_slot(&producer, |s| {
-                s.status = Status::Starting;
-                s.notify.clone()
-            });
-            notify.notify_one();
-        }
-    }
-
     /// Records what the nemesis did, with ids in its text replaced by their labels.
     fn fault(&mut self, mut fault: FaultEvent, facts: Vec<Fact>) {
         {
@@ -590,64 +444,6 @@ impl<'a> Run<'a> {
         self.collect(granted);
         self.redeliver()?;
         self.fire_armed_crashes()
-    }
-
-    fn name_of_pid(&self, pid: i32) -> String {
-        let w = self.world.borrow();
-        w.slots
-            .iter()
-            .find(|(_, s)| s.backend_pid == Some(pid))
-            .map(|(n, _)| n.clone())
-            .unwrap_or_else(|| format!("backend {pid}"))
-    }
-
-    fn detect_blocked(&mut self, moving: &[String]) -> Result<()> {
-        for w in moving {
-            let (pid, op) = {
-                let mut world = self.world.borrow_mut();
-                let s = world.slot(w);
-                match (&s.status, s.backend_pid) {
-                    (Status::Running { op, .. }, Some(pid)) if s.in_pg => (pid, *op),
-                    _ => continue,
-                }
-            };
-            let pids = self.admin.blocking_pids(pid)?;
-            // The call may have completed meanwhile; only a still-running call is blocked.
-            if pids.is_empty() || !matches!(self.status(w), Status::Running { .. }) {
-                continue;
-            }
-            let mut by: Vec<String> = pids.iter().map(|p| self.name_of_pid(*p)).collect();
-            by.sort();
-            self.with_slot(w, |s| s.blocked_by = Some(by.clone()));
-            tracing::info!(worker = %w, op, by = ?by, "blocked step detected (pg_blocking_pids)");
-            self.history.entries.push(Entry::Blocked { t_ms: self.now(), worker: w.clone(), op: op.to_string(), by });
-        }
-        Ok(())
-    }
-
-    /// Clears `blocked_by` of workers whose call completed or is no longer blocked in the
-    /// server. True if any changed.
-    fn recheck_blocked(&mut self) -> Result<bool> {
-        let blocked: Vec<(String, Option<i32>, bool)> = {
-            let w = self.world.borrow();
-            w.slots
-                .iter()
-                .filter(|(_, s)| s.blocked_by.is_some())
-                .map(|(n, s)| (n.clone(), s.backend_pid, matches!(s.status, Status::Running { .. })))
-                .collect()
-        };
-        let mut changed = false;
-        for (w, pid, running) in blocked {
-            let free = !running || match pid {
-                Some(pid) => self.admin.blocking_pids(pid)?.is_empty(),
-                None => true,
-            };
-            if free {
-                self.with_slot(&w, |s| s.blocked_by = None);
-                changed = true;
-            }
-        }
-        Ok(changed)
     }
 
     /// Feeds a fact to the logical clock and to the drain's poll bookkeeping.

@@ -1,0 +1,161 @@
+//! The nemesis decisions a run applies to the world: clock jumps and the expiries they force,
+//! Redis restarts, redeliveries after a delete, the workload's own faults, dispatches, and
+//! crashes or failures armed for later.
+
+use anyhow::Result;
+
+use super::{inapplicable, Inapplicable, Run};
+use crate::sim::clock::Due;
+use crate::sim::history::{Fact, FaultEvent};
+use crate::sim::world::Status;
+use crate::spec::{CrashPoint, RoleKind};
+
+impl Run<'_> {
+    /// Delivers once more the messages that `sqs:redeliver-after-delete` picked: the same body
+    /// is sent to the same queue, and the new SQS message gets the deleted one's label.
+    pub(super) fn redeliver(&mut self) -> Result<()> {
+        for (msg, queue, body) in std::mem::take(&mut self.redeliveries) {
+            let message_id = self.admin.send(queue, &body)?;
+            self.world.borrow_mut().names.set(&message_id, &msg);
+            let identity = serde_json::from_str(&body).ok().and_then(|b| (self.identity)(&b).map(|(_, id)| id));
+            let facts = identity.map(|identity| vec![Fact::Sent { queue, msg: msg.clone(), identity }]).unwrap_or_default();
+            self.fault(FaultEvent::Redelivered { msg }, facts);
+        }
+        Ok(())
+    }
+
+    /// Redis restarts without persistence: every lock of this schedule is lost.
+    pub(super) fn redis_restart(&mut self) -> Result<()> {
+        let keys: Vec<String> = std::mem::take(&mut self.clock.locks).into_keys().collect();
+        for k in &keys {
+            self.admin.expire_key(k)?;
+        }
+        self.fault(FaultEvent::RedisRestart { locks: keys.len() }, vec![]);
+        Ok(())
+    }
+
+    /// In a lenient run, a crash or failure at a point the worker cannot reach now is armed
+    /// instead: it fires the next time the worker stands at (crash) or passes (fail) the
+    /// point, in the drain phase too, as FoundationDB's buggify does. Strict runs fail with
+    /// the original error.
+    pub(super) fn arm_instead(&mut self, w: &str, cp: CrashPoint, kind: &str, e: anyhow::Error) -> Result<()> {
+        if !self.lenient || e.downcast_ref::<Inapplicable>().is_none() || self.status(w) == Status::Crashed {
+            return Err(e);
+        }
+        self.with_slot(w, |s| match kind {
+            "crash" => s.armed_crashes.push(cp),
+            _ => s.armed_failures.push(cp),
+        });
+        self.fault(FaultEvent::Armed { worker: w.to_string(), kind: kind.to_string(), at: cp, why: format!("{e}") }, vec![]);
+        Ok(())
+    }
+
+    /// Crashes the first worker that stands at a crash point where a crash is armed.
+    pub(super) fn fire_armed_crashes(&mut self) -> Result<()> {
+        let due = self.workers.iter().find_map(|w| {
+            let mut world = self.world.borrow_mut();
+            let slot = world.slot(w);
+            let at = match slot.status {
+                Status::Parked { at: Some(cp), .. } | Status::Waiting { at: Some(cp) } => cp,
+                _ => return None,
+            };
+            let i = slot.armed_crashes.iter().position(|c| *c == at)?;
+            slot.armed_crashes.remove(i);
+            Some((w.clone(), at))
+        });
+        let Some((w, cp)) = due else { return Ok(()) };
+        self.fault(FaultEvent::ArmedFires { worker: w.clone(), at: cp }, vec![]);
+        self.crash(&w)
+    }
+
+    /// Advances the logical clock and forces every expiry that became due.
+    pub(super) fn tick(&mut self, ms: u64) -> Result<()> {
+        let to = self.clock.now_ms + ms;
+        self.fault(FaultEvent::Clock { ms, drain: false }, vec![]);
+        self.advance_clock(to)
+    }
+
+    pub(super) fn advance_clock(&mut self, to: u64) -> Result<()> {
+        let due = self.clock.advance_to(to);
+        self.world.borrow_mut().now_ms = self.clock.now_ms;
+        for d in due {
+            match d {
+                Due::Visibility { msg, queue, receipt } => {
+                    let ok = self.admin.expire_visibility(queue, &receipt)?;
+                    self.polls.queue_changed(queue);
+                    self.fault(FaultEvent::VisibilityExpired { msg, found: ok }, vec![]);
+                }
+                Due::Lock { key } => {
+                    self.admin.expire_key(&key)?;
+                    self.fault(FaultEvent::LockExpired { key }, vec![]);
+                }
+            }
+        }
+        self.settle(None)
+    }
+
+    /// Applies the workload's fault `name` and sends the messages it returns to the queues
+    /// their bodies belong to ([`crate::workload::Workload::identity`]; the first queue when none).
+    pub(super) fn workload_fault(&mut self, name: &str) -> Result<()> {
+        let i = self
+            .faults
+            .iter()
+            .position(|f| f.name() == name)
+            .ok_or_else(|| inapplicable(format!("the workload has no fault `{name}`")))?;
+        let resent = self.admin.rt.block_on(self.faults[i].apply(&self.admin.pg))?;
+        let name = self.faults[i].name().to_string();
+        if resent.is_empty() {
+            let text = self.faults[i].announce_nothing();
+            self.fault(FaultEvent::Workload { name: name.clone(), text }, vec![]);
+        }
+        for r in resent {
+            let (queue, identity) = (self.identity)(&r.body).unwrap_or_else(|| (self.admin.queues.queues[0].0, uuid::Uuid::nil()));
+            let message_id = self.admin.send(queue, &r.body.to_string())?;
+            let msg = self.world.borrow_mut().names.label(self.admin.queues.prefix(queue), &message_id);
+            let fact = Fact::Sent { queue, msg: msg.clone(), identity };
+            let who = self.world.borrow().names.uuid(&identity);
+            let text = self.faults[i].announce(&who, &msg, &r);
+            self.fault(FaultEvent::Workload { name: name.clone(), text }, vec![fact]);
+        }
+        self.settle(None)
+    }
+
+    pub(super) fn dispatch(&mut self, event: &str) -> Result<()> {
+        let producer = self.queue_dispatch(&[event.to_string()])?;
+        self.fault(FaultEvent::Dispatch { producer: producer.clone(), event: event.to_string() }, vec![]);
+        self.wake_producer(&producer);
+        self.settle(None)
+    }
+
+    /// Queues `events` (labels) for the producer, in order, and returns the producer's name.
+    /// Errors: an unknown event, or no producer in the scenario.
+    pub(super) fn queue_dispatch(&mut self, events: &[String]) -> Result<String> {
+        let producer = self
+            .workers
+            .iter()
+            .find(|w| self.kind(w) == Some(RoleKind::Producer))
+            .cloned()
+            .ok_or_else(|| inapplicable("this scenario has no producer".into()))?;
+        for event in events {
+            let ev = self
+                .events
+                .iter()
+                .find(|e| &e.label == event)
+                .cloned()
+                .ok_or_else(|| inapplicable(format!("there is no event `{event}` in this scenario")))?;
+            self.world.borrow_mut().to_dispatch.push_back(ev);
+        }
+        Ok(producer)
+    }
+
+    /// Wakes the producer if it waits for work.
+    pub(super) fn wake_producer(&mut self, producer: &str) {
+        if matches!(self.status(producer), Status::Waiting { .. }) {
+            let notify = self.with_slot(&producer, |s| {
+                s.status = Status::Starting;
+                s.notify.clone()
+            });
+            notify.notify_one();
+        }
+    }
+}
