@@ -62,7 +62,9 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
                     missed.push(format!("{name}: caught by {broken:?}, not by `{invariant}`"));
                 }
                 let n = f.minimal.schedule.decisions.len();
-                if n > 10 {
+                // The lost dispatch (issue 17) must shrink to its window: a producer crash at after_lock.
+                let most = if *name == "no-upstream-retry" { 3 } else { 10 };
+                if n > most {
                     missed.push(format!("{name}: shrunk only to {n} decisions: {}", f.minimal.schedule));
                 }
             }
