@@ -4,7 +4,7 @@
 //! The engine never names a workload's tables, queues or calls. It knows queues, roles, crash
 //! points and faults only as the labels a workload declares here, events only as JSON bodies
 //! with a stable identity, and the final state only through the workload's
-//! [`Invariant`](crate::checker::Invariant)s. This follows Jepsen's test map (db, client,
+//! [`Invariant`]s. This follows Jepsen's test map (db, client,
 //! generator, nemesis, checker as separate values) and TigerBeetle's simulator, which is
 //! generic over the state machine it tests.
 //!

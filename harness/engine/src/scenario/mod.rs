@@ -1,8 +1,9 @@
 //! Scenario files: `scenarios/<group>/<name>.toml`, named `<group>/<name>`.
 //!
 //! ```toml
+//! workload = "payout"                # optional: else the workload named like the group, else the default
 //! description = "two consumers get the same event in two real PG transactions"
-//! workers = "p c1 c2 r1 d1"          # p producer, cN consumers, rN relays, dN downstream, ret retention
+//! workers = "p c1 c2 r1 d1"          # names of the workload's roles: <prefix> or <prefix><n>
 //! schedule = """
 //! p:lock p:send c1:recv c2:recv ...
 //! """
@@ -11,12 +12,13 @@
 //! [config]                           # the workload's handler policy; visibility_timeout_s
 //! visibility_timeout_s = 30          # (every queue's, logical s) is the engine's
 //!
-//! [[events]]
+//! [[events]]                         # `name` is the engine's; the rest is the workload's
 //! name = "e1"
 //! payment = "p1"
-//! merchant = "mer1"
-//! amount_minor = 12500
-//! currency = "EUR"
+//!
+//! [[invariants]]                     # optional SQL invariants: a query returning violating rows
+//! name = "at most one email per operation id"
+//! sql = "SELECT operation_id FROM outgoing_email GROUP BY 1 HAVING count(*) > 1"
 //! ```
 //! An exploration scenario has no `schedule` but an `[explore]` table (`decisions_max`):
 //! its schedules are generated (see [`crate::explore`]).
