@@ -80,51 +80,11 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
     let started = Instant::now();
     let mut report = new_report("catalogue", args.seed, Budget { schedules: Some(args.budget), seconds: None }, Shard::default());
     let result = with_services(rt, opts, |endpoints| {
-      let options = Options { schedules: Some(args.budget), seed: args.seed, ..Options::default() };
-      let mut table = String::new();
-      for s in &chosen {
-        let mutants: Vec<&str> = s.workload.systems().iter().map(|i| i.name).filter(|n| *n != "reference").collect();
-        let header = "| system | caught | schedules to first failure | wall s | shrunk length | invariant |\n|---|---|---|---|---|---|\n";
-        println!("catalogue of {}: {} mutants, then the reference; budget {} schedules each, seed {}, scenario {}\n", s.workload.name(), mutants.len(), args.budget, args.seed, s.name);
-        writeln!(table, "## {}\n", s.workload.name())?;
-        table.push_str(header);
-        print!("{header}");
-        let mut all_caught = true;
-        for name in mutants {
-            let system = scenario::system_of(s, name)?;
-            let t0 = Instant::now();
-            let mut progress = super::progress::Progress::start(name, Some(args.budget), 0);
-            let r = explore::explore(endpoints, system, s, &options, |st| progress.update(st, t0));
-            progress.finish();
-            let r = r?;
-            all_caught &= r.failure.is_some();
-            let mut sr = ScenarioReport::explored(s, name, &r);
-            sr.expected = Outcome::Fail;
-            add_timeline(&dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
-            report.scenarios.push(sr);
-            let line = row(name, &r);
-            println!("{line}");
-            writeln!(table, "{line}")?;
+        let options = Options { schedules: Some(args.budget), seed: args.seed, ..Options::default() };
+        let mut table = String::new();
+        for s in &chosen {
+            workload_catalogue(endpoints, s, &options, &dir, &mut report, &mut table)?;
         }
-        let r = explore::explore(endpoints, scenario::system_of(s, "reference")?, s, &options, |_| {})?;
-        let reference_ok = r.failure.is_none();
-        let mut sr = ScenarioReport::explored(s, "reference", &r);
-        add_timeline(&dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
-        report.scenarios.push(sr);
-        let line = row("reference (must not be caught)", &r);
-        println!("{line}");
-        writeln!(table, "{line}")?;
-        let verdict = format!(
-            "\nbudget {} schedules per system, seed {}, scenario {}: {}\n",
-            args.budget,
-            args.seed,
-            s.name,
-            if all_caught && reference_ok { "every mutant caught, the reference passes" } else { "FAIL" }
-        );
-        print!("{verdict}");
-        table.push_str(&verdict);
-        table.push('\n');
-      }
         let md = dir.path().join("catalogue.md");
         std::fs::write(&md, &table)?;
         println!("written to {}", md.display());
@@ -139,4 +99,66 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
     result?;
     println!("reports: {}", dir.path().display());
     Ok(report.exit_code())
+}
+
+/// Explores every mutant of `s`'s workload, then its reference, on `s` with `options`; prints
+/// the detection table, appends it to `table` (a section per workload) and the scenario
+/// reports to `report`. Errors: services, or a report that cannot be written.
+fn workload_catalogue(
+    endpoints: &crate::services::Endpoints,
+    s: &scenario::Scenario,
+    options: &Options,
+    dir: &ReportDir,
+    report: &mut crate::report::model::RunReport,
+    table: &mut String,
+) -> Result<()> {
+    let mutants: Vec<&str> = s.workload.systems().iter().map(|i| i.name).filter(|n| *n != "reference").collect();
+    let header = "| system | caught | schedules to first failure | wall s | shrunk length | invariant |\n|---|---|---|---|---|---|\n";
+    println!(
+        "catalogue of {}: {} mutants, then the reference; budget {} schedules each, seed {}, scenario {}\n",
+        s.workload.name(),
+        mutants.len(),
+        options.schedules.unwrap_or_default(),
+        options.seed,
+        s.name
+    );
+    writeln!(table, "## {}\n", s.workload.name())?;
+    table.push_str(header);
+    print!("{header}");
+    let mut all_caught = true;
+    for name in mutants {
+        let system = scenario::system_of(s, name)?;
+        let t0 = Instant::now();
+        let mut progress = super::progress::Progress::start(name, options.schedules, 0);
+        let r = explore::explore(endpoints, system, s, options, |st| progress.update(st, t0));
+        progress.finish();
+        let r = r?;
+        all_caught &= r.failure.is_some();
+        let mut sr = ScenarioReport::explored(s, name, &r);
+        sr.expected = Outcome::Fail;
+        add_timeline(dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
+        report.scenarios.push(sr);
+        let line = row(name, &r);
+        println!("{line}");
+        writeln!(table, "{line}")?;
+    }
+    let r = explore::explore(endpoints, scenario::system_of(s, "reference")?, s, options, |_| {})?;
+    let reference_ok = r.failure.is_none();
+    let mut sr = ScenarioReport::explored(s, "reference", &r);
+    add_timeline(dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
+    report.scenarios.push(sr);
+    let line = row("reference (must not be caught)", &r);
+    println!("{line}");
+    writeln!(table, "{line}")?;
+    let verdict = format!(
+        "\nbudget {} schedules per system, seed {}, scenario {}: {}\n",
+        options.schedules.unwrap_or_default(),
+        options.seed,
+        s.name,
+        if all_caught && reference_ok { "every mutant caught, the reference passes" } else { "FAIL" }
+    );
+    print!("{verdict}");
+    table.push_str(&verdict);
+    table.push('\n');
+    Ok(())
 }
