@@ -10,8 +10,13 @@ use uuid::Uuid;
 
 use crate::OrderPlaced;
 
-/// The events the history sent (each must be counted and get its receipt), by id.
+/// The events the history sent (each must be counted and get its receipt), by id; computed
+/// once per schedule and shared by the invariants.
 fn sent(cx: &CheckCx) -> Result<BTreeMap<Uuid, OrderPlaced>> {
+    cx.memo("counter-sent", read_sent)
+}
+
+fn read_sent(cx: &CheckCx) -> Result<BTreeMap<Uuid, OrderPlaced>> {
     let events: Vec<OrderPlaced> = cx.events.iter().map(|e| e.decode()).collect::<Result<_, _>>()?;
     let sent: BTreeSet<Uuid> = cx.history.facts().filter_map(|f| match f {
         Fact::Sent { identity, .. } => Some(*identity),
