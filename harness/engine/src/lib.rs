@@ -40,6 +40,7 @@ pub mod sim;
 pub mod spec;
 pub mod sut;
 pub mod testkit;
+pub mod wire;
 pub mod workload;
 
 pub use checker::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, SqlInvariant, Verdict};

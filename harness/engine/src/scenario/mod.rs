@@ -34,7 +34,20 @@ pub use run::{materialize, queues, run_scenario, Phases, ScenarioOutcome};
 
 /// The system named `name` (`reference` or a mutant) of scenario `s`'s workload.
 /// Errors: the workload has no such system; the message lists the ones it has.
+///
+/// With external workers (`[external.<role>]`), `name` must also be `reference` or one of the
+/// variants each external worker declares in `systems`.
 pub fn system_of(s: &Scenario, name: &str) -> anyhow::Result<std::rc::Rc<dyn crate::sut::System>> {
+    for ext in &s.external {
+        if name != "reference" && !ext.systems.iter().any(|v| v == name) {
+            anyhow::bail!(
+                "the external worker of role `{}` (scenario {}) has no variant `{name}`; it has: reference{}",
+                ext.role,
+                s.name,
+                ext.systems.iter().map(|v| format!(", {v}")).collect::<String>()
+            );
+        }
+    }
     s.workload.system(name).ok_or_else(|| {
         let known: Vec<&str> = s.workload.systems().iter().map(|i| i.name).collect();
         anyhow::anyhow!("workload `{}` (scenario {}) has no system `{name}`; known: {}", s.workload.name(), s.name, known.join(", "))

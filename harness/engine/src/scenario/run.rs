@@ -109,6 +109,9 @@ pub(crate) fn run_driven(
     let started = Instant::now();
     let (events, names) = materialize(s, Uuid::new_v4())?;
     let config = s.workload.config(s.config.clone()).map_err(|e| anyhow!("{}: field `config`: {e}", s.path.display()))?;
+    for ext in &s.external {
+        crate::wire::prepare(ext).map_err(|e| anyhow!("{}: [external.{}]: {e:#}", s.path.display(), ext.role))?;
+    }
     let setup = Setup {
         endpoints: endpoints.clone(),
         roles: s.workload.roles(),
@@ -125,6 +128,8 @@ pub(crate) fn run_driven(
         workers: s.workers.clone(),
         events: events.clone(),
         names,
+        external: s.external.clone(),
+        config_json: serde_json::to_string(&s.config).unwrap_or_else(|_| "{}".into()),
     };
     let t_setup = Instant::now();
     let mut run = Run::start(setup)?;

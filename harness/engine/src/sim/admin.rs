@@ -13,6 +13,14 @@ use super::cx::QueueUrls;
 use crate::services::{clients, Endpoints};
 use crate::spec::{Leftover, QueueSpec};
 
+/// The logical clock as SQL, for external workers: `crashpoint_now()` is the epoch
+/// (2026-01-01T00:00:00Z) plus the logical ms in `crashpoint_clock`.
+const CLOCK_DDL: &str = "CREATE TABLE crashpoint_clock (now_ms BIGINT NOT NULL); \
+    INSERT INTO crashpoint_clock VALUES (0); \
+    CREATE FUNCTION crashpoint_now() RETURNS timestamptz LANGUAGE sql STABLE AS \
+    $$ SELECT timestamptz '2026-01-01 00:00:00+00' + now_ms * interval '1 millisecond' FROM crashpoint_clock $$;";
+
+
 /// Admin connections and the namespace of one schedule.
 pub struct Admin {
     /// The runtime the admin clients live on.
@@ -33,7 +41,11 @@ impl Admin {
     /// Connects, creates schema `ns` with `ddl` and one queue `<ns>-<name>` per queue spec
     /// (VisibilityTimeout 3600 s: only the logical clock expires messages). Errors: a service
     /// unreachable, the DDL failing (with PostgreSQL's message), CreateQueue failing.
-    pub fn create(endpoints: &Endpoints, ns: &str, ddl: &str, specs: &[QueueSpec]) -> Result<Admin> {
+    ///
+    /// With `sql_clock`, the schema also gets the logical clock as SQL: a one-row table
+    /// `crashpoint_clock` and the function `crashpoint_now()` (timestamptz), for external
+    /// workers, whose own clock is real ([`Admin::set_clock`] moves it).
+    pub fn create(endpoints: &Endpoints, ns: &str, ddl: &str, specs: &[QueueSpec], sql_clock: bool) -> Result<Admin> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let schema = ns.to_string();
         let (pg, sqs, redis, queues) = rt.block_on(async {
@@ -47,6 +59,9 @@ impl Admin {
                 .connect_with(opts.options([("search_path", schema.as_str())]))
                 .await?;
             sqlx::raw_sql(ddl).execute(&pg).await.context("creating the system's schema")?;
+            if sql_clock {
+                sqlx::raw_sql(CLOCK_DDL).execute(&pg).await.context("creating crashpoint_now()")?;
+            }
             let sqs = clients::sqs_client(&endpoints.sqs_endpoint_url);
             let mut urls = Vec::new();
             for q in specs {
@@ -63,6 +78,15 @@ impl Admin {
             anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls }))
         })?;
         Ok(Admin { rt, pg, sqs, redis, schema, queues })
+    }
+
+    /// Sets `crashpoint_now()` to the logical time `now_ms` (ms since the epoch of
+    /// [`crate::sim::cx::epoch`]). Errors: PostgreSQL failing.
+    pub fn set_clock(&self, now_ms: u64) -> Result<()> {
+        self.rt.block_on(async {
+            sqlx::query("UPDATE crashpoint_clock SET now_ms = $1").bind(now_ms as i64).execute(&self.pg).await?;
+            Ok(())
+        })
     }
 
     /// The PIDs that block backend `pid` (`pg_blocking_pids`, as isolationtester asks).

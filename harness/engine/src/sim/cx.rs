@@ -206,34 +206,7 @@ impl Cx {
     /// [`CallError::Injected`] instead when the schedule armed a failure at the crash point the
     /// worker stands at; the call is then not made.
     async fn gate(&mut self, op: &'static str) -> Result<(), CallError> {
-        let notify = {
-            let mut w = self.world.borrow_mut();
-            let slot = w.slot(&self.me);
-            slot.status = Status::Parked { op, at: self.at };
-            slot.notify.clone()
-        };
-        loop {
-            {
-                let mut w = self.world.borrow_mut();
-                let slot = w.slot(&self.me);
-                if slot.granted {
-                    slot.granted = false;
-                    slot.at_cycle_start = false;
-                    slot.status = Status::Running { op, at: self.at };
-                    break;
-                }
-            }
-            notify.notified().await;
-        }
-        let armed = {
-            let mut w = self.world.borrow_mut();
-            let slot = w.slot(&self.me);
-            match self.at.and_then(|cp| slot.armed_failures.iter().position(|c| *c == cp)) {
-                Some(i) => Some(slot.armed_failures.remove(i)),
-                None => None,
-            }
-        };
-        if let Some(cp) = armed {
+        if let Some(cp) = super::gate::park(&self.world, &self.me, op, self.at).await {
             self.complete(op, Service::None, Outcome::Injected { at: cp }, vec![]);
             return Err(CallError::Injected(cp));
         }

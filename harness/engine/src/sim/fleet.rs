@@ -15,7 +15,8 @@ use super::programs;
 use super::world::SharedWorld;
 use crate::services::{clients, Endpoints};
 use crate::sut::{Program, System};
-use crate::spec::{role_of, RoleKind, RoleSpec};
+use crate::spec::{role_of, IdentityFn, RoleKind, RoleSpec};
+use crate::wire::External;
 
 /// What every host needs to start its software.
 pub struct HostSpec {
@@ -33,6 +34,12 @@ pub struct HostSpec {
     pub system: Rc<dyn System>,
     /// The workload's roles.
     pub roles: Vec<RoleSpec>,
+    /// The workload's message identity of a body (the SQS proxy reads it from sent bodies).
+    pub identity: Rc<IdentityFn>,
+    /// Roles played by external worker processes ([`crate::wire`]).
+    pub external: Vec<std::sync::Arc<External>>,
+    /// The scenario's `[config]` as JSON, for external workers (`CRASHPOINT_CONFIG`).
+    pub config_json: String,
 }
 
 /// Builds a turmoil simulation with one host per worker name, tokio I/O enabled so that the
@@ -48,16 +55,23 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
         .build();
     for w in workers {
         let role = role_of(&spec.roles, w).ok_or_else(|| anyhow::anyhow!("worker name `{w}` matches no role"))?;
-        // Checked here; each start (and restart) of the host then asks for fresh software.
-        spec.system
-            .program(role.prefix)
-            .ok_or_else(|| anyhow::anyhow!("system `{}` has no program for role `{}`", spec.system.name(), role.prefix))?;
         let prefix = role.prefix;
         let queue = match role.kind {
             RoleKind::Handler { queue } => Some(queue),
             _ => None,
         };
         let (name, spec) = (w.clone(), spec.clone());
+        if let Some(ext) = spec.external.iter().find(|e| e.role == prefix).cloned() {
+            sim.host(w.as_str(), move || {
+                let (name, spec, ext) = (name.clone(), spec.clone(), ext.clone());
+                async move { crate::wire::host::run(name, ext, queue, spec).await.map_err(|e| format!("{e:#}").into()) }
+            });
+            continue;
+        }
+        // Checked here; each start (and restart) of the host then asks for fresh software.
+        spec.system
+            .program(role.prefix)
+            .ok_or_else(|| anyhow::anyhow!("system `{}` has no program for role `{}`", spec.system.name(), role.prefix))?;
         sim.host(w.as_str(), move || {
             let (name, spec) = (name.clone(), spec.clone());
             async move {

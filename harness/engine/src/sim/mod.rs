@@ -5,6 +5,7 @@ pub(crate) mod admin;
 pub(crate) mod clock;
 pub mod cx;
 pub(crate) mod fleet;
+pub(crate) mod gate;
 pub mod history;
 pub(crate) mod programs;
 pub(crate) mod scheduler;

@@ -63,6 +63,11 @@ pub struct Slot {
     /// Whether it has made no call since its loop started a new cycle (a receive, a poll, a
     /// dispatch): parked there after an idle cycle, it is quiescent.
     pub at_cycle_start: bool,
+    /// Why the run must stop (an external worker the proxies cannot relay: it requires TLS,
+    /// or bypassed a proxy). The scheduler fails the run with it (exit 2).
+    pub fatal: Option<String>,
+    /// Requests an external worker's SQS proxy has received (any operation).
+    pub sqs_requests: u64,
 }
 
 impl Slot {
@@ -81,6 +86,8 @@ impl Slot {
             idle: false,
             passed: Vec::new(),
             at_cycle_start: false,
+            fatal: None,
+            sqs_requests: 0,
         }
     }
 }

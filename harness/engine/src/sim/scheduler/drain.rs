@@ -152,6 +152,7 @@ impl Run<'_> {
             }
             let left = self.admin.leftovers(&self.leftovers)?;
             if left.is_empty() {
+                self.check_no_bypass()?;
                 return Ok(None);
             }
             self.fault(FaultEvent::DrainPending { left }, vec![]);
@@ -162,5 +163,44 @@ impl Run<'_> {
             "not quiescent after {DRAIN_ROUNDS_MAX} drain rounds; in flight: {}",
             if stuck.is_empty() { "none".to_string() } else { stuck.join(", ") }
         )))
+    }
+
+    /// With external workers: every message the queues no longer hold must have left through
+    /// a recorded DeleteMessage. One that left unseen was received and deleted by a worker
+    /// talking to LocalStack directly, past its proxy (its SDK was given another endpoint, or
+    /// it sends to a queue URL's host). Errors: such a message, naming it.
+    fn check_no_bypass(&self) -> Result<()> {
+        if !self.sql_clock {
+            return Ok(());
+        }
+        let mut sent = std::collections::BTreeSet::new();
+        let mut deleted = std::collections::BTreeSet::new();
+        for e in &self.history.entries {
+            let facts = match e {
+                crate::sim::history::Entry::Step(s) => &s.facts,
+                crate::sim::history::Entry::Fault { facts, .. } => facts,
+                _ => continue,
+            };
+            for f in facts {
+                match f {
+                    Fact::Sent { msg, .. } => {
+                        sent.insert(msg.clone());
+                    }
+                    Fact::Deleted { msg, .. } => {
+                        deleted.insert(msg.clone());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let unseen: Vec<String> = sent.difference(&deleted).cloned().collect();
+        if !unseen.is_empty() {
+            anyhow::bail!(
+                "worker bypassed the proxy: {} left the queues without a DeleteMessage through crashpoint's SQS proxy; \
+                 point the worker's SDK at AWS_ENDPOINT_URL_SQS and use the queue URLs crashpoint gives it",
+                unseen.join(", ")
+            );
+        }
+        Ok(())
     }
 }

@@ -70,6 +70,11 @@ pub struct Setup {
     pub events: Vec<Event>,
     /// Labels for the scenario's ids.
     pub names: Names,
+    /// Roles played by external worker processes ([`crate::wire`]); none for an in-process
+    /// fleet.
+    pub external: Vec<std::sync::Arc<crate::wire::External>>,
+    /// The scenario's `[config]` as JSON, for external workers.
+    pub config_json: String,
 }
 
 /// Simulation steps in a row without a worker changing state before the scheduler pauses
@@ -86,7 +91,7 @@ pub struct Run<'a> {
     clock: Clock,
     workers: Vec<String>,
     roles: Vec<RoleSpec>,
-    identity: IdentityFn,
+    identity: Rc<IdentityFn>,
     faults: Vec<Box<dyn WorkloadFault>>,
     leftovers: Vec<Leftover>,
     retries_upstream: bool,
@@ -100,6 +105,13 @@ pub struct Run<'a> {
     /// Messages just deleted that `sqs:redeliver-after-delete` delivers once more:
     /// (label, queue, body).
     redeliveries: Vec<(String, &'static str, String)>,
+    /// The role prefixes played by external worker processes.
+    external_roles: Vec<&'static str>,
+    /// Whether the schema has `crashpoint_now()` to keep in step with the logical clock.
+    sql_clock: bool,
+    /// Real time a moving worker may take before the run fails: the external workers'
+    /// `step_timeout_s`, else [`CALL_TIMEOUT_S`].
+    step_timeout: Duration,
 }
 
 /// A finished schedule: its history and the admin connections, for the checker.
@@ -144,7 +156,10 @@ impl<'a> Run<'a> {
     pub fn start(setup: Setup) -> Result<Run<'a>> {
         let ns = unique_namespace();
         let t0 = Instant::now();
-        let admin = Admin::create(&setup.endpoints, &ns, &setup.system.schema_sql(), &setup.queues)?;
+        let sql_clock = !setup.external.is_empty();
+        let admin = Admin::create(&setup.endpoints, &ns, &setup.system.schema_sql(), &setup.queues, sql_clock)?;
+        let identity = Rc::new(setup.identity);
+        let step_timeout = setup.external.iter().map(|e| Duration::from_secs(e.step_timeout_s)).min();
         let admin_ms = t0.elapsed().as_secs_f64() * 1e3;
         let world = World::new(&setup.workers, setup.names);
         world.borrow_mut().to_dispatch = setup.events.iter().cloned().collect();
@@ -157,6 +172,9 @@ impl<'a> Run<'a> {
             world: world.clone(),
             system: setup.system.clone(),
             roles: roles.clone(),
+            identity: identity.clone(),
+            external: setup.external.clone(),
+            config_json: setup.config_json.clone(),
         });
         let sim = fleet::build(&setup.workers, spec)?;
         let history = History { entries: Vec::new(), roles: worker_roles(&setup.workers, &roles) };
@@ -168,7 +186,10 @@ impl<'a> Run<'a> {
             clock: Clock::new(visibility_ms),
             workers: setup.workers,
             roles,
-            identity: setup.identity,
+            identity,
+            sql_clock,
+            external_roles: setup.external.iter().map(|e| e.role).collect(),
+            step_timeout: step_timeout.unwrap_or(Duration::from_secs(CALL_TIMEOUT_S)),
             faults: setup.faults,
             leftovers: setup.leftovers,
             retries_upstream: setup.retries_upstream,
@@ -437,13 +458,38 @@ impl<'a> Run<'a> {
                 self.detect_blocked(&moving)?;
                 last_check = Instant::now();
             }
-            if start.elapsed() > Duration::from_secs(CALL_TIMEOUT_S) {
-                bail!("{} made no progress for {CALL_TIMEOUT_S} s", moving.join(", "));
+            if start.elapsed() > self.step_timeout {
+                let at: Vec<String> = moving
+                    .iter()
+                    .map(|w| match self.status(w) {
+                        Status::Running { op, .. } => format!("{w} (its last call: `{op}`)"),
+                        _ => format!("{w} (starting)"),
+                    })
+                    .collect();
+                if let Some(w) = moving.iter().find(|w| self.bypasses_sqs(w)) {
+                    bail!(
+                        "worker bypassed the proxy: {w} made no progress for {} s and sent no request to its SQS proxy; \
+                         point its SDK at AWS_ENDPOINT_URL_SQS",
+                        self.step_timeout.as_secs()
+                    );
+                }
+                bail!("{} made no progress for {} s", at.join(", "), self.step_timeout.as_secs());
+            }
+            if let Some(why) = self.world.borrow().slots.values().find_map(|s| s.fatal.clone()) {
+                bail!("{why}");
             }
         }
         self.collect(granted);
         self.redeliver()?;
         self.fire_armed_crashes()
+    }
+
+    /// Whether `w` is an external handler that has not sent one request to its SQS proxy (it
+    /// is stuck talking to LocalStack directly).
+    fn bypasses_sqs(&self, w: &str) -> bool {
+        let Some(role) = role_of(&self.roles, w) else { return false };
+        let external = self.external_roles.iter().any(|r| *r == role.prefix);
+        external && matches!(role.kind, RoleKind::Handler { .. }) && self.with_slot(w, |s| s.sqs_requests == 0)
     }
 
     /// Feeds a fact to the logical clock and to the drain's poll bookkeeping.

@@ -1,0 +1,102 @@
+//! External workers: seed 000's consumer as a real Python process (examples/python-worker),
+//! gated at the wire by crashpoint's PostgreSQL, SQS and Redis proxies and crashed with SIGKILL,
+//! under the same schedules and invariants as the in-process consumer.
+
+use std::time::{Duration, Instant};
+
+use crashpoint::explore::{self, Options};
+use crashpoint::scenario::run_scenario;
+use crashpoint::testkit;
+mod common;
+
+fn opts(schedules: u64, seed: u64) -> Options {
+    Options { schedules: Some(schedules), time: None, seed, check_determinism: false, shard: Default::default() }
+}
+
+#[test]
+fn scripted_windows_pass_on_the_python_worker_and_repeat_byte_for_byte() {
+    for name in ["python/concurrent-same-event", "python/crash-after-commit", "python/lock-expiry"] {
+        let s = common::scenario(name);
+        let first = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, None).unwrap();
+        assert!(first.passed(), "{name} failed:\n{}", first.trace);
+        let second = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, None).unwrap();
+        assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
+    }
+}
+
+#[test]
+fn the_correct_python_worker_passes_100_explored_schedules() {
+    let s = common::scenario("python/explore");
+    let report = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts(100, 20261130), |_| {}).unwrap();
+    if let Some(f) = &report.failure {
+        panic!("the reference Python worker failed: {}\n{}", f.minimal.schedule, f.minimal.trace);
+    }
+    assert_eq!(report.stats.schedules, 100);
+}
+
+/// Each Python variant is caught on the invariant that catches the in-tree Rust mutant of the
+/// same name (harness/cli/tests/catalogue.rs), shrunk to at most 3 decisions.
+#[test]
+fn python_variants_are_caught_like_the_in_tree_mutants_within_3_decisions() {
+    let s = common::scenario("python/explore");
+    for (variant, invariant) in [("check-then-insert", "exactly one payout per payment"), ("ack-before-commit", "nothing lost")] {
+        let report = explore::explore(&testkit::endpoints(), common::payout(variant), &s, &opts(100, 7), |_| {}).unwrap();
+        let f = report.failure.unwrap_or_else(|| panic!("{variant} was not caught in 100 schedules"));
+        assert!(f.minimal.schedule.decisions.len() <= 3, "{variant}: shrunk only to {}", f.minimal.schedule);
+        let violated: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
+        assert!(violated.iter().any(|v| v.starts_with(invariant)), "{variant} violated {violated:?}, expected `{invariant}`");
+    }
+}
+
+/// A scenario directory of its own, with one scenario whose `[external.c]` table is `external`.
+fn scenario_dir(external: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let group = dir.path().join("scenarios/python");
+    std::fs::create_dir_all(&group).unwrap();
+    let text = format!(
+        "description = \"an external worker under test\"\nworkers = \"p c1\"\nschedule = \"p:lock p:send\"\n\n\
+         [external.c]\n{external}\n\n[config]\nvisibility_timeout_s = 30\n\n[[events]]\nname = \"e1\"\npayment = \"p1\"\n"
+    );
+    std::fs::write(group.join("bad.toml"), text).unwrap();
+    dir
+}
+
+fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+#[test]
+fn a_worker_that_hangs_fails_the_run_within_its_step_timeout_naming_it() {
+    let dir = scenario_dir("command = [\"sleep\", \"600\"]\nstep_timeout_s = 2");
+    let s = crashpoint::testkit::scenario_in(&dir.path().join("scenarios"), &common::registry(), "python/bad");
+    let started = Instant::now();
+    let err = match run_scenario(&testkit::endpoints(), common::payout("reference"), &s, None) {
+        Err(e) => format!("{e:#}"),
+        Ok(o) => panic!("a hanging worker passed:\n{}", o.trace),
+    };
+    assert!(err.contains("c1") && err.contains("made no progress for 2 s"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_worker_pointed_straight_at_localstack_is_reported_as_bypassing_the_proxy_with_exit_2() {
+    let root = repo();
+    let e = testkit::endpoints();
+    let ext = format!(
+        "command = [\"{py}\", \"{worker}\"]\nsetup = [\"bash\", \"{setup}\"]\nenv = {{ AWS_ENDPOINT_URL_SQS = \"{sqs}\" }}",
+        py = root.join("target/python-venv/bin/python").display(),
+        worker = root.join("examples/python-worker/worker.py").display(),
+        setup = root.join("examples/python-worker/setup.sh").display(),
+        sqs = e.sqs_endpoint_url,
+    );
+    let dir = scenario_dir(&ext);
+    let out = common::crashpoint_on_test_services()
+        .args(["run", "python/bad", "--no-calibrate"])
+        .env("CRASHPOINT_SCENARIOS", dir.path().join("scenarios"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("worker bypassed the proxy"), "{text}");
+}

@@ -1,0 +1,63 @@
+//! The seam between a wire-level proxy and the scheduler: what a proxy reports of one call of
+//! an external worker, and what it is told to do with it.
+//!
+//! A proxy (PostgreSQL, SQS or Redis) reads one complete call from the worker, asks its
+//! [`WireGate`] whether the call is gated, holds it until the gate admits it, then forwards it
+//! (or answers with a service error), relays the reply, and reports what the reply said. The
+//! gate turns that into the same [`crate::sim::history::Step`]s as an in-process worker's call.
+
+use async_trait::async_trait;
+
+/// What the gate decided for a held call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admit {
+    /// Forward the call to the service and relay its reply.
+    Forward,
+    /// Do not forward it: answer the worker with a service error carrying this text (an
+    /// injected failure, `fail@point`). The proxy chooses an error its clients do not retry.
+    Fail(String),
+}
+
+/// One PostgreSQL call as the proxy saw it: the client's messages up to the first Sync,
+/// Query, Flush, FunctionCall or Terminate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PgCall {
+    /// The SQL texts in the batch, in order: each simple Query's text, each Parse's statement
+    /// text, and for a Bind of a statement parsed in an earlier call, the text remembered for
+    /// it (once per batch).
+    pub sql: Vec<String>,
+    /// Whether the batch ends with Terminate (the client is closing the connection).
+    pub terminate: bool,
+}
+
+/// What the server answered to one [`PgCall`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PgReply {
+    /// CommandComplete tags, in order (`INSERT 0 1`, `SELECT 3`, `BEGIN`, `COMMIT`, `ROLLBACK`).
+    pub tags: Vec<String>,
+    /// DataRow messages received.
+    pub rows: u64,
+    /// The first ErrorResponse: its SQLSTATE and message (`23505`, `duplicate key value …`).
+    pub error: Option<(String, String)>,
+    /// The transaction status of the last ReadyForQuery: `I` idle, `T` in a transaction, `E`
+    /// in a failed transaction (`None` after a Flush, which has no ReadyForQuery).
+    pub status: Option<u8>,
+}
+
+/// The scheduler's side of a PostgreSQL proxy, one per external worker (all its connections).
+#[async_trait(?Send)]
+pub trait PgGate {
+    /// The proxy refused a connection it cannot relay (`sslmode=require`, a direct TLS hello):
+    /// `why` says what the worker must change. The run ends with exit 2 naming it.
+    fn refused(&self, why: String);
+    /// A connection finished its startup: `pid` is its backend pid from BackendKeyData (for
+    /// `pg_blocking_pids`).
+    fn backend(&self, pid: i32);
+    /// Whether `call` is held for the scheduler (`false`: a pool's health check, `SET`, `SHOW`,
+    /// `DISCARD ALL`, the empty query; it passes at once and is not reported).
+    fn gated(&self, call: &PgCall) -> bool;
+    /// Holds `call` until the scheduler grants it. `pid` is the connection's backend pid.
+    async fn hold(&self, pid: i32, call: &PgCall) -> Admit;
+    /// The reply of the admitted call `call` has been relayed to the worker.
+    fn replied(&self, pid: i32, call: &PgCall, reply: PgReply);
+}

@@ -1,0 +1,97 @@
+//! The turmoil host of an external worker: its three proxies, on loopback ports chosen by the
+//! system, and its process. A crash of the host (`Sim::crash`) drops all of it: the proxies'
+//! sockets close (PostgreSQL rolls back the open transaction) and the process group is killed.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use tokio::net::TcpListener;
+
+use super::process::{tail, WorkerProcess};
+use super::spec::External;
+use super::sqs::SqsProxy;
+use super::worker::WireWorker;
+use super::{pg, redis, sqs};
+use crate::services::clients;
+use crate::sim::fleet::HostSpec;
+
+/// How often the host looks whether its process exited by itself, simulated ms.
+const EXIT_POLL_MS: u64 = 20;
+
+/// Runs external worker `name` (role `ext`, receiving from `queue` if it is a handler) until
+/// the host is crashed. Errors: a port that cannot be bound, a command that cannot start, a
+/// process that exits by itself (with the last lines of its log).
+pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'static str>, spec: Rc<HostSpec>) -> Result<()> {
+    let bind = || TcpListener::bind("127.0.0.1:0");
+    let (pg_l, sqs_l, redis_l) = (bind().await?, bind().await?, bind().await?);
+    let (pg_port, sqs_port, redis_port) = (pg_l.local_addr()?.port(), sqs_l.local_addr()?.port(), redis_l.local_addr()?.port());
+    let worker = Rc::new(WireWorker::new(name.clone(), spec.world.clone(), ext.clone(), queue, spec.queues.clone(), spec.identity.clone()));
+    let e = &spec.endpoints;
+    tokio::task::spawn_local(pg::serve(pg_l, host_port(&e.database_url, 5432)?, worker.clone()));
+    let proxy = SqsProxy::new(worker.clone(), host_port(&e.sqs_endpoint_url, 4566)?, clients::sqs_client(&e.sqs_endpoint_url));
+    tokio::task::spawn_local(sqs::serve(sqs_l, Rc::new(proxy)));
+    tokio::task::spawn_local(redis::serve(redis_l, host_port(&e.redis_url, 6379)?, worker.clone()));
+    let env = environment(&name, &spec, pg_port, sqs_port, redis_port)?;
+    let env: Vec<(String, String)> = env.into_iter().chain(ext.env.clone()).collect();
+    let dir = std::env::temp_dir().join("crashpoint-workers");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log = dir.join(format!("{}-{name}.log", spec.schema));
+    let mut process = WorkerProcess::spawn(&ext.command, &ext.cwd, &env, log.clone())?;
+    tracing::info!(worker = %name, pid = process.pid(), log = %log.display(), command = %ext.command.join(" "), "external worker started");
+    loop {
+        tokio::time::sleep(Duration::from_millis(EXIT_POLL_MS)).await;
+        if let Some(status) = process.exited() {
+            bail!("external worker {name} exited by itself ({status}); the last lines of {}:\n{}", log.display(), tail(&log, 15));
+        }
+    }
+}
+
+/// `host:port` of a service URL.
+fn host_port(url: &str, default_port: u16) -> Result<String> {
+    let u = url::Url::parse(url).map_err(|e| anyhow!("service URL `{url}`: {e}"))?;
+    Ok(format!("{}:{}", u.host_str().unwrap_or("127.0.0.1"), u.port().unwrap_or(default_port)))
+}
+
+/// The environment an external worker finds its services in, all through its proxies:
+/// `DATABASE_URL` (libpq URI with `sslmode=disable` and the schedule's search_path),
+/// `AWS_ENDPOINT_URL_SQS` and test credentials, `CRASHPOINT_QUEUE_URL` (its role's queue) and
+/// `CRASHPOINT_QUEUE_URL_<NAME>` for each queue, `REDIS_URL`, `CRASHPOINT_SYSTEM`,
+/// `CRASHPOINT_WORKER` and `CRASHPOINT_CONFIG` (the scenario's `[config]` as JSON).
+fn environment(name: &str, spec: &HostSpec, pg: u16, sqs: u16, redis: u16) -> Result<Vec<(String, String)>> {
+    let mut db = url::Url::parse(&spec.endpoints.database_url)?;
+    db.set_host(Some("127.0.0.1"))?;
+    db.set_port(Some(pg)).map_err(|_| anyhow!("cannot set the port of the database URL"))?;
+    db.query_pairs_mut().clear().append_pair("sslmode", "disable").append_pair("options", &format!("-csearch_path={}", spec.schema));
+    let mut rd = url::Url::parse(&spec.endpoints.redis_url)?;
+    rd.set_host(Some("127.0.0.1"))?;
+    rd.set_port(Some(redis)).map_err(|_| anyhow!("cannot set the port of the Redis URL"))?;
+    let endpoint = format!("http://127.0.0.1:{sqs}");
+    let proxied = |real: &str| -> String {
+        let path = url::Url::parse(real).map(|u| u.path().to_string()).unwrap_or_default();
+        format!("{endpoint}{path}")
+    };
+    let mut env = vec![
+        ("DATABASE_URL".to_string(), db.to_string()),
+        ("AWS_ENDPOINT_URL_SQS".into(), endpoint.clone()),
+        ("AWS_ACCESS_KEY_ID".into(), "test".into()),
+        ("AWS_SECRET_ACCESS_KEY".into(), "test".into()),
+        ("AWS_DEFAULT_REGION".into(), "us-east-1".into()),
+        ("AWS_REGION".into(), "us-east-1".into()),
+        ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+        ("REDIS_URL".into(), rd.to_string()),
+        ("CRASHPOINT_WORKER".into(), name.to_string()),
+        ("CRASHPOINT_SYSTEM".into(), spec.system.name().to_string()),
+        ("CRASHPOINT_CONFIG".into(), spec.config_json.clone()),
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+    ];
+    let role = crate::spec::role_of(&spec.roles, name);
+    for (q, url, _) in &spec.queues.queues {
+        let var = format!("CRASHPOINT_QUEUE_URL_{}", q.to_ascii_uppercase().replace('-', "_"));
+        env.push((var, proxied(url)));
+        if matches!(role.map(|r| r.kind), Some(crate::spec::RoleKind::Handler { queue }) if queue == *q) {
+            env.push(("CRASHPOINT_QUEUE_URL".into(), proxied(url)));
+        }
+    }
+    Ok(env)
+}

@@ -1,0 +1,131 @@
+//! `[external.<role>]` in a scenario file: a role played by a real worker process.
+//!
+//! ```toml
+//! [external.c]
+//! command = ["target/python-venv/bin/python", "examples/python-worker/worker.py"]
+//! setup = ["bash", "examples/python-worker/setup.sh"]    # run once, before the first schedule
+//! systems = ["check-then-insert", "ack-before-commit"]    # variants it accepts as --system
+//! points = { recv = "after_receive", insert_payout = "after_business_insert" }
+//! pass = ["SELECT version()"]                              # more statements that pass ungated
+//! step_timeout_s = 10
+//! ```
+//!
+//! Paths in `command` and `setup` are relative to the directory that holds `scenarios/` (the
+//! process's working directory).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Result};
+use serde::Deserialize;
+
+use crate::spec::{CrashPoint, RoleSpec};
+
+/// The raw table, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalRaw {
+    command: Vec<String>,
+    #[serde(default)]
+    setup: Option<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    systems: Vec<String>,
+    #[serde(default)]
+    points: BTreeMap<String, String>,
+    #[serde(default)]
+    pass: Vec<String>,
+    #[serde(default = "default_step_timeout_s")]
+    step_timeout_s: u64,
+}
+
+fn default_step_timeout_s() -> u64 {
+    10
+}
+
+/// A role played by an external worker process, checked against the workload's roles.
+#[derive(Debug, Clone)]
+pub struct External {
+    /// The role's prefix (`c`): its workers `c1`, `c2`, … are processes.
+    pub role: &'static str,
+    /// The command line (program and arguments).
+    pub command: Vec<String>,
+    /// A command run once per crashpoint process before the first schedule (makes a venv).
+    pub setup: Option<Vec<String>>,
+    /// Extra environment for the process.
+    pub env: BTreeMap<String, String>,
+    /// The working directory: the directory that holds `scenarios/`.
+    pub cwd: PathBuf,
+    /// The systems (variants) it accepts: `reference` and these; the process reads the one
+    /// chosen from `CRASHPOINT_SYSTEM`.
+    pub systems: Vec<String>,
+    /// The crash point a worker stands at after each call label (`claim` → `after_claim`).
+    pub points: BTreeMap<String, CrashPoint>,
+    /// Statement prefixes (case-insensitive) that pass the PostgreSQL proxy ungated, besides
+    /// the pools' health checks.
+    pub pass: Vec<String>,
+    /// Real time a worker may take between two calls before the run fails (exit 2), s.
+    pub step_timeout_s: u64,
+}
+
+impl External {
+    /// Checks `raw` for role `prefix` of the workload. `root` is the directory that holds
+    /// `scenarios/`. Errors: an unknown role, an empty command, a crash point the role does
+    /// not declare.
+    pub fn resolve(prefix: &str, raw: ExternalRaw, roles: &[RoleSpec], root: &Path) -> Result<External> {
+        let role = roles.iter().find(|r| r.prefix == prefix).ok_or_else(|| {
+            let known: Vec<&str> = roles.iter().map(|r| r.prefix).collect();
+            anyhow!("unknown role `{prefix}`; expected one of {}", known.join(", "))
+        })?;
+        if raw.command.is_empty() {
+            bail!("field `command`: expected the worker's command line, e.g. [\"python3\", \"worker.py\"]");
+        }
+        let mut points = BTreeMap::new();
+        for cp in role.points {
+            if let Some(op) = cp.strip_prefix("after_") {
+                points.insert(op.to_string(), *cp);
+            }
+        }
+        for (op, name) in raw.points {
+            let cp = role.points.iter().find(|c| **c == name).ok_or_else(|| {
+                anyhow!("field `points.{op}`: role `{prefix}` has no crash point `{name}`; expected one of {}", role.points.join(", "))
+            })?;
+            points.insert(op, *cp);
+        }
+        if raw.step_timeout_s == 0 {
+            bail!("field `step_timeout_s`: expected a positive number of seconds");
+        }
+        Ok(External {
+            role: role.prefix,
+            command: raw.command,
+            setup: raw.setup,
+            env: raw.env,
+            cwd: root.to_path_buf(),
+            systems: raw.systems,
+            points,
+            pass: raw.pass.into_iter().map(|p| p.to_ascii_uppercase()).collect(),
+            step_timeout_s: raw.step_timeout_s,
+        })
+    }
+
+    /// The crash point a worker stands at after call `op`, if any.
+    pub fn point_after(&self, op: &str) -> Option<CrashPoint> {
+        self.points.get(op).copied()
+    }
+}
+
+/// Interns a call label as a `&'static str` (labels are few: one per distinct call).
+pub fn intern(label: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static LABELS: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let mut g = LABELS.lock().unwrap_or_else(|e| e.into_inner());
+    let set = g.get_or_insert_with(HashSet::new);
+    if let Some(s) = set.get(label) {
+        return s;
+    }
+    let s: &'static str = Box::leak(label.to_string().into_boxed_str());
+    set.insert(s);
+    s
+}

@@ -1,0 +1,497 @@
+//! The SQS gating proxy: HTTP/1 between an external worker's SDK and LocalStack.
+//!
+//! Both wire forms are accepted: JSON (`X-Amz-Target: AmazonSQS.<Op>`, current boto3, JS v3,
+//! Go v2, Rust) and query (`Action=<Op>` in a form body: async-aws, which Symfony uses). Signed
+//! requests are forwarded unaltered, Host included, so the queue URLs LocalStack returns point
+//! at the proxy. ReceiveMessage, SendMessage, DeleteMessage and ChangeMessageVisibility are
+//! gated; the rest (GetQueueUrl, GetQueueAttributes, …) passes.
+//!
+//! Three calls are answered by the harness instead of forwarded, so that only the logical
+//! clock decides visibility (AWS SQS developer guide, "Visibility timeout"):
+//! - a ReceiveMessage on a queue with no visible message gets an empty reply at once (a long
+//!   poll must not cost real seconds);
+//! - a ChangeMessageVisibility to `n > 0` s keeps the message hidden for the real hour the
+//!   harness uses, and the logical clock makes it visible after `n` logical seconds;
+//! - the AWS-only faults: `sqs:stale-delete-noop` answers a stale DeleteMessage with success,
+//!   `sqs:receive-lost` drops a received message on its way to the worker.
+
+use std::rc::Rc;
+
+use anyhow::{anyhow, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+
+use super::worker::WireWorker;
+use crate::sim::cx::REAL_VISIBILITY_S;
+use crate::sim::history::{Fact, Outcome, Service};
+
+/// What every request handler of one worker's proxy shares.
+pub struct SqsProxy {
+    /// The worker's gate.
+    pub worker: Rc<WireWorker>,
+    /// LocalStack's `host:port`.
+    pub upstream: String,
+    /// The harness's own client (empty-queue checks, ChangeMessageVisibility).
+    pub sqs: aws_sdk_sqs::Client,
+    /// The invocation id of the last gated call (an SDK retry repeats it).
+    last_invocation: std::cell::RefCell<Option<String>>,
+}
+
+impl SqsProxy {
+    /// A proxy for `worker` in front of LocalStack at `upstream` (`host:port`).
+    pub fn new(worker: Rc<WireWorker>, upstream: String, sqs: aws_sdk_sqs::Client) -> SqsProxy {
+        SqsProxy { worker, upstream, sqs, last_invocation: Default::default() }
+    }
+}
+
+/// Serves HTTP/1 on `listener` until dropped; one `spawn_local` task per connection.
+pub async fn serve(listener: TcpListener, proxy: Rc<SqsProxy>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let proxy = proxy.clone();
+        tokio::task::spawn_local(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let proxy = proxy.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&proxy, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+        });
+    }
+}
+
+/// The wire form of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    Json,
+    Query,
+}
+
+/// One parsed SQS request.
+struct Call {
+    proto: Proto,
+    op: String,
+    json: serde_json::Value,
+    form: Vec<(String, String)>,
+}
+
+impl Call {
+    fn parse(headers: &hyper::HeaderMap, body: &[u8]) -> Option<Call> {
+        if let Some(t) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
+            let op = t.strip_prefix("AmazonSQS.")?.to_string();
+            let json = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+            return Some(Call { proto: Proto::Json, op, json, form: vec![] });
+        }
+        let form: Vec<(String, String)> = url::form_urlencoded::parse(body).into_owned().collect();
+        let op = form.iter().find(|(k, _)| k == "Action")?.1.clone();
+        Some(Call { proto: Proto::Query, op, json: serde_json::Value::Null, form })
+    }
+
+    fn param(&self, key: &str) -> Option<String> {
+        match self.proto {
+            Proto::Json => match self.json.get(key)? {
+                serde_json::Value::String(s) => Some(s.clone()),
+                v => Some(v.to_string()),
+            },
+            Proto::Query => self.form.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()),
+        }
+    }
+
+    /// A success reply without content, in this request's wire form.
+    fn ok_reply(&self, result: &str) -> Response<Full<Bytes>> {
+        match self.proto {
+            Proto::Json => reply(StatusCode::OK, "application/x-amz-json-1.0", "{}".into(), None),
+            Proto::Query => {
+                let op = &self.op;
+                let body = format!(
+                    "<?xml version=\"1.0\"?><{op}Response xmlns=\"http://queue.amazonaws.com/doc/2012-11-05/\">{result}\
+                     <ResponseMetadata><RequestId>00000000-0000-0000-0000-000000000000</RequestId></ResponseMetadata></{op}Response>"
+                );
+                reply(StatusCode::OK, "text/xml", body, None)
+            }
+        }
+    }
+
+    /// A client error the SDKs do not retry (`InvalidParameterValue`, HTTP 400).
+    fn error_reply(&self, message: &str) -> Response<Full<Bytes>> {
+        match self.proto {
+            Proto::Json => {
+                let body = serde_json::json!({"__type": "com.amazonaws.sqs#InvalidParameterValue", "message": message}).to_string();
+                reply(StatusCode::BAD_REQUEST, "application/x-amz-json-1.0", body, Some("AWS.SimpleQueueService.InvalidParameterValue;Sender"))
+            }
+            Proto::Query => {
+                let body = format!(
+                    "<?xml version=\"1.0\"?><ErrorResponse><Error><Type>Sender</Type><Code>InvalidParameterValue</Code>\
+                     <Message>{}</Message></Error><RequestId>00000000-0000-0000-0000-000000000000</RequestId></ErrorResponse>",
+                    quick_xml::escape::escape(message)
+                );
+                reply(StatusCode::BAD_REQUEST, "text/xml", body, None)
+            }
+        }
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: String, query_error: Option<&str>) -> Response<Full<Bytes>> {
+    let mut b = Response::builder().status(status).header("content-type", content_type);
+    if let Some(q) = query_error {
+        b = b.header("x-amzn-query-error", q);
+    }
+    b.body(Full::new(Bytes::from(body))).expect("a valid response")
+}
+
+/// The trace label of a gated operation, or `None` for one that passes ungated.
+fn label(op: &str) -> Option<&'static str> {
+    Some(match op {
+        "ReceiveMessage" => "recv",
+        "SendMessage" => "send",
+        "DeleteMessage" => "delete",
+        "ChangeMessageVisibility" => "change_visibility",
+        "SendMessageBatch" | "DeleteMessageBatch" | "ChangeMessageVisibilityBatch" | "PurgeQueue" => "batch",
+        _ => return None,
+    })
+}
+
+async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let (parts, body) = req.into_parts();
+    p.worker.world.borrow_mut().slot(&p.worker.me).sqs_requests += 1;
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return reply(StatusCode::BAD_REQUEST, "text/plain", format!("crashpoint: reading the request: {e}"), None),
+    };
+    let Some(call) = Call::parse(&parts.headers, &body) else {
+        return forward_or_502(p, &parts, body).await;
+    };
+    let Some(op) = label(&call.op) else {
+        return forward_or_502(p, &parts, body).await;
+    };
+    if op == "batch" {
+        p.worker.fatal(format!(
+            "{}: {} through the proxy is not modelled yet; use the single-message operations",
+            p.worker.me, call.op
+        ));
+        return call.error_reply("crashpoint does not gate batch operations yet");
+    }
+    let invocation = ["amz-sdk-invocation-id", "aws-sdk-invocation-id"]
+        .iter()
+        .find_map(|h| parts.headers.get(*h).and_then(|v| v.to_str().ok()).map(str::to_string));
+    if invocation.is_some() && *p.last_invocation.borrow() == invocation {
+        p.worker.note(format!("SDK retry of {} (same invocation id): the same call", call.op));
+        return forward_or_502(p, &parts, body).await;
+    }
+    *p.last_invocation.borrow_mut() = invocation;
+    let queue = call.param("QueueUrl").and_then(|u| p.worker.queue_of_url(&u));
+    let cycle_start = op == "recv" && queue.is_some() && queue == p.worker.queue;
+    if let Some(cp) = p.worker.hold(op, Service::Sqs, cycle_start).await {
+        p.worker.complete(Service::Sqs, Outcome::Done, vec![]);
+        return call.error_reply(&format!("crashpoint: service error injected at {cp}"));
+    }
+    let Some(queue) = queue else {
+        p.worker.complete(Service::Sqs, Outcome::Error { message: "unknown queue".into() }, vec![]);
+        return call.error_reply("crashpoint: the QueueUrl names none of the schedule's queues");
+    };
+    match op {
+        "recv" => receive(p, &call, queue, &parts, body).await,
+        "send" => send(p, &call, queue, &parts, body).await,
+        "delete" => delete(p, &call, &parts, body).await,
+        _ => change_visibility(p, &call, queue, &parts, body).await,
+    }
+}
+
+async fn forward_or_502(p: &SqsProxy, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+    match forward(&p.upstream, parts, body).await {
+        Ok((status, headers, body)) => {
+            let mut r = Response::builder().status(status);
+            for (k, v) in headers.iter() {
+                if k != "transfer-encoding" && k != "content-length" && k != "connection" {
+                    r = r.header(k, v);
+                }
+            }
+            r.body(Full::new(body)).expect("a valid response")
+        }
+        Err(e) => reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: LocalStack: {e:#}"), None),
+    }
+}
+
+/// Sends the request unaltered to LocalStack on a fresh connection and returns its reply.
+async fn forward(upstream: &str, parts: &hyper::http::request::Parts, body: Bytes) -> Result<(StatusCode, hyper::HeaderMap, Bytes)> {
+    let stream = TcpStream::connect(upstream).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream)).await?;
+    tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    let mut req = Request::builder().method(parts.method.clone()).uri(parts.uri.clone());
+    for (k, v) in parts.headers.iter() {
+        req = req.header(k, v);
+    }
+    let resp = sender.send_request(req.body(Full::new(body))?).await?;
+    let (rparts, rbody) = resp.into_parts();
+    let bytes = rbody.collect().await.map_err(|e| anyhow!("reading LocalStack's reply: {e}"))?.to_bytes();
+    Ok((rparts.status, rparts.headers, bytes))
+}
+
+/// Records a call that LocalStack answered with an error status.
+fn failed(p: &SqsProxy, status: StatusCode, body: &Bytes) {
+    let text: String = String::from_utf8_lossy(body).chars().take(200).collect();
+    p.worker.complete(Service::Sqs, Outcome::Error { message: format!("HTTP {status}: {text}") }, vec![]);
+}
+
+/// A message in a ReceiveMessage reply.
+struct Received {
+    id: String,
+    receipt: String,
+    body: String,
+    receive_count: u32,
+}
+
+fn parse_received(proto: Proto, body: &[u8]) -> Vec<Received> {
+    match proto {
+        Proto::Json => {
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+            v.get("Messages")
+                .and_then(|m| m.as_array())
+                .map(|ms| {
+                    ms.iter()
+                        .map(|m| Received {
+                            id: str_of(m, "MessageId"),
+                            receipt: str_of(m, "ReceiptHandle"),
+                            body: str_of(m, "Body"),
+                            receive_count: m
+                                .get("Attributes")
+                                .map(|a| str_of(a, "ApproximateReceiveCount"))
+                                .and_then(|c| c.parse().ok())
+                                .unwrap_or(1),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        }
+        Proto::Query => {
+            let text = String::from_utf8_lossy(body);
+            text.split("<Message>")
+                .skip(1)
+                .map(|m| {
+                    let count = m
+                        .split("<Attribute>")
+                        .find(|a| a.contains("<Name>ApproximateReceiveCount</Name>"))
+                        .and_then(|a| xml_tag(a, "Value"))
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or(1);
+                    Received {
+                        id: xml_tag(m, "MessageId").unwrap_or_default(),
+                        receipt: xml_tag(m, "ReceiptHandle").unwrap_or_default(),
+                        body: xml_tag(m, "Body").unwrap_or_default(),
+                        receive_count: count,
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+fn str_of(v: &serde_json::Value, key: &str) -> String {
+    v.get(key).and_then(|s| s.as_str()).unwrap_or_default().to_string()
+}
+
+/// The unescaped text of the first `<tag>…</tag>` in `xml`.
+fn xml_tag(xml: &str, tag: &str) -> Option<String> {
+    let start = xml.find(&format!("<{tag}>"))? + tag.len() + 2;
+    let end = start + xml[start..].find(&format!("</{tag}>"))?;
+    quick_xml::escape::unescape(&xml[start..end]).ok().map(|s| s.into_owned())
+}
+
+async fn visible(p: &SqsProxy, queue: &'static str) -> Result<u64> {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let out = p
+        .sqs
+        .get_queue_attributes()
+        .queue_url(p.worker.queues.url(queue))
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .map_err(|e| anyhow!("GetQueueAttributes: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+    Ok(out.attributes.and_then(|a| a.get(&A::ApproximateNumberOfMessages).and_then(|n| n.parse().ok())).unwrap_or(0))
+}
+
+async fn receive(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+    let empty = || call.ok_reply("<ReceiveMessageResult/>");
+    if visible(p, queue).await.unwrap_or(1) == 0 {
+        p.worker.complete(Service::Sqs, Outcome::Empty, vec![]);
+        p.worker.set_idle(true);
+        return empty();
+    }
+    let (status, headers, rbody) = match forward(&p.upstream, parts, body).await {
+        Ok(r) => r,
+        Err(e) => {
+            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("{e:#}") }, vec![]);
+            return reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: {e:#}"), None);
+        }
+    };
+    if !status.is_success() {
+        failed(p, status, &rbody);
+        return passthrough(status, headers, rbody);
+    }
+    let msgs = parse_received(call.proto, &rbody);
+    let prefix = p.worker.queues.prefix(queue);
+    let mut facts = Vec::new();
+    let mut outcome = Outcome::Empty;
+    let mut lost_all = !msgs.is_empty();
+    for (i, m) in msgs.iter().enumerate() {
+        let msg = p.worker.label(prefix, &m.id);
+        p.worker.remember_receipt(&m.receipt, queue, &msg);
+        let lost = p.worker.world.borrow_mut().sqs.received(queue, &msg, &m.receipt, &m.body);
+        lost_all &= lost;
+        facts.push(Fact::Received { queue, msg: msg.clone(), receive_count: m.receive_count, receipt: m.receipt.clone() });
+        if i == 0 {
+            outcome = if lost {
+                Outcome::ReceiveLost { msg, receive_count: m.receive_count }
+            } else {
+                Outcome::Received { msg, receive_count: m.receive_count }
+            };
+        } else {
+            p.worker.note(format!("the same receive also returned {msg} (prefetch)"));
+        }
+    }
+    let idle = msgs.is_empty() || lost_all;
+    p.worker.complete(Service::Sqs, outcome, facts);
+    p.worker.set_idle(idle);
+    if lost_all {
+        return empty();
+    }
+    passthrough(status, headers, rbody)
+}
+
+fn passthrough(status: StatusCode, headers: hyper::HeaderMap, body: Bytes) -> Response<Full<Bytes>> {
+    let mut r = Response::builder().status(status);
+    for (k, v) in headers.iter() {
+        if k != "transfer-encoding" && k != "content-length" && k != "connection" {
+            r = r.header(k, v);
+        }
+    }
+    r.body(Full::new(body)).expect("a valid response")
+}
+
+async fn send(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+    let identity = call
+        .param("MessageBody")
+        .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+        .and_then(|v| (*p.worker.identity)(&v))
+        .map(|(_, id)| id);
+    let (status, headers, rbody) = match forward(&p.upstream, parts, body).await {
+        Ok(r) => r,
+        Err(e) => {
+            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("{e:#}") }, vec![]);
+            return reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: {e:#}"), None);
+        }
+    };
+    if !status.is_success() {
+        failed(p, status, &rbody);
+        return passthrough(status, headers, rbody);
+    }
+    let id = match call.proto {
+        Proto::Json => serde_json::from_slice::<serde_json::Value>(&rbody).map(|v| str_of(&v, "MessageId")).unwrap_or_default(),
+        Proto::Query => xml_tag(&String::from_utf8_lossy(&rbody), "MessageId").unwrap_or_default(),
+    };
+    let msg = p.worker.label(p.worker.queues.prefix(queue), &id);
+    let identity = identity.unwrap_or_default();
+    let who = p.worker.world.borrow().names.uuid(&identity);
+    p.worker.complete(Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![Fact::Sent { queue, msg, identity }]);
+    passthrough(status, headers, rbody)
+}
+
+async fn delete(p: &SqsProxy, call: &Call, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+    let receipt = call.param("ReceiptHandle").unwrap_or_default();
+    let Some((queue, msg)) = p.worker.message_of(&receipt) else {
+        p.worker.complete(Service::Sqs, Outcome::Error { message: "a receipt handle this worker never received".into() }, vec![]);
+        return forward_or_502(p, parts, body).await;
+    };
+    let (depends, noop) = {
+        let w = p.worker.world.borrow();
+        (w.sqs.depends_on_stale_delete(&msg, &receipt), w.sqs.is_stale(&msg, &receipt) && w.sqs.stale_delete_noop)
+    };
+    if noop {
+        p.worker.complete(Service::Sqs, Outcome::NotDeleted { msg }, vec![]);
+        return call.ok_reply("");
+    }
+    let (status, headers, rbody) = match forward(&p.upstream, parts, body).await {
+        Ok(r) => r,
+        Err(e) => {
+            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("{e:#}") }, vec![]);
+            return reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: {e:#}"), None);
+        }
+    };
+    if !status.is_success() {
+        failed(p, status, &rbody);
+        return passthrough(status, headers, rbody);
+    }
+    p.worker.world.borrow_mut().sqs.deleted(&msg);
+    let mut facts = vec![Fact::Deleted { queue, msg: msg.clone() }];
+    if depends {
+        facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
+    }
+    p.worker.complete(Service::Sqs, Outcome::Deleted { msg, stale: depends }, facts);
+    passthrough(status, headers, rbody)
+}
+
+async fn change_visibility(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+    let receipt = call.param("ReceiptHandle").unwrap_or_default();
+    let secs: u64 = call.param("VisibilityTimeout").and_then(|s| s.parse().ok()).unwrap_or(0);
+    let msg = p.worker.message_of(&receipt).map(|(_, m)| m).unwrap_or_default();
+    if secs == 0 {
+        let resp = forward_or_502(p, parts, body).await;
+        let facts = vec![Fact::VisibilityChanged { queue, msg: msg.clone(), secs }];
+        p.worker.complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
+        return resp;
+    }
+    // Hidden for the real hour; the logical clock makes it visible after `secs`.
+    let r = p
+        .sqs
+        .change_message_visibility()
+        .queue_url(p.worker.queues.url(queue))
+        .receipt_handle(&receipt)
+        .visibility_timeout(REAL_VISIBILITY_S)
+        .send()
+        .await;
+    match r {
+        Ok(_) => {
+            let facts = vec![Fact::VisibilityChanged { queue, msg: msg.clone(), secs }];
+            p.worker.complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
+            call.ok_reply("")
+        }
+        Err(e) => {
+            let e = format!("ChangeMessageVisibility: {}", aws_sdk_sqs::error::DisplayErrorContext(&e));
+            p.worker.complete(Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
+            call.error_reply(&e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_wire_forms_parse() {
+        let mut h = hyper::HeaderMap::new();
+        h.insert("x-amz-target", "AmazonSQS.DeleteMessage".parse().unwrap());
+        let c = Call::parse(&h, br#"{"QueueUrl":"http://x/000000000000/q","ReceiptHandle":"r1"}"#).unwrap();
+        assert_eq!((c.op.as_str(), c.param("ReceiptHandle").as_deref()), ("DeleteMessage", Some("r1")));
+        let c = Call::parse(&hyper::HeaderMap::new(), b"Action=ReceiveMessage&Version=2012-11-05&QueueUrl=http%3A%2F%2Fx%2Fq").unwrap();
+        assert_eq!((c.proto, c.op.as_str(), c.param("QueueUrl").as_deref()), (Proto::Query, "ReceiveMessage", Some("http://x/q")));
+    }
+
+    #[test]
+    fn received_messages_parse_from_json_and_xml() {
+        let json = br#"{"Messages":[{"MessageId":"a","ReceiptHandle":"r","Body":"{\"x\":1}","Attributes":{"ApproximateReceiveCount":"2"}}]}"#;
+        let m = parse_received(Proto::Json, json);
+        assert_eq!((m[0].id.as_str(), m[0].receipt.as_str(), m[0].body.as_str(), m[0].receive_count), ("a", "r", "{\"x\":1}", 2));
+        let xml = b"<ReceiveMessageResponse><ReceiveMessageResult><Message><MessageId>b</MessageId><ReceiptHandle>s</ReceiptHandle>\
+            <Body>{&quot;x&quot;:1}</Body><Attribute><Name>ApproximateReceiveCount</Name><Value>3</Value></Attribute></Message>\
+            </ReceiveMessageResult></ReceiveMessageResponse>";
+        let m = parse_received(Proto::Query, xml);
+        assert_eq!((m[0].id.as_str(), m[0].body.as_str(), m[0].receive_count), ("b", "{\"x\":1}", 3));
+        assert!(parse_received(Proto::Json, b"{}").is_empty());
+    }
+}

@@ -1,0 +1,233 @@
+//! One external worker as the scheduler sees it: the gate its three proxies share.
+//!
+//! Every gated call parks the worker in its [`Slot`](crate::sim::world::Slot) exactly as an
+//! in-process call does ([`crate::sim::gate::park`]); when the reply has reached the process,
+//! the call becomes a [`Step`] with its [`Outcome`] and [`Fact`]s, and the worker stands at the
+//! crash point after that call until its next request is held.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use async_trait::async_trait;
+
+use super::gate::{Admit, PgCall, PgGate, PgReply};
+use super::spec::{intern, External};
+use crate::sim::cx::QueueUrls;
+use crate::sim::history::{Fact, Outcome, Service, Step};
+use crate::sim::world::SharedWorld;
+use crate::spec::{CrashPoint, IdentityFn};
+
+/// Statements that pass the PostgreSQL proxy ungated: pools' health checks and session setup
+/// (upper case, compared as prefixes of the trimmed statement).
+const PG_PASS: &[&str] = &["SELECT 1", "SET ", "SHOW ", "DISCARD ALL", "RESET ALL"];
+
+/// The gate of one external worker.
+pub struct WireWorker {
+    /// Its name (`c1`).
+    pub me: String,
+    /// The state shared with the scheduler.
+    pub world: SharedWorld,
+    /// Its role's declaration.
+    pub ext: std::sync::Arc<External>,
+    /// The queue its role receives from (a handler), for idle detection.
+    pub queue: Option<&'static str>,
+    /// The schedule's queues (real URLs).
+    pub queues: QueueUrls,
+    /// The workload's message identity of a body.
+    pub identity: Rc<IdentityFn>,
+    at: Cell<Option<CrashPoint>>,
+    /// The call held or in flight: its label and the crash point of an injected failure.
+    current: RefCell<Option<(&'static str, Option<CrashPoint>)>>,
+    /// Receipt handles it received, to the message's (queue, label).
+    receipts: RefCell<BTreeMap<String, (&'static str, String)>>,
+}
+
+impl WireWorker {
+    /// A gate for worker `me`.
+    pub fn new(me: String, world: SharedWorld, ext: std::sync::Arc<External>, queue: Option<&'static str>, queues: QueueUrls, identity: Rc<IdentityFn>) -> WireWorker {
+        WireWorker { me, world, ext, queue, queues, identity, at: Cell::new(None), current: RefCell::new(None), receipts: RefCell::new(BTreeMap::new()) }
+    }
+
+    /// Parks the worker before call `op` until the scheduler grants it. `cycle_start` marks a
+    /// receive from its own queue (the top of a consumer's loop). Returns the crash point of an
+    /// injected failure armed there (the proxy then answers with a service error).
+    pub async fn hold(&self, op: &'static str, service: Service, cycle_start: bool) -> Option<CrashPoint> {
+        if cycle_start {
+            self.world.borrow_mut().slot(&self.me).at_cycle_start = true;
+        }
+        let failed = crate::sim::gate::park(&self.world, &self.me, op, self.at.get()).await;
+        let mut w = self.world.borrow_mut();
+        match service {
+            Service::Postgres => w.calls.pg += 1,
+            Service::Sqs => w.calls.sqs += 1,
+            Service::Redis => w.calls.redis += 1,
+            Service::None => {}
+        }
+        w.slot(&self.me).in_pg = service == Service::Postgres && failed.is_none();
+        *self.current.borrow_mut() = Some((op, failed));
+        failed
+    }
+
+    /// The call held last completed with `outcome` and `facts`: records its step; the worker
+    /// now stands at the crash point after it.
+    pub fn complete(&self, service: Service, outcome: Outcome, facts: Vec<Fact>) {
+        let Some((op, failed)) = self.current.borrow_mut().take() else { return };
+        let (service, outcome) = match failed {
+            Some(at) => (Service::None, Outcome::Injected { at }),
+            None => (service, outcome),
+        };
+        let at = self.at.replace(self.ext.point_after(op));
+        let mut w = self.world.borrow_mut();
+        let t_ms = w.now_ms;
+        let slot = w.slot(&self.me);
+        slot.in_pg = false;
+        if let Some(cp) = self.at.get() {
+            slot.passed.push(cp);
+        }
+        slot.completed = Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, outcome, idle: false, facts });
+    }
+
+    /// Marks the worker idle (its receive found nothing) or busy.
+    pub fn set_idle(&self, idle: bool) {
+        let mut w = self.world.borrow_mut();
+        let slot = w.slot(&self.me);
+        slot.idle = idle;
+        if let Some(step) = slot.completed.as_mut() {
+            step.idle = idle;
+        }
+    }
+
+    /// Ends the run: something about the worker cannot be relayed (exit 2, naming it).
+    pub fn fatal(&self, why: String) {
+        let mut w = self.world.borrow_mut();
+        w.slot(&self.me).fatal.get_or_insert(why);
+    }
+
+    /// Adds a line to the trace.
+    pub fn note(&self, text: String) {
+        self.world.borrow_mut().slot(&self.me).notes.push(text);
+    }
+
+    /// The trace label of id `id` with `prefix`.
+    pub fn label(&self, prefix: &'static str, id: &str) -> String {
+        self.world.borrow_mut().names.label(prefix, id)
+    }
+
+    /// Remembers that `receipt` belongs to message `msg` of `queue`.
+    pub fn remember_receipt(&self, receipt: &str, queue: &'static str, msg: &str) {
+        self.receipts.borrow_mut().insert(receipt.to_string(), (queue, msg.to_string()));
+    }
+
+    /// The (queue, label) of the message a receipt handle belongs to.
+    pub fn message_of(&self, receipt: &str) -> Option<(&'static str, String)> {
+        self.receipts.borrow().get(receipt).cloned()
+    }
+
+    /// The declared name of the queue whose URL (real or through the proxy) ends like `url`.
+    pub fn queue_of_url(&self, url: &str) -> Option<&'static str> {
+        let last = url.rsplit('/').next()?;
+        self.queues.queues.iter().find(|(_, u, _)| u.rsplit('/').next() == Some(last)).map(|(n, _, _)| *n)
+    }
+}
+
+/// The label of a PostgreSQL call: a `/* crashpoint:NAME */` comment in its SQL, else
+/// `begin`, `commit` or `rollback` for those statements, else `sql`.
+pub fn pg_label(call: &PgCall) -> &'static str {
+    for sql in &call.sql {
+        if let Some(i) = sql.find("crashpoint:") {
+            let name: String = sql[i + 11..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').collect();
+            if !name.is_empty() {
+                return intern(&name);
+            }
+        }
+    }
+    let first = call.sql.iter().map(|s| s.trim_start().to_ascii_uppercase()).find(|s| !s.is_empty()).unwrap_or_default();
+    let word = first.split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("");
+    match word {
+        "BEGIN" | "START" => "begin",
+        "COMMIT" | "END" => "commit",
+        "ROLLBACK" | "ABORT" => "rollback",
+        _ => "sql",
+    }
+}
+
+/// What a PostgreSQL reply says, as an [`Outcome`].
+pub fn pg_outcome(call: &PgCall, reply: &PgReply) -> Outcome {
+    if let Some((_, message)) = &reply.error {
+        return Outcome::Error { message: message.clone() };
+    }
+    let Some(tag) = reply.tags.last() else { return Outcome::Done };
+    let mut words = tag.split(' ');
+    let n: u64 = tag.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    let returning = call.sql.iter().any(|s| s.to_ascii_uppercase().contains("RETURNING"));
+    match words.next().unwrap_or("") {
+        "INSERT" | "UPDATE" | "DELETE" | "MERGE" if returning => Outcome::Returned { row: reply.rows > 0 },
+        "INSERT" | "UPDATE" | "DELETE" | "MERGE" => Outcome::Affected { n },
+        "SELECT" => Outcome::Fetched { n },
+        _ => Outcome::Done,
+    }
+}
+
+#[async_trait(?Send)]
+impl PgGate for WireWorker {
+    fn refused(&self, why: String) {
+        self.fatal(format!("{}: {why}", self.me));
+    }
+
+    fn backend(&self, pid: i32) {
+        self.world.borrow_mut().slot(&self.me).backend_pid = Some(pid);
+    }
+
+    fn gated(&self, call: &PgCall) -> bool {
+        if call.terminate {
+            return false;
+        }
+        let passes = |sql: &String| {
+            let s = sql.trim().trim_end_matches(';').trim().to_ascii_uppercase();
+            s.is_empty() || PG_PASS.iter().any(|p| s.starts_with(p.trim_end()) && (s.len() == p.trim_end().len() || p.ends_with(' ')))
+                || self.ext.pass.iter().any(|p| s.starts_with(p.as_str()))
+        };
+        !call.sql.iter().all(passes)
+    }
+
+    async fn hold(&self, pid: i32, call: &PgCall) -> Admit {
+        self.backend(pid);
+        match WireWorker::hold(self, pg_label(call), Service::Postgres, false).await {
+            Some(cp) => Admit::Fail(format!("crashpoint: service error injected at {cp}")),
+            None => Admit::Forward,
+        }
+    }
+
+    fn replied(&self, _pid: i32, call: &PgCall, reply: PgReply) {
+        self.complete(Service::Postgres, pg_outcome(call, &reply), vec![]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(sql: &str) -> PgCall {
+        PgCall { sql: vec![sql.to_string()], terminate: false }
+    }
+
+    #[test]
+    fn labels_come_from_comments_then_keywords() {
+        assert_eq!(pg_label(&call("/* crashpoint:claim */ INSERT INTO t VALUES (1)")), "claim");
+        assert_eq!(pg_label(&call("begin")), "begin");
+        assert_eq!(pg_label(&call("COMMIT")), "commit");
+        assert_eq!(pg_label(&call("UPDATE t SET x = 1")), "sql");
+    }
+
+    #[test]
+    fn outcomes_follow_the_command_tags() {
+        let r = |tag: &str, rows| PgReply { tags: vec![tag.into()], rows, error: None, status: Some(b'T') };
+        assert_eq!(pg_outcome(&call("INSERT INTO t VALUES (1) RETURNING id"), &r("INSERT 0 0", 0)), Outcome::Returned { row: false });
+        assert_eq!(pg_outcome(&call("INSERT INTO t VALUES (1) RETURNING id"), &r("INSERT 0 1", 1)), Outcome::Returned { row: true });
+        assert_eq!(pg_outcome(&call("UPDATE t SET x = 1"), &r("UPDATE 3", 0)), Outcome::Affected { n: 3 });
+        assert_eq!(pg_outcome(&call("SELECT 2"), &r("SELECT 1", 1)), Outcome::Fetched { n: 1 });
+        let e = PgReply { error: Some(("23505".into(), "duplicate key".into())), ..Default::default() };
+        assert_eq!(pg_outcome(&call("INSERT"), &e), Outcome::Error { message: "duplicate key".into() });
+    }
+}
