@@ -12,7 +12,8 @@
 //! - [`workload`], [`spec`] and [`sut`]: the seam a system under test plugs into, what a
 //!   workload declares (plain data), and the programs of its roles (producer, handler, poller);
 //! - [`sim`]: the turmoil fleet, the gate that makes every service call a yield point ([`Cx`]),
-//!   the logical clock and the scheduler;
+//!   the logical clock and the scheduler; external workers (a team's process in any language)
+//!   gated at the wire by PostgreSQL, SQS and Redis proxies ([`sim::wire`]);
 //! - [`schedule`]: schedules as data and their text form;
 //! - [`nemesis`]: what the nemesis does to the world, including the AWS-only SQS behaviours;
 //! - [`checker`]: invariants over the real final state and the recorded history;
@@ -40,7 +41,6 @@ pub mod sim;
 pub mod spec;
 pub mod sut;
 pub mod testkit;
-pub mod wire;
 pub mod workload;
 
 pub use checker::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, SqlInvariant, Verdict};

@@ -64,7 +64,7 @@ struct Raw {
     #[serde(default)]
     invariants: Vec<InvariantSpec>,
     #[serde(default)]
-    external: std::collections::BTreeMap<String, crate::wire::ExternalRaw>,
+    external: std::collections::BTreeMap<String, crate::sim::wire::ExternalRaw>,
 }
 
 /// An `[[invariants]]` table: an SQL invariant of the scenario's own, checked after the
@@ -114,8 +114,8 @@ pub struct Scenario {
     pub event_names: Vec<String>,
     /// The scenario's own SQL invariants (`[[invariants]]`), checked after the workload's.
     pub sql_invariants: Vec<crate::checker::SqlInvariant>,
-    /// Roles played by external worker processes (`[external.<role>]`, see [`crate::wire`]).
-    pub external: Vec<Arc<crate::wire::External>>,
+    /// Roles played by external worker processes (`[external.<role>]`, see [`crate::sim::wire`]).
+    pub external: Vec<Arc<crate::sim::wire::External>>,
 }
 
 impl Scenario {
@@ -270,7 +270,7 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
     let root_dir = root.canonicalize().ok().and_then(|r| r.parent().map(Path::to_path_buf)).unwrap_or_else(|| PathBuf::from("."));
     let mut external = Vec::new();
     for (role, ext) in std::mem::take(&mut raw.external) {
-        let ext = crate::wire::External::resolve(&role, ext, &vocabulary.roles, &root_dir)
+        let ext = crate::sim::wire::External::resolve(&role, ext, &vocabulary.roles, &root_dir)
             .map_err(|e| anyhow!("{}:{}: [external.{role}]: {e}", path.display(), field_line(&text, &format!("[external.{role}]"))))?;
         external.push(Arc::new(ext));
     }

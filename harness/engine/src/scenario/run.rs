@@ -110,7 +110,7 @@ pub(crate) fn run_driven(
     let (events, names) = materialize(s, Uuid::new_v4())?;
     let config = s.workload.config(s.config.clone()).map_err(|e| anyhow!("{}: field `config`: {e}", s.path.display()))?;
     for ext in &s.external {
-        crate::wire::prepare(ext).map_err(|e| anyhow!("{}: [external.{}]: {e:#}", s.path.display(), ext.role))?;
+        crate::sim::wire::prepare(ext).map_err(|e| anyhow!("{}: [external.{}]: {e:#}", s.path.display(), ext.role))?;
     }
     let setup = Setup {
         endpoints: endpoints.clone(),

@@ -10,37 +10,12 @@ use std::time::Duration;
 
 use sqlx::ConnectOptions;
 
-use super::cx::{Cx, QueueUrls};
+use super::cx::Cx;
 use super::programs;
-use super::world::SharedWorld;
-use crate::services::{clients, Endpoints};
-use crate::sut::{Program, System};
-use crate::spec::{role_of, IdentityFn, RoleKind, RoleSpec};
-use crate::wire::External;
-
-/// What every host needs to start its software.
-pub struct HostSpec {
-    /// Where the services listen.
-    pub endpoints: Endpoints,
-    /// The schedule's PostgreSQL schema (the search_path of every worker connection).
-    pub schema: String,
-    /// The schedule's queues.
-    pub queues: QueueUrls,
-    /// The workload's handler policy.
-    pub config: Rc<dyn std::any::Any>,
-    /// The state shared with the scheduler.
-    pub world: SharedWorld,
-    /// The system under test.
-    pub system: Rc<dyn System>,
-    /// The workload's roles.
-    pub roles: Vec<RoleSpec>,
-    /// The workload's message identity of a body (the SQS proxy reads it from sent bodies).
-    pub identity: Rc<IdentityFn>,
-    /// Roles played by external worker processes ([`crate::wire`]).
-    pub external: Vec<std::sync::Arc<External>>,
-    /// The scenario's `[config]` as JSON, for external workers (`CRASHPOINT_CONFIG`).
-    pub config_json: String,
-}
+pub use super::host_spec::HostSpec;
+use crate::services::clients;
+use crate::sut::Program;
+use crate::spec::{role_of, RoleKind};
 
 /// Builds a turmoil simulation with one host per worker name, tokio I/O enabled so that the
 /// hosts reach the real services. Hosts start connecting at the first `Sim::step`.
@@ -64,7 +39,7 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
         if let Some(ext) = spec.external.iter().find(|e| e.role == prefix).cloned() {
             sim.host(w.as_str(), move || {
                 let (name, spec, ext) = (name.clone(), spec.clone(), ext.clone());
-                async move { crate::wire::host::run(name, ext, queue, spec).await.map_err(|e| format!("{e:#}").into()) }
+                async move { crate::sim::wire::host::run(name, ext, queue, spec).await.map_err(|e| format!("{e:#}").into()) }
             });
             continue;
         }

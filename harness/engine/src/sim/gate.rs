@@ -1,5 +1,5 @@
 //! The yield point every worker call waits at, in-process ([`crate::sim::cx::Cx`]) or at the
-//! wire ([`crate::wire`]): the worker parks in its [`Slot`](super::world::Slot) until the
+//! wire ([`crate::sim::wire`]): the worker parks in its [`Slot`](super::world::Slot) until the
 //! scheduler grants the call.
 
 use super::world::{SharedWorld, Status};

@@ -1,13 +1,16 @@
 //! The simulation: a turmoil fleet of workers, the gate that makes every service call a yield
-//! point, the logical clock, and the scheduler.
+//! point, the logical clock, and the scheduler; [`wire`] gates external worker processes at
+//! the wire with the same yield points.
 
 pub(crate) mod admin;
 pub(crate) mod clock;
 pub mod cx;
 pub(crate) mod fleet;
 pub(crate) mod gate;
+pub(crate) mod host_spec;
 pub mod history;
 pub(crate) mod programs;
 pub(crate) mod scheduler;
 pub(crate) mod world;
+pub mod wire;
 pub mod names;

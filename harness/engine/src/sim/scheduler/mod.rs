@@ -70,9 +70,9 @@ pub struct Setup {
     pub events: Vec<Event>,
     /// Labels for the scenario's ids.
     pub names: Names,
-    /// Roles played by external worker processes ([`crate::wire`]); none for an in-process
+    /// Roles played by external worker processes ([`crate::sim::wire`]); none for an in-process
     /// fleet.
-    pub external: Vec<std::sync::Arc<crate::wire::External>>,
+    pub external: Vec<std::sync::Arc<crate::sim::wire::External>>,
     /// The scenario's `[config]` as JSON, for external workers.
     pub config_json: String,
 }

@@ -14,7 +14,7 @@ use super::sqs::SqsProxy;
 use super::worker::WireWorker;
 use super::{pg, redis, sqs};
 use crate::services::clients;
-use crate::sim::fleet::HostSpec;
+use crate::sim::host_spec::HostSpec;
 
 /// How often the host looks whether its process exited by itself, simulated ms.
 const EXIT_POLL_MS: u64 = 20;

@@ -180,7 +180,7 @@ mod tests {
     #[test]
     fn commands_and_replies_frame() {
         let (args, n) = read_command(b"*3\r\n$3\r\nDEL\r\n$1\r\nk\r\n$1\r\nj\r\n*1\r\n").unwrap().unwrap();
-        assert_eq!((args, n), (vec!["DEL".to_string(), "k".into(), "j".into()], 28));
+        assert_eq!((args, n), (vec!["DEL".to_string(), "k".into(), "j".into()], 27));
         assert_eq!(read_command(b"*2\r\n$3\r\nDEL").unwrap(), None);
         assert_eq!(read_reply(b":1\r\n").unwrap(), Some((Reply::Int(1), 4)));
         assert_eq!(read_reply(b"$-1\r\n").unwrap(), Some((Reply::Null, 5)));

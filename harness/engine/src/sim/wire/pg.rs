@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
-use crate::wire::gate::{Admit, PgCall, PgGate, PgReply};
+use crate::sim::wire::gate::{Admit, PgCall, PgGate, PgReply};
 
 const SSL_REQUEST: i32 = 80877103;
 const GSSENC_REQUEST: i32 = 80877104;

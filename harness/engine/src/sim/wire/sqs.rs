@@ -202,15 +202,7 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
 
 async fn forward_or_502(p: &SqsProxy, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
     match forward(&p.upstream, parts, body).await {
-        Ok((status, headers, body)) => {
-            let mut r = Response::builder().status(status);
-            for (k, v) in headers.iter() {
-                if k != "transfer-encoding" && k != "content-length" && k != "connection" {
-                    r = r.header(k, v);
-                }
-            }
-            r.body(Full::new(body)).expect("a valid response")
-        }
+        Ok((status, headers, body)) => passthrough(status, headers, body),
         Err(e) => reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: LocalStack: {e:#}"), None),
     }
 }
@@ -232,10 +224,25 @@ async fn forward(upstream: &str, parts: &hyper::http::request::Parts, body: Byte
     Ok((rparts.status, rparts.headers, bytes))
 }
 
-/// Records a call that LocalStack answered with an error status.
-fn failed(p: &SqsProxy, status: StatusCode, body: &Bytes) {
-    let text: String = String::from_utf8_lossy(body).chars().take(200).collect();
-    p.worker.complete(Service::Sqs, Outcome::Error { message: format!("HTTP {status}: {text}") }, vec![]);
+/// Forwards a granted call. A transport failure or an error status completes the call as an
+/// error and gives the reply to return to the worker as `Err`.
+async fn forward_call(
+    p: &SqsProxy,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> std::result::Result<(StatusCode, hyper::HeaderMap, Bytes), Response<Full<Bytes>>> {
+    match forward(&p.upstream, parts, body).await {
+        Err(e) => {
+            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("{e:#}") }, vec![]);
+            Err(reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: {e:#}"), None))
+        }
+        Ok((status, headers, rbody)) if !status.is_success() => {
+            let text: String = String::from_utf8_lossy(&rbody).chars().take(200).collect();
+            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("HTTP {status}: {text}") }, vec![]);
+            Err(passthrough(status, headers, rbody))
+        }
+        Ok(r) => Ok(r),
+    }
 }
 
 /// A message in a ReceiveMessage reply.
@@ -322,17 +329,10 @@ async fn receive(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::
         p.worker.set_idle(true);
         return empty();
     }
-    let (status, headers, rbody) = match forward(&p.upstream, parts, body).await {
+    let (status, headers, rbody) = match forward_call(p, parts, body).await {
         Ok(r) => r,
-        Err(e) => {
-            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("{e:#}") }, vec![]);
-            return reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: {e:#}"), None);
-        }
+        Err(resp) => return resp,
     };
-    if !status.is_success() {
-        failed(p, status, &rbody);
-        return passthrough(status, headers, rbody);
-    }
     let msgs = parse_received(call.proto, &rbody);
     let prefix = p.worker.queues.prefix(queue);
     let mut facts = Vec::new();
@@ -379,17 +379,10 @@ async fn send(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::htt
         .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
         .and_then(|v| (*p.worker.identity)(&v))
         .map(|(_, id)| id);
-    let (status, headers, rbody) = match forward(&p.upstream, parts, body).await {
+    let (status, headers, rbody) = match forward_call(p, parts, body).await {
         Ok(r) => r,
-        Err(e) => {
-            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("{e:#}") }, vec![]);
-            return reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: {e:#}"), None);
-        }
+        Err(resp) => return resp,
     };
-    if !status.is_success() {
-        failed(p, status, &rbody);
-        return passthrough(status, headers, rbody);
-    }
     let id = match call.proto {
         Proto::Json => serde_json::from_slice::<serde_json::Value>(&rbody).map(|v| str_of(&v, "MessageId")).unwrap_or_default(),
         Proto::Query => xml_tag(&String::from_utf8_lossy(&rbody), "MessageId").unwrap_or_default(),
@@ -415,17 +408,10 @@ async fn delete(p: &SqsProxy, call: &Call, parts: &hyper::http::request::Parts, 
         p.worker.complete(Service::Sqs, Outcome::NotDeleted { msg }, vec![]);
         return call.ok_reply("");
     }
-    let (status, headers, rbody) = match forward(&p.upstream, parts, body).await {
+    let (status, headers, rbody) = match forward_call(p, parts, body).await {
         Ok(r) => r,
-        Err(e) => {
-            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("{e:#}") }, vec![]);
-            return reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: {e:#}"), None);
-        }
+        Err(resp) => return resp,
     };
-    if !status.is_success() {
-        failed(p, status, &rbody);
-        return passthrough(status, headers, rbody);
-    }
     p.worker.world.borrow_mut().sqs.deleted(&msg);
     let mut facts = vec![Fact::Deleted { queue, msg: msg.clone() }];
     if depends {

@@ -1,0 +1,35 @@
+//! What every worker host of a schedule needs to start its software, in-process
+//! ([`super::fleet`]) or external ([`super::wire::host`]).
+
+use std::rc::Rc;
+
+use super::cx::QueueUrls;
+use super::world::SharedWorld;
+use crate::services::Endpoints;
+use crate::spec::{IdentityFn, RoleSpec};
+use crate::sut::System;
+use super::wire::External;
+
+/// What every host needs to start its software.
+pub struct HostSpec {
+    /// Where the services listen.
+    pub endpoints: Endpoints,
+    /// The schedule's PostgreSQL schema (the search_path of every worker connection).
+    pub schema: String,
+    /// The schedule's queues.
+    pub queues: QueueUrls,
+    /// The workload's handler policy.
+    pub config: Rc<dyn std::any::Any>,
+    /// The state shared with the scheduler.
+    pub world: SharedWorld,
+    /// The system under test.
+    pub system: Rc<dyn System>,
+    /// The workload's roles.
+    pub roles: Vec<RoleSpec>,
+    /// The workload's message identity of a body (the SQS proxy reads it from sent bodies).
+    pub identity: Rc<IdentityFn>,
+    /// Roles played by external worker processes ([`crate::sim::wire`]).
+    pub external: Vec<std::sync::Arc<External>>,
+    /// The scenario's `[config]` as JSON, for external workers (`CRASHPOINT_CONFIG`).
+    pub config_json: String,
+}
