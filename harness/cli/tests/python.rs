@@ -15,7 +15,12 @@ fn opts(schedules: u64, seed: u64) -> Options {
 
 #[test]
 fn scripted_windows_pass_on_the_python_worker_and_repeat_byte_for_byte() {
-    for name in ["python/concurrent-same-event", "python/crash-after-commit", "python/lock-expiry"] {
+    for name in [
+        "python/concurrent-same-event",
+        "python/crash-after-commit",
+        "python/lock-expiry",
+        "python/commit-applied",
+    ] {
         let s = common::scenario(name);
         let first = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, None).unwrap();
         assert!(first.passed(), "{name} failed:\n{}", first.trace);
@@ -99,4 +104,25 @@ fn a_worker_pointed_straight_at_localstack_is_reported_as_bypassing_the_proxy_wi
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("worker bypassed the proxy"), "{text}");
+}
+
+#[test]
+fn a_worker_that_requires_tls_gets_a_clear_error_naming_sslmode_with_exit_2() {
+    let root = repo();
+    let connect = "import os, psycopg; psycopg.connect(os.environ['DATABASE_URL'].replace('sslmode=disable', 'sslmode=require'))";
+    let ext = format!(
+        "command = [\"{py}\", \"-c\", \"{connect}\"]\nsetup = [\"bash\", \"{setup}\"]",
+        py = root.join("target/python-venv/bin/python").display(),
+        setup = root.join("examples/python-worker/setup.sh").display(),
+    );
+    let dir = scenario_dir(&ext);
+    let out = common::crashpoint_on_test_services()
+        .args(["run", "python/bad", "--no-calibrate"])
+        .env("CRASHPOINT_SCENARIOS", dir.path().join("scenarios"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("sslmode") && text.contains("c1"), "{text}");
 }

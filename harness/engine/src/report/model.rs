@@ -190,6 +190,10 @@ pub struct ScenarioReport {
     /// Caveats for this scenario's verdict: behaviours it depends on where calibration found
     /// the endpoint differs from AWS.
     pub caveats: Vec<String>,
+    /// The external worker processes it ran ([`crate::sim::wire`]): command, runtime, SDK
+    /// retries seen on the wire. Empty (and left out of report.json) for in-process fleets.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub external_workers: Vec<crate::sim::wire::WorkerInfo>,
 }
 
 fn calls(st: &Stats) -> Calls {
@@ -274,6 +278,7 @@ impl ScenarioReport {
             failure: None,
             depends_on: st.depends_on.iter().cloned().collect(),
             caveats: Vec::new(),
+            external_workers: s.external.iter().map(|e| crate::sim::wire::info(e)).collect(),
         }
     }
 

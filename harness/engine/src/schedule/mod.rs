@@ -37,6 +37,11 @@ pub enum Decision {
     Step { worker: String, op: Option<String> },
     /// Kill `worker`, where it stands (`at: None`) or once it stands at crash point `at`.
     Crash { worker: String, at: Option<CrashPoint> },
+    /// Run `worker` until it is about to make call `op`, let the call apply, and kill the
+    /// worker before the reply reaches it (`c1:crash@commit:applied`: COMMIT took effect and
+    /// the worker never knew). An external worker's PostgreSQL proxy withholds the reply; an
+    /// in-process worker is killed before its next call.
+    CrashApplied { worker: String, op: String },
     /// Run `worker` until it passes crash point `at`, where an injected error is thrown.
     Fail { worker: String, at: CrashPoint },
     /// Restart a killed worker with fresh software.
@@ -61,6 +66,7 @@ impl Decision {
             Decision::Step { .. } => return None,
             Decision::Crash { at: None, .. } => "crash".into(),
             Decision::Crash { at: Some(_), .. } => "crash@".into(),
+            Decision::CrashApplied { .. } => "crash@applied".into(),
             Decision::Fail { .. } => "fail@".into(),
             Decision::Restart { .. } => "restart".into(),
             Decision::Tick { .. } => "tick".into(),
@@ -79,6 +85,7 @@ impl fmt::Display for Decision {
             Decision::Step { worker, op: Some(op) } => write!(f, "{worker}:{op}"),
             Decision::Crash { worker, at: None } => write!(f, "{worker}:crash"),
             Decision::Crash { worker, at: Some(at) } => write!(f, "{worker}:crash@{at}"),
+            Decision::CrashApplied { worker, op } => write!(f, "{worker}:crash@{op}:applied"),
             Decision::Fail { worker, at } => write!(f, "{worker}:fail@{at}"),
             Decision::Restart { worker } => write!(f, "{worker}:restart"),
             Decision::Tick { ms } => write!(f, "tick:{}", format_duration_ms(*ms)),
@@ -99,6 +106,7 @@ impl Schedule {
             let worker = match d {
                 Decision::Step { worker, .. }
                 | Decision::Crash { worker, .. }
+                | Decision::CrashApplied { worker, .. }
                 | Decision::Fail { worker, .. }
                 | Decision::Restart { worker } => Some(worker),
                 _ => None,

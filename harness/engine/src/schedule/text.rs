@@ -119,6 +119,12 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
     let Some(rest) = rest else {
         return Ok(Decision::Step { worker, op: None });
     };
+    if let Some(op) = rest.strip_prefix("crash@").and_then(|p| p.strip_suffix(":applied")) {
+        if op.is_empty() || !op.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            return Err(format!("expected `crash@<call>:applied`, e.g. `c1:crash@commit:applied`; `{op}` is not a call name"));
+        }
+        return Ok(Decision::CrashApplied { worker, op: op.to_string() });
+    }
     let (action, at) = match rest.split_once('@') {
         Some((a, _)) if a != "crash" && a != "fail" => {
             return Err(format!("`{a}@…` is not a fault: expected `crash@<crash point>` or `fail@<crash point>`"))
@@ -210,6 +216,15 @@ pub(crate) mod tests {
         assert!(e.message.contains("expected a worker"), "{e}");
         let e = parse("c1:bogus@x").unwrap_err();
         assert!(e.message.contains("`bogus@…` is not a fault"), "{e}");
+        let e = parse("c1:crash@Commit:applied").unwrap_err();
+        assert!(e.message.contains("expected `crash@<call>:applied`"), "{e}");
+    }
+
+    #[test]
+    fn an_applied_crash_names_its_call_and_prints_back() {
+        let s = parse("c1:crash@commit:applied").unwrap();
+        assert_eq!(s.decisions, vec![Decision::CrashApplied { worker: "c1".into(), op: "commit".into() }]);
+        assert_eq!(s.to_string(), "c1:crash@commit:applied");
     }
 
     #[test]

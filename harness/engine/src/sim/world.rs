@@ -66,6 +66,9 @@ pub struct Slot {
     /// Why the run must stop (an external worker the proxies cannot relay: it requires TLS,
     /// or bypassed a proxy). The scheduler fails the run with it (exit 2).
     pub fatal: Option<String>,
+    /// Set by the scheduler for `crash@<call>:applied`: the granted call is applied but its
+    /// reply withheld from the worker, which is then killed.
+    pub withhold: bool,
     /// Requests an external worker's SQS proxy has received (any operation).
     pub sqs_requests: u64,
 }
@@ -87,6 +90,7 @@ impl Slot {
             passed: Vec::new(),
             at_cycle_start: false,
             fatal: None,
+            withhold: false,
             sqs_requests: 0,
         }
     }

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 
 mod blocked;
 mod drain;
@@ -278,6 +278,10 @@ impl<'a> Run<'a> {
                 }
                 self.crash(worker)
             }
+            Decision::CrashApplied { worker, op } => {
+                self.check_worker(worker)?;
+                self.crash_applied(worker, op)
+            }
             Decision::Fail { worker, at } => {
                 self.check_worker(worker)?;
                 if let Err(e) = self.run_to(worker, *at) {
@@ -355,6 +359,16 @@ impl<'a> Run<'a> {
             }
         }
         return Err(inapplicable(format!("{w} did not reach {what} within {STEPS_TO_POINT_MAX} calls")))
+    }
+
+    /// `crash@<op>:applied`: runs `w` to call `op`, grants it with its reply withheld (an
+    /// external worker's PostgreSQL proxy reads the reply and never relays it), then kills `w`.
+    fn crash_applied(&mut self, w: &str, op: &str) -> Result<()> {
+        self.run_until(w, &format!("call `{op}`"), |s| matches!(s.status, Status::Parked { op: o, .. } if o == op))?;
+        self.with_slot(w, |s| s.withhold = true);
+        self.step(w, Some(op))?;
+        self.with_slot(w, |s| s.withhold = false);
+        self.crash(w)
     }
 
     fn crash(&mut self, w: &str) -> Result<()> {
@@ -442,7 +456,13 @@ impl<'a> Run<'a> {
                 }
                 break;
             }
-            self.sim.step().map_err(|e| anyhow!("a worker host failed: {e}"))?;
+            if let Err(e) = self.sim.step() {
+                // A fatal condition (a worker requiring TLS) explains a host's failure best.
+                if let Some(why) = self.world.borrow().slots.values().find_map(|s| s.fatal.clone()) {
+                    bail!("{why}");
+                }
+                bail!("a worker host failed: {e}");
+            }
             // While the same workers wait on real I/O, stepping again at once only burns the
             // CPU that PostgreSQL and LocalStack need: after a few idle steps, pause briefly.
             if moving == last_moving {

@@ -16,6 +16,9 @@ pub enum Admit {
     /// Do not forward it: answer the worker with a service error carrying this text (an
     /// injected failure, `fail@point`). The proxy chooses an error its clients do not retry.
     Fail(String),
+    /// Forward the call and read its whole reply, but never relay it: the call is applied and
+    /// the worker is killed before it hears of it (`crash@commit:applied`).
+    Withhold,
 }
 
 /// One PostgreSQL call as the proxy saw it: the client's messages up to the first Sync,

@@ -46,3 +46,49 @@ pub fn prepare(ext: &External) -> anyhow::Result<()> {
     done.insert(cmd.clone());
     Ok(())
 }
+
+/// What the report says of an external worker role.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerInfo {
+    /// The role it plays (`c`).
+    pub role: String,
+    /// Its command line.
+    pub command: String,
+    /// The first line its program prints for `--version` (`Python 3.11.7`), or why not.
+    pub runtime: String,
+    /// The SDK retry settings its SQS requests carried (`amz-sdk-request: attempt=1; max=4`),
+    /// or `none seen`.
+    pub sdk_retries: String,
+}
+
+/// Retry headers seen on the wire, by role: the first of each distinct value.
+static RETRY_HEADERS: std::sync::Mutex<std::collections::BTreeMap<&'static str, String>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Records the retry header of a first attempt seen from role `role`'s worker.
+pub(crate) fn saw_retry_header(role: &'static str, header: String) {
+    let mut m = RETRY_HEADERS.lock().unwrap_or_else(|e| e.into_inner());
+    m.entry(role).or_insert(header);
+}
+
+/// The report's description of `ext`. Runs `<program> --version` once per program.
+pub fn info(ext: &External) -> WorkerInfo {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    static VERSIONS: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+    let program = ext.command[0].clone();
+    let runtime = VERSIONS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(program.clone())
+        .or_insert_with(|| match std::process::Command::new(&program).arg("--version").current_dir(&ext.cwd).output() {
+            Ok(o) => {
+                let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+                text.lines().next().unwrap_or("").trim().to_string()
+            }
+            Err(e) => format!("`{program} --version` failed: {e}"),
+        })
+        .clone();
+    let sdk_retries = RETRY_HEADERS.lock().unwrap_or_else(|e| e.into_inner()).get(ext.role).cloned().unwrap_or_else(|| "none seen".into());
+    WorkerInfo { role: ext.role.to_string(), command: ext.command.join(" "), runtime, sdk_retries }
+}

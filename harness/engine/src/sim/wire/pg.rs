@@ -72,7 +72,7 @@ async fn session(client: TcpStream, upstream: &str, gate: Rc<dyn PgGate>) -> io:
     client.sock.set_nodelay(true)?;
     server.sock.set_nodelay(true)?;
     let mut conn =
-        Conn { client, server, gate, track: Track::default(), prepared: HashMap::new(), skip_to_sync: false };
+        Conn { client, server, gate, track: Track::default(), prepared: HashMap::new(), skip_to_sync: false, withhold: false };
     conn.server.sock.write_all(&startup).await?;
     if !conn.authenticate().await? {
         return Ok(());
@@ -237,6 +237,9 @@ struct Conn {
     prepared: HashMap<String, String>,
     /// A failed Flush-terminated call: the client expects the server to skip to the next Sync.
     skip_to_sync: bool,
+    /// The reply of the call in flight is read but not relayed: the worker dies before it
+    /// reaches it (`crash@commit:applied`).
+    withhold: bool,
 }
 
 impl Conn {
@@ -281,6 +284,14 @@ impl Conn {
                     None => return Ok(()),
                 },
                 Some(Admit::Fail(text)) => self.answer_failure(&batch, &text).await?,
+                Some(Admit::Withhold) => {
+                    self.withhold = true;
+                    let Some(reply) = self.forward(&batch).await? else { return Ok(()) };
+                    self.gate.replied(self.track.pid, &call, reply);
+                    // Applied, and the worker never hears of it: it is killed next.
+                    std::future::pending::<()>().await;
+                    return Ok(());
+                }
             };
             self.gate.replied(self.track.pid, &call, reply);
         }
@@ -439,7 +450,9 @@ impl Conn {
         }
         if end > 0 {
             let out = self.server.buf.split_to(end);
-            self.client.sock.write_all(&out).await?;
+            if !self.withhold {
+                self.client.sock.write_all(&out).await?;
+            }
         }
         Ok(())
     }

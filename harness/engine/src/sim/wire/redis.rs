@@ -115,7 +115,7 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &WireWorker) -> Re
         in_multi = (in_multi || name == "MULTI") && name != "EXEC" && name != "DISCARD";
         let op = label(&name, &args);
         if gated {
-            if let Some(cp) = worker.hold(op, Service::Redis, false).await {
+            if let super::worker::Granted::Fail(cp) = worker.hold(op, Service::Redis, false).await {
                 worker.complete(Service::Redis, Outcome::Done, vec![]);
                 client.write_all(format!("-ERR crashpoint: service error injected at {cp}\r\n").as_bytes()).await?;
                 continue;

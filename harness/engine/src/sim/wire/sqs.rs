@@ -174,6 +174,11 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
         ));
         return call.error_reply("crashpoint does not gate batch operations yet");
     }
+    for h in ["amz-sdk-request", "aws-sdk-retry"] {
+        if let Some(v) = parts.headers.get(h).and_then(|v| v.to_str().ok()) {
+            super::saw_retry_header(p.worker.ext.role, format!("{h}: {v}"));
+        }
+    }
     let invocation = ["amz-sdk-invocation-id", "aws-sdk-invocation-id"]
         .iter()
         .find_map(|h| parts.headers.get(*h).and_then(|v| v.to_str().ok()).map(str::to_string));
@@ -184,7 +189,7 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
     *p.last_invocation.borrow_mut() = invocation;
     let queue = call.param("QueueUrl").and_then(|u| p.worker.queue_of_url(&u));
     let cycle_start = op == "recv" && queue.is_some() && queue == p.worker.queue;
-    if let Some(cp) = p.worker.hold(op, Service::Sqs, cycle_start).await {
+    if let super::worker::Granted::Fail(cp) = p.worker.hold(op, Service::Sqs, cycle_start).await {
         p.worker.complete(Service::Sqs, Outcome::Done, vec![]);
         return call.error_reply(&format!("crashpoint: service error injected at {cp}"));
     }

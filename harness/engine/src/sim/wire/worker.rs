@@ -15,7 +15,7 @@ use super::gate::{Admit, PgCall, PgGate, PgReply};
 use super::spec::{intern, External};
 use crate::sim::cx::QueueUrls;
 use crate::sim::history::{Fact, Outcome, Service, Step};
-use crate::sim::world::SharedWorld;
+use crate::sim::world::{SharedWorld, Status};
 use crate::spec::{CrashPoint, IdentityFn};
 
 /// Statements that pass the PostgreSQL proxy ungated: pools' health checks and session setup
@@ -37,8 +37,8 @@ pub struct WireWorker {
     /// The workload's message identity of a body.
     pub identity: Rc<IdentityFn>,
     at: Cell<Option<CrashPoint>>,
-    /// The call held or in flight: its label and the crash point of an injected failure.
-    current: RefCell<Option<(&'static str, Option<CrashPoint>)>>,
+    /// The call held or in flight: its label, how it was granted.
+    current: RefCell<Option<(&'static str, Granted)>>,
     /// Receipt handles it received, to the message's (queue, label).
     receipts: RefCell<BTreeMap<String, (&'static str, String)>>,
 }
@@ -50,14 +50,21 @@ impl WireWorker {
     }
 
     /// Parks the worker before call `op` until the scheduler grants it. `cycle_start` marks a
-    /// receive from its own queue (the top of a consumer's loop). Returns the crash point of an
-    /// injected failure armed there (the proxy then answers with a service error).
-    pub async fn hold(&self, op: &'static str, service: Service, cycle_start: bool) -> Option<CrashPoint> {
+    /// receive from its own queue (the top of a consumer's loop). Returns how it was granted.
+    pub async fn hold(&self, op: &'static str, service: Service, cycle_start: bool) -> Granted {
         if cycle_start {
             self.world.borrow_mut().slot(&self.me).at_cycle_start = true;
         }
+        let mut guard = Abandoned { world: &self.world, me: &self.me, op, at: self.at.get(), armed: true };
         let failed = crate::sim::gate::park(&self.world, &self.me, op, self.at.get()).await;
+        guard.armed = false;
         let mut w = self.world.borrow_mut();
+        let withhold = std::mem::take(&mut w.slot(&self.me).withhold);
+        let granted = match failed {
+            Some(cp) => Granted::Fail(cp),
+            None if withhold => Granted::Withhold,
+            None => Granted::Go,
+        };
         match service {
             Service::Postgres => w.calls.pg += 1,
             Service::Sqs => w.calls.sqs += 1,
@@ -65,17 +72,17 @@ impl WireWorker {
             Service::None => {}
         }
         w.slot(&self.me).in_pg = service == Service::Postgres && failed.is_none();
-        *self.current.borrow_mut() = Some((op, failed));
-        failed
+        *self.current.borrow_mut() = Some((op, granted));
+        granted
     }
 
     /// The call held last completed with `outcome` and `facts`: records its step; the worker
     /// now stands at the crash point after it.
     pub fn complete(&self, service: Service, outcome: Outcome, facts: Vec<Fact>) {
-        let Some((op, failed)) = self.current.borrow_mut().take() else { return };
-        let (service, outcome) = match failed {
-            Some(at) => (Service::None, Outcome::Injected { at }),
-            None => (service, outcome),
+        let Some((op, granted)) = self.current.borrow_mut().take() else { return };
+        let (service, outcome) = match granted {
+            Granted::Fail(at) => (Service::None, Outcome::Injected { at }),
+            _ => (service, outcome),
         };
         let at = self.at.replace(self.ext.point_after(op));
         let mut w = self.world.borrow_mut();
@@ -86,6 +93,11 @@ impl WireWorker {
             slot.passed.push(cp);
         }
         slot.completed = Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, outcome, idle: false, facts });
+        if granted == Granted::Withhold {
+            // It will never move again: the scheduler kills it now.
+            slot.status = Status::Waiting { at: self.at.get() };
+            slot.notes.push(format!("the reply to `{op}` is withheld: applied, and the worker dies before it hears of it"));
+        }
     }
 
     /// Marks the worker idle (its receive found nothing) or busy.
@@ -128,6 +140,44 @@ impl WireWorker {
     pub fn queue_of_url(&self, url: &str) -> Option<&'static str> {
         let last = url.rsplit('/').next()?;
         self.queues.queues.iter().find(|(_, u, _)| u.rsplit('/').next() == Some(last)).map(|(n, _, _)| *n)
+    }
+}
+
+/// How the scheduler let a held call go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granted {
+    /// Forward it.
+    Go,
+    /// Answer it with a service error: the failure armed at this crash point (`fail@point`).
+    Fail(CrashPoint),
+    /// Forward it, but withhold the reply (PostgreSQL only; the other proxies relay it, and
+    /// the worker is killed before its next call either way).
+    Withhold,
+}
+
+/// Un-parks a worker whose held call was abandoned (the proxy dropped the hold because the
+/// client went away): the call is never forwarded, and the worker counts as moving again, so
+/// a later grant cannot fall to its next call.
+struct Abandoned<'a> {
+    world: &'a SharedWorld,
+    me: &'a str,
+    op: &'static str,
+    at: Option<CrashPoint>,
+    armed: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(mut w) = self.world.try_borrow_mut() {
+            let slot = w.slot(self.me);
+            if matches!(slot.status, Status::Parked { .. }) {
+                slot.status = Status::Running { op: self.op, at: self.at };
+                slot.granted = false;
+            }
+        }
     }
 }
 
@@ -194,8 +244,9 @@ impl PgGate for WireWorker {
     async fn hold(&self, pid: i32, call: &PgCall) -> Admit {
         self.backend(pid);
         match WireWorker::hold(self, pg_label(call), Service::Postgres, false).await {
-            Some(cp) => Admit::Fail(format!("crashpoint: service error injected at {cp}")),
-            None => Admit::Forward,
+            Granted::Fail(cp) => Admit::Fail(format!("crashpoint: service error injected at {cp}")),
+            Granted::Withhold => Admit::Withhold,
+            Granted::Go => Admit::Forward,
         }
     }
 
