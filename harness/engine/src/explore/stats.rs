@@ -117,7 +117,8 @@ impl Stats {
             match e {
                 Entry::Crash { at: Some(cp), op: None, .. } => self.coverage.entry(*cp).or_default().crashed += 1,
                 Entry::Step(s) => {
-                    if let crate::sim::history::Outcome::Injected { at } = s.outcome {
+                    use crate::sim::history::Outcome;
+                    if let Outcome::Injected { at } | Outcome::ServiceErrorInjected { at } = s.outcome {
                         self.coverage.entry(at).or_default().failed += 1;
                     }
                 }

@@ -57,6 +57,7 @@ pub fn outcome_text(s: &Step) -> String {
         Outcome::Unlocked { held: true } => "released".into(),
         Outcome::Unlocked { held: false } => "not held".into(),
         Outcome::Injected { at } => format!("✗ injected failure at {at}: `{}` not made", s.op),
+        Outcome::ServiceErrorInjected { at } => format!("✗ service error injected at {at}: `{}` answered by the proxy, not made", s.op),
         Outcome::Error { message } => format!("error: {message}"),
     }
 }

@@ -89,6 +89,9 @@ pub enum Outcome {
     Unlocked { held: bool },
     /// An injected failure at crash point `at` replaced the call.
     Injected { at: CrashPoint },
+    /// An external worker's call was answered by its proxy with a service error, injected at
+    /// crash point `at` (`fail@point`); the call never reached the service.
+    ServiceErrorInjected { at: CrashPoint },
     /// The service returned an error (ids already replaced by labels).
     Error { message: String },
 }
@@ -96,7 +99,7 @@ pub enum Outcome {
 impl Outcome {
     /// Whether the call failed (an error, or an injected failure).
     pub fn failed(&self) -> bool {
-        matches!(self, Outcome::Error { .. } | Outcome::Injected { .. })
+        matches!(self, Outcome::Error { .. } | Outcome::Injected { .. } | Outcome::ServiceErrorInjected { .. })
     }
 
     /// Whether the call wrote at least one row: an INSERT/UPDATE/DELETE that affected rows, or a

@@ -66,6 +66,9 @@ pub struct Slot {
     /// Why the run must stop (an external worker the proxies cannot relay: it requires TLS,
     /// or bypassed a proxy). The scheduler fails the run with it (exit 2).
     pub fatal: Option<String>,
+    /// Every PostgreSQL backend an external worker opened (its pools): all are terminated when
+    /// it crashes, so that none keeps its locks.
+    pub backend_pids: Vec<i32>,
     /// Set by the scheduler for `crash@<call>:applied`: the granted call is applied but its
     /// reply withheld from the worker, which is then killed.
     pub withhold: bool,
@@ -90,6 +93,7 @@ impl Slot {
             passed: Vec::new(),
             at_cycle_start: false,
             fatal: None,
+            backend_pids: Vec::new(),
             withhold: false,
             sqs_requests: 0,
         }

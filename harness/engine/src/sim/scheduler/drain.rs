@@ -175,6 +175,7 @@ impl Run<'_> {
         }
         let mut sent = std::collections::BTreeSet::new();
         let mut deleted = std::collections::BTreeSet::new();
+        let mut received = std::collections::BTreeSet::new();
         for e in &self.history.entries {
             let facts = match e {
                 crate::sim::history::Entry::Step(s) => &s.facts,
@@ -189,9 +190,20 @@ impl Run<'_> {
                     Fact::Deleted { msg, .. } => {
                         deleted.insert(msg.clone());
                     }
+                    Fact::Received { msg, .. } => {
+                        received.insert(msg.clone());
+                    }
                     _ => {}
                 }
             }
+        }
+        let unsent: Vec<String> = received.difference(&sent).cloned().collect();
+        if !unsent.is_empty() {
+            anyhow::bail!(
+                "worker bypassed the proxy: {} was received but never sent through crashpoint (a worker sent it to \
+                 LocalStack directly); point the worker's SDK at AWS_ENDPOINT_URL_SQS",
+                unsent.join(", ")
+            );
         }
         let unseen: Vec<String> = sent.difference(&deleted).cloned().collect();
         if !unseen.is_empty() {

@@ -365,9 +365,16 @@ impl<'a> Run<'a> {
     /// external worker's PostgreSQL proxy reads the reply and never relays it), then kills `w`.
     fn crash_applied(&mut self, w: &str, op: &str) -> Result<()> {
         self.run_until(w, &format!("call `{op}`"), |s| matches!(s.status, Status::Parked { op: o, .. } if o == op))?;
-        self.with_slot(w, |s| s.withhold = true);
+        let external = self.is_external(w);
+        self.with_slot(w, |s| s.withhold = external);
         self.step(w, Some(op))?;
         self.with_slot(w, |s| s.withhold = false);
+        if external && !matches!(self.status(w), Status::Waiting { .. }) {
+            return Err(inapplicable(format!(
+                "{w}'s `{op}` did not complete with its reply withheld: only a PostgreSQL call's reply can be, \
+                 and the call must not be blocked"
+            )));
+        }
         self.crash(w)
     }
 
@@ -380,7 +387,7 @@ impl<'a> Run<'a> {
             _ => (None, None),
         };
         self.sim.crash(w);
-        let pid = self.with_slot(w, |s| {
+        let pids = self.with_slot(w, |s| {
             s.status = Status::Crashed;
             s.granted = false;
             s.blocked_by = None;
@@ -388,12 +395,16 @@ impl<'a> Run<'a> {
             s.completed = None;
             s.notes.clear();
             s.idle = false;
-            s.backend_pid.take()
+            let mut pids = std::mem::take(&mut s.backend_pids);
+            pids.extend(s.backend_pid.take());
+            pids.sort_unstable();
+            pids.dedup();
+            pids
         });
         tracing::info!(worker = w, at = ?at, op = ?op, t_ms = self.now(), "crash injected");
         self.history.entries.push(Entry::Crash { t_ms: self.now(), worker: w.to_string(), at, op });
         self.polls.db_changed();
-        if let Some(pid) = pid {
+        for pid in pids {
             self.admin.terminate_backend(pid)?;
         }
         self.settle(None)
@@ -504,12 +515,17 @@ impl<'a> Run<'a> {
         self.fire_armed_crashes()
     }
 
-    /// Whether `w` is an external handler that has not sent one request to its SQS proxy (it
-    /// is stuck talking to LocalStack directly).
+    /// Whether `w` is an external handler stuck talking to LocalStack directly.
+    /// The evidence: it connected to PostgreSQL through its proxy, so it runs, yet it never
+    /// asked its SQS proxy for anything.
     fn bypasses_sqs(&self, w: &str) -> bool {
-        let Some(role) = role_of(&self.roles, w) else { return false };
-        let external = self.external_roles.iter().any(|r| *r == role.prefix);
-        external && matches!(role.kind, RoleKind::Handler { .. }) && self.with_slot(w, |s| s.sqs_requests == 0)
+        let handler = role_of(&self.roles, w).is_some_and(|r| matches!(r.kind, RoleKind::Handler { .. }));
+        handler && self.is_external(w) && self.with_slot(w, |s| s.sqs_requests == 0 && !s.backend_pids.is_empty())
+    }
+
+    /// Whether `w` is an external worker process.
+    fn is_external(&self, w: &str) -> bool {
+        role_of(&self.roles, w).is_some_and(|r| self.external_roles.contains(&r.prefix))
     }
 
     /// Feeds a fact to the logical clock and to the drain's poll bookkeeping.

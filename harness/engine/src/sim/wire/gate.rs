@@ -31,6 +31,10 @@ pub struct PgCall {
     pub sql: Vec<String>,
     /// Whether the batch ends with Terminate (the client is closing the connection).
     pub terminate: bool,
+    /// Whether the batch executes anything (a Query, an Execute or a FunctionCall). A batch
+    /// that only prepares (Parse, Describe, Sync: libpq's `PQprepare`, asyncpg, JDBC) is not a
+    /// call of its own: it passes ungated, and its text is remembered for the Execute.
+    pub executes: bool,
 }
 
 /// What the server answered to one [`PgCall`].

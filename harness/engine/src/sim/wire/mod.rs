@@ -56,19 +56,21 @@ pub struct WorkerInfo {
     pub command: String,
     /// The first line its program prints for `--version` (`Python 3.11.7`), or why not.
     pub runtime: String,
-    /// The SDK retry settings its SQS requests carried (`amz-sdk-request: attempt=1; max=4`),
-    /// or `none seen`.
+    /// The first SDK retry header its SQS requests carried in this crashpoint process
+    /// (`amz-sdk-request: attempt=1; max=4`), or `none seen`.
     pub sdk_retries: String,
 }
 
-/// Retry headers seen on the wire, by role: the first of each distinct value.
-static RETRY_HEADERS: std::sync::Mutex<std::collections::BTreeMap<&'static str, String>> =
+/// Retry headers seen on the wire, by worker command line: the first one seen.
+static RETRY_HEADERS: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
 
-/// Records the retry header of a first attempt seen from role `role`'s worker.
-pub(crate) fn saw_retry_header(role: &'static str, header: String) {
+/// Records a retry header seen from the worker run by `command`.
+pub(crate) fn saw_retry_header(command: &str, header: String) {
     let mut m = RETRY_HEADERS.lock().unwrap_or_else(|e| e.into_inner());
-    m.entry(role).or_insert(header);
+    if !m.contains_key(command) {
+        m.insert(command.to_string(), header);
+    }
 }
 
 /// The report's description of `ext`. Runs `<program> --version` once per program.
@@ -89,6 +91,6 @@ pub fn info(ext: &External) -> WorkerInfo {
             Err(e) => format!("`{program} --version` failed: {e}"),
         })
         .clone();
-    let sdk_retries = RETRY_HEADERS.lock().unwrap_or_else(|e| e.into_inner()).get(ext.role).cloned().unwrap_or_else(|| "none seen".into());
+    let sdk_retries = RETRY_HEADERS.lock().unwrap_or_else(|e| e.into_inner()).get(&ext.command.join(" ")).cloned().unwrap_or_else(|| "none seen".into());
     WorkerInfo { role: ext.role.to_string(), command: ext.command.join(" "), runtime, sdk_retries }
 }

@@ -333,7 +333,11 @@ impl Conn {
         let mut named = HashSet::new();
         for (tag, body) in messages(batch) {
             match tag {
-                b'Q' => call.sql.push(cstr(body).0),
+                b'Q' => {
+                    call.sql.push(cstr(body).0);
+                    call.executes = true;
+                }
+                b'E' | b'F' => call.executes = true,
                 b'P' => {
                     let (name, rest) = cstr(body);
                     let text = cstr(rest).0;

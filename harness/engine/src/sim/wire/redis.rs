@@ -113,28 +113,50 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &WireWorker) -> Re
         let name = args.first().map(|a| a.to_ascii_uppercase()).unwrap_or_default();
         let gated = !PASS.contains(&name.as_str()) && !(in_multi && name != "EXEC");
         in_multi = (in_multi || name == "MULTI") && name != "EXEC" && name != "DISCARD";
-        let op = label(&name, &args);
+        let op = worker.ext.label_of(&name, false).unwrap_or_else(|| label(&name, &args));
         if gated {
-            if let super::worker::Granted::Fail(cp) = worker.hold(op, Service::Redis, false).await {
+            // Held, while watching the client: a command whose client went away is never sent.
+            let granted = {
+                let held = worker.hold(op, Service::Redis, false);
+                tokio::pin!(held);
+                loop {
+                    tokio::select! {
+                        g = &mut held => break g,
+                        more = fill(&mut client, &mut from_client) => if !more? { return Ok(()) },
+                    }
+                }
+            };
+            if let super::worker::Granted::Fail(cp) = granted {
                 worker.complete(Service::Redis, Outcome::Done, vec![]);
-                client.write_all(format!("-ERR crashpoint: service error injected at {cp}\r\n").as_bytes()).await?;
+                if name == "EXEC" {
+                    // The transaction is dropped as a failed EXEC drops it (Redis: EXECABORT).
+                    server.write_all(b"*1\r\n$7\r\nDISCARD\r\n").await?;
+                    read_one(&mut server, &mut from_server).await?;
+                    client.write_all(format!("-EXECABORT crashpoint: service error injected at {cp}\r\n").as_bytes()).await?;
+                } else {
+                    client.write_all(format!("-ERR crashpoint: service error injected at {cp}\r\n").as_bytes()).await?;
+                }
                 continue;
             }
         }
         server.write_all(&bytes).await?;
-        let (reply, n) = loop {
-            if let Some(r) = read_reply(&from_server)? {
-                break r;
-            }
-            if !fill(&mut server, &mut from_server).await? {
-                bail!("Redis closed the connection");
-            }
-        };
-        let out: Vec<u8> = from_server.drain(..n).collect();
+        let (reply, out) = read_one(&mut server, &mut from_server).await?;
         client.write_all(&out).await?;
         if gated {
             let (outcome, facts) = outcome(&name, &args, &reply);
             worker.complete(Service::Redis, outcome, facts);
+        }
+    }
+}
+
+/// Reads one complete reply from the server: what it says, and its bytes.
+async fn read_one(server: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(Reply, Vec<u8>)> {
+    loop {
+        if let Some((reply, n)) = read_reply(buf)? {
+            return Ok((reply, buf.drain(..n).collect()));
+        }
+        if !fill(server, buf).await? {
+            bail!("Redis closed the connection");
         }
     }
 }

@@ -6,6 +6,7 @@
 //! setup = ["bash", "examples/python-worker/setup.sh"]    # run once, before the first schedule
 //! systems = ["check-then-insert", "ack-before-commit"]    # variants it accepts as --system
 //! points = { recv = "after_receive", insert_payout = "after_business_insert" }
+//! labels = { claim = "INSERT INTO processed_message", ack = "DeleteMessage" }  # calls by wire predicate
 //! pass = ["SELECT version()"]                              # more statements that pass ungated
 //! step_timeout_s = 10
 //! ```
@@ -36,6 +37,8 @@ pub struct ExternalRaw {
     points: BTreeMap<String, String>,
     #[serde(default)]
     pass: Vec<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
     #[serde(default = "default_step_timeout_s")]
     step_timeout_s: u64,
 }
@@ -65,6 +68,11 @@ pub struct External {
     /// Statement prefixes (case-insensitive) that pass the PostgreSQL proxy ungated, besides
     /// the pools' health checks.
     pub pass: Vec<String>,
+    /// Call labels by wire predicate, in label order: (label, predicate in upper case). A
+    /// PostgreSQL call whose SQL contains the predicate, an SQS call whose operation is it
+    /// (`DELETEMESSAGE`), or a Redis command named by it, gets the label; a
+    /// `/* crashpoint:<label> */` comment in the SQL wins.
+    pub labels: Vec<(&'static str, String)>,
     /// Real time a worker may take between two calls before the run fails (exit 2), s.
     pub step_timeout_s: u64,
 }
@@ -93,6 +101,16 @@ impl External {
             })?;
             points.insert(op, *cp);
         }
+        let mut labels = Vec::new();
+        for (label, predicate) in raw.labels {
+            if label.is_empty() || !label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+                bail!("field `labels.{label}`: a call label is lower case letters, digits and `_`");
+            }
+            if predicate.trim().is_empty() {
+                bail!("field `labels.{label}`: expected a SQL fragment, an SQS operation or a Redis command");
+            }
+            labels.push((intern(&label), predicate.trim().to_ascii_uppercase()));
+        }
         if raw.step_timeout_s == 0 {
             bail!("field `step_timeout_s`: expected a positive number of seconds");
         }
@@ -105,8 +123,16 @@ impl External {
             systems: raw.systems,
             points,
             pass: raw.pass.into_iter().map(|p| p.to_ascii_uppercase()).collect(),
+            labels,
             step_timeout_s: raw.step_timeout_s,
         })
+    }
+
+    /// The label the scenario gives a call whose wire text (SQL, SQS operation or Redis
+    /// command name) is `text`: for SQL the first predicate it contains, else one equal to it.
+    pub fn label_of(&self, text: &str, contains: bool) -> Option<&'static str> {
+        let text = text.to_ascii_uppercase();
+        self.labels.iter().find(|(_, p)| if contains { text.contains(p.as_str()) } else { text == *p }).map(|(l, _)| *l)
     }
 
     /// The crash point a worker stands at after call `op`, if any.

@@ -167,7 +167,9 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let Some(op) = label(&call.op) else {
         return forward_or_502(p, &parts, body).await;
     };
-    if op == "batch" {
+    let kind = op;
+    let op = p.worker.ext.label_of(&call.op, false).unwrap_or(op);
+    if kind == "batch" {
         p.worker.fatal(format!(
             "{}: {} through the proxy is not modelled yet; use the single-message operations",
             p.worker.me, call.op
@@ -176,28 +178,41 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
     }
     for h in ["amz-sdk-request", "aws-sdk-retry"] {
         if let Some(v) = parts.headers.get(h).and_then(|v| v.to_str().ok()) {
-            super::saw_retry_header(p.worker.ext.role, format!("{h}: {v}"));
+            super::saw_retry_header(&p.worker.ext.command.join(" "), format!("{h}: {v}"));
+        }
+    }
+    if kind == "recv" {
+        if let Some(v) = call.param("VisibilityTimeout") {
+            p.worker.fatal(format!(
+                "{}: ReceiveMessage with VisibilityTimeout={v}: that timeout would run in real seconds, behind the \
+                 logical clock; leave it out (the queue's visibility timeout is the scenario's `visibility_timeout_s`)",
+                p.worker.me
+            ));
+            return call.error_reply("crashpoint: ReceiveMessage VisibilityTimeout is not supported");
         }
     }
     let invocation = ["amz-sdk-invocation-id", "aws-sdk-invocation-id"]
         .iter()
         .find_map(|h| parts.headers.get(*h).and_then(|v| v.to_str().ok()).map(str::to_string));
-    if invocation.is_some() && *p.last_invocation.borrow() == invocation {
-        p.worker.note(format!("SDK retry of {} (same invocation id): the same call", call.op));
-        return forward_or_502(p, &parts, body).await;
-    }
-    *p.last_invocation.borrow_mut() = invocation;
     let queue = call.param("QueueUrl").and_then(|u| p.worker.queue_of_url(&u));
-    let cycle_start = op == "recv" && queue.is_some() && queue == p.worker.queue;
-    if let super::worker::Granted::Fail(cp) = p.worker.hold(op, Service::Sqs, cycle_start).await {
-        p.worker.complete(Service::Sqs, Outcome::Done, vec![]);
-        return call.error_reply(&format!("crashpoint: service error injected at {cp}"));
+    if invocation.is_some() && *p.last_invocation.borrow() == invocation {
+        // An SDK retry continues the call the scheduler granted: not a new decision, but its
+        // outcome is recorded like any call's.
+        p.worker.note(format!("SDK retry of {} (same invocation id): the same call, not a new decision", call.op));
+        p.worker.ungated(op, Service::Sqs);
+    } else {
+        let cycle_start = kind == "recv" && queue.is_some() && queue == p.worker.queue;
+        if let super::worker::Granted::Fail(cp) = p.worker.hold(op, Service::Sqs, cycle_start).await {
+            p.worker.complete(Service::Sqs, Outcome::Done, vec![]);
+            return call.error_reply(&format!("crashpoint: service error injected at {cp}"));
+        }
+        *p.last_invocation.borrow_mut() = invocation;
     }
     let Some(queue) = queue else {
         p.worker.complete(Service::Sqs, Outcome::Error { message: "unknown queue".into() }, vec![]);
         return call.error_reply("crashpoint: the QueueUrl names none of the schedule's queues");
     };
-    match op {
+    match kind {
         "recv" => receive(p, &call, queue, &parts, body).await,
         "send" => send(p, &call, queue, &parts, body).await,
         "delete" => delete(p, &call, &parts, body).await,
@@ -242,8 +257,9 @@ async fn forward_call(
             Err(reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: {e:#}"), None))
         }
         Ok((status, headers, rbody)) if !status.is_success() => {
-            let text: String = String::from_utf8_lossy(&rbody).chars().take(200).collect();
-            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("HTTP {status}: {text}") }, vec![]);
+            // The error code only: bodies carry request ids and receipt handles (not deterministic).
+            let code = error_code(&rbody).unwrap_or_default();
+            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("HTTP {} {code}", status.as_u16()) }, vec![]);
             Err(passthrough(status, headers, rbody))
         }
         Ok(r) => Ok(r),
@@ -303,6 +319,15 @@ fn parse_received(proto: Proto, body: &[u8]) -> Vec<Received> {
     }
 }
 
+/// The error code of an SQS error body: JSON `__type` (after its `#`) or query XML `<Code>`.
+fn error_code(body: &[u8]) -> Option<String> {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+        let t = str_of(&v, "__type");
+        return Some(t.rsplit('#').next().unwrap_or_default().to_string());
+    }
+    xml_tag(&String::from_utf8_lossy(body), "Code")
+}
+
 fn str_of(v: &serde_json::Value, key: &str) -> String {
     v.get(key).and_then(|s| s.as_str()).unwrap_or_default().to_string()
 }
@@ -343,14 +368,18 @@ async fn receive(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::
     let mut facts = Vec::new();
     let mut outcome = Outcome::Empty;
     let mut lost_all = !msgs.is_empty();
+    let mut lost = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         let msg = p.worker.label(prefix, &m.id);
         p.worker.remember_receipt(&m.receipt, queue, &msg);
-        let lost = p.worker.world.borrow_mut().sqs.received(queue, &msg, &m.receipt, &m.body);
-        lost_all &= lost;
+        let is_lost = p.worker.world.borrow_mut().sqs.received(queue, &msg, &m.receipt, &m.body);
+        lost_all &= is_lost;
+        if is_lost {
+            lost.push(m.receipt.clone());
+        }
         facts.push(Fact::Received { queue, msg: msg.clone(), receive_count: m.receive_count, receipt: m.receipt.clone() });
         if i == 0 {
-            outcome = if lost {
+            outcome = if is_lost {
                 Outcome::ReceiveLost { msg, receive_count: m.receive_count }
             } else {
                 Outcome::Received { msg, receive_count: m.receive_count }
@@ -365,7 +394,40 @@ async fn receive(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::
     if lost_all {
         return empty();
     }
+    if !lost.is_empty() {
+        // Replies are not signed: the lost messages are cut out of it.
+        return passthrough(status, headers, Bytes::from(without_messages(call.proto, &rbody, &lost)));
+    }
     passthrough(status, headers, rbody)
+}
+
+/// A ReceiveMessage reply without the messages whose receipt handle is in `receipts`.
+fn without_messages(proto: Proto, body: &[u8], receipts: &[String]) -> Vec<u8> {
+    match proto {
+        Proto::Json => {
+            let mut v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+            if let Some(ms) = v.get_mut("Messages").and_then(|m| m.as_array_mut()) {
+                ms.retain(|m| !receipts.contains(&str_of(m, "ReceiptHandle")));
+            }
+            v.to_string().into_bytes()
+        }
+        Proto::Query => {
+            let text = String::from_utf8_lossy(body);
+            let mut parts = text.split("<Message>");
+            let mut out = parts.next().unwrap_or_default().to_string();
+            for m in parts {
+                let keep = xml_tag(m, "ReceiptHandle").is_none_or(|r| !receipts.contains(&r));
+                let (message, rest) = m.split_once("</Message>").unwrap_or((m, ""));
+                if keep {
+                    out.push_str("<Message>");
+                    out.push_str(message);
+                    out.push_str("</Message>");
+                }
+                out.push_str(rest);
+            }
+            out.into_bytes()
+        }
+    }
 }
 
 fn passthrough(status: StatusCode, headers: hyper::HeaderMap, body: Bytes) -> Response<Full<Bytes>> {
@@ -484,5 +546,11 @@ mod tests {
         let m = parse_received(Proto::Query, xml);
         assert_eq!((m[0].id.as_str(), m[0].body.as_str(), m[0].receive_count), ("b", "{\"x\":1}", 3));
         assert!(parse_received(Proto::Json, b"{}").is_empty());
+        let cut = without_messages(Proto::Query, xml, &["s".to_string()]);
+        assert!(parse_received(Proto::Query, &cut).is_empty());
+        let two = br#"{"Messages":[{"MessageId":"a","ReceiptHandle":"r"},{"MessageId":"b","ReceiptHandle":"q"}]}"#;
+        let cut = without_messages(Proto::Json, two, &["r".to_string()]);
+        assert_eq!(parse_received(Proto::Json, &cut).iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), vec!["b"]);
+        assert_eq!(error_code(br#"{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"x"}"#).as_deref(), Some("QueueDoesNotExist"));
     }
 }

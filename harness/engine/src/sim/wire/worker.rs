@@ -37,6 +37,8 @@ pub struct WireWorker {
     /// The workload's message identity of a body.
     pub identity: Rc<IdentityFn>,
     at: Cell<Option<CrashPoint>>,
+    /// The call held at the gate now, if any.
+    holding: Cell<Option<&'static str>>,
     /// The call held or in flight: its label, how it was granted.
     current: RefCell<Option<(&'static str, Granted)>>,
     /// Receipt handles it received, to the message's (queue, label).
@@ -46,18 +48,26 @@ pub struct WireWorker {
 impl WireWorker {
     /// A gate for worker `me`.
     pub fn new(me: String, world: SharedWorld, ext: std::sync::Arc<External>, queue: Option<&'static str>, queues: QueueUrls, identity: Rc<IdentityFn>) -> WireWorker {
-        WireWorker { me, world, ext, queue, queues, identity, at: Cell::new(None), current: RefCell::new(None), receipts: RefCell::new(BTreeMap::new()) }
+        WireWorker { me, world, ext, queue, queues, identity, at: Cell::new(None), holding: Cell::new(None), current: RefCell::new(None), receipts: RefCell::new(BTreeMap::new()) }
     }
 
     /// Parks the worker before call `op` until the scheduler grants it. `cycle_start` marks a
     /// receive from its own queue (the top of a consumer's loop). Returns how it was granted.
     pub async fn hold(&self, op: &'static str, service: Service, cycle_start: bool) -> Granted {
+        if let Some(other) = self.holding.replace(Some(op)) {
+            self.fatal(format!(
+                "{}: `{op}` was sent while `{other}` was held: crashpoint needs one handling thread per worker \
+                 process (calls one at a time)",
+                self.me
+            ));
+        }
         if cycle_start {
             self.world.borrow_mut().slot(&self.me).at_cycle_start = true;
         }
-        let mut guard = Abandoned { world: &self.world, me: &self.me, op, at: self.at.get(), armed: true };
+        let mut guard = Abandoned { world: &self.world, me: &self.me, op, at: self.at.get(), holding: &self.holding, armed: true };
         let failed = crate::sim::gate::park(&self.world, &self.me, op, self.at.get()).await;
         guard.armed = false;
+        self.holding.set(None);
         let mut w = self.world.borrow_mut();
         let withhold = std::mem::take(&mut w.slot(&self.me).withhold);
         let granted = match failed {
@@ -76,15 +86,31 @@ impl WireWorker {
         granted
     }
 
+    /// Starts a call that passes without a hold (an SDK retry of a granted call): it is
+    /// counted and recorded like any call, and decides nothing.
+    pub fn ungated(&self, op: &'static str, service: Service) {
+        let mut w = self.world.borrow_mut();
+        match service {
+            Service::Postgres => w.calls.pg += 1,
+            Service::Sqs => w.calls.sqs += 1,
+            Service::Redis => w.calls.redis += 1,
+            Service::None => {}
+        }
+        *self.current.borrow_mut() = Some((op, Granted::Go));
+    }
+
     /// The call held last completed with `outcome` and `facts`: records its step; the worker
     /// now stands at the crash point after it.
     pub fn complete(&self, service: Service, outcome: Outcome, facts: Vec<Fact>) {
         let Some((op, granted)) = self.current.borrow_mut().take() else { return };
         let (service, outcome) = match granted {
-            Granted::Fail(at) => (Service::None, Outcome::Injected { at }),
+            Granted::Fail(at) => (Service::None, Outcome::ServiceErrorInjected { at }),
             _ => (service, outcome),
         };
-        let at = self.at.replace(self.ext.point_after(op));
+        // As in-process: a crash point is reached only by a call that succeeded, and the one
+        // after a receive only when a message came (an idle poll stands nowhere).
+        let reached = !outcome.failed() && !matches!(outcome, Outcome::Empty | Outcome::ReceiveLost { .. });
+        let at = self.at.replace(if reached { self.ext.point_after(op) } else { None });
         let mut w = self.world.borrow_mut();
         let t_ms = w.now_ms;
         let slot = w.slot(&self.me);
@@ -93,7 +119,7 @@ impl WireWorker {
             slot.passed.push(cp);
         }
         slot.completed = Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, outcome, idle: false, facts });
-        if granted == Granted::Withhold {
+        if granted == Granted::Withhold && service == Service::Postgres {
             // It will never move again: the scheduler kills it now.
             slot.status = Status::Waiting { at: self.at.get() };
             slot.notes.push(format!("the reply to `{op}` is withheld: applied, and the worker dies before it hears of it"));
@@ -163,6 +189,7 @@ struct Abandoned<'a> {
     me: &'a str,
     op: &'static str,
     at: Option<CrashPoint>,
+    holding: &'a Cell<Option<&'static str>>,
     armed: bool,
 }
 
@@ -171,26 +198,68 @@ impl Drop for Abandoned<'_> {
         if !self.armed {
             return;
         }
+        self.holding.set(None);
         if let Ok(mut w) = self.world.try_borrow_mut() {
             let slot = w.slot(self.me);
-            if matches!(slot.status, Status::Parked { .. }) {
+            // Granted or not, this call will never be made: a grant left set would let the
+            // worker's next call through unscheduled.
+            slot.granted = false;
+            if matches!(slot.status, Status::Parked { .. } | Status::Running { .. }) {
                 slot.status = Status::Running { op: self.op, at: self.at };
-                slot.granted = false;
+                slot.notes.push(format!("`{}` abandoned: the worker's connection went away while it was held", self.op));
             }
         }
     }
 }
 
+/// The statements of a simple Query's text: split at `;` outside quotes, dollar quotes and
+/// comments (a `SET …; INSERT …` must not pass as a `SET`).
+pub fn statements(sql: &str) -> Vec<String> {
+    let (mut out, mut cur) = (Vec::new(), String::new());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                cur.push(c);
+                for d in chars.by_ref() {
+                    cur.push(d);
+                    if d == c {
+                        break;
+                    }
+                }
+            }
+            '$' if chars.peek() == Some(&'$') => {
+                cur.push_str("$$");
+                chars.next();
+                while let Some(d) = chars.next() {
+                    cur.push(d);
+                    if d == '$' && chars.peek() == Some(&'$') {
+                        cur.push('$');
+                        chars.next();
+                        break;
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                for d in chars.by_ref() {
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            ';' => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+}
+
 /// The label of a PostgreSQL call: a `/* crashpoint:NAME */` comment in its SQL, else
 /// `begin`, `commit` or `rollback` for those statements, else `sql`.
 pub fn pg_label(call: &PgCall) -> &'static str {
-    for sql in &call.sql {
-        if let Some(i) = sql.find("crashpoint:") {
-            let name: String = sql[i + 11..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').collect();
-            if !name.is_empty() {
-                return intern(&name);
-            }
-        }
+    if let Some(label) = comment_label(call) {
+        return label;
     }
     let first = call.sql.iter().map(|s| s.trim_start().to_ascii_uppercase()).find(|s| !s.is_empty()).unwrap_or_default();
     let word = first.split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("");
@@ -200,6 +269,15 @@ pub fn pg_label(call: &PgCall) -> &'static str {
         "ROLLBACK" | "ABORT" => "rollback",
         _ => "sql",
     }
+}
+
+/// The label a `/* crashpoint:NAME */` comment in the call's SQL gives it.
+fn comment_label(call: &PgCall) -> Option<&'static str> {
+    call.sql.iter().find_map(|sql| {
+        let i = sql.find("crashpoint:")?;
+        let name: String = sql[i + 11..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').collect();
+        (!name.is_empty()).then(|| intern(&name))
+    })
 }
 
 /// What a PostgreSQL reply says, as an [`Outcome`].
@@ -226,24 +304,32 @@ impl PgGate for WireWorker {
     }
 
     fn backend(&self, pid: i32) {
-        self.world.borrow_mut().slot(&self.me).backend_pid = Some(pid);
+        let mut w = self.world.borrow_mut();
+        let slot = w.slot(&self.me);
+        slot.backend_pid = Some(pid);
+        if !slot.backend_pids.contains(&pid) {
+            slot.backend_pids.push(pid);
+        }
     }
 
     fn gated(&self, call: &PgCall) -> bool {
-        if call.terminate {
+        if call.terminate || !call.executes {
             return false;
         }
-        let passes = |sql: &String| {
-            let s = sql.trim().trim_end_matches(';').trim().to_ascii_uppercase();
+        let passes = |s: &str| {
+            let s = s.trim().to_ascii_uppercase();
             s.is_empty() || PG_PASS.iter().any(|p| s.starts_with(p.trim_end()) && (s.len() == p.trim_end().len() || p.ends_with(' ')))
                 || self.ext.pass.iter().any(|p| s.starts_with(p.as_str()))
         };
-        !call.sql.iter().all(passes)
+        !call.sql.iter().flat_map(|sql| statements(sql)).all(|st| passes(&st))
     }
 
     async fn hold(&self, pid: i32, call: &PgCall) -> Admit {
         self.backend(pid);
-        match WireWorker::hold(self, pg_label(call), Service::Postgres, false).await {
+        let label = comment_label(call)
+            .or_else(|| call.sql.iter().find_map(|sql| self.ext.label_of(sql, true)))
+            .unwrap_or_else(|| pg_label(call));
+        match WireWorker::hold(self, label, Service::Postgres, false).await {
             Granted::Fail(cp) => Admit::Fail(format!("crashpoint: service error injected at {cp}")),
             Granted::Withhold => Admit::Withhold,
             Granted::Go => Admit::Forward,
@@ -260,7 +346,7 @@ mod tests {
     use super::*;
 
     fn call(sql: &str) -> PgCall {
-        PgCall { sql: vec![sql.to_string()], terminate: false }
+        PgCall { sql: vec![sql.to_string()], terminate: false, executes: true }
     }
 
     #[test]
@@ -269,6 +355,13 @@ mod tests {
         assert_eq!(pg_label(&call("begin")), "begin");
         assert_eq!(pg_label(&call("COMMIT")), "commit");
         assert_eq!(pg_label(&call("UPDATE t SET x = 1")), "sql");
+    }
+
+    #[test]
+    fn statements_split_outside_quotes_and_comments() {
+        assert_eq!(statements("SET x = 1; INSERT INTO t VALUES (';')"), vec!["SET x = 1", "INSERT INTO t VALUES (';')"]);
+        assert_eq!(statements("SELECT $$a;b$$ -- c;d\n; "), vec!["SELECT $$a;b$$"]);
+        assert_eq!(statements(""), Vec::<String>::new());
     }
 
     #[test]

@@ -1,0 +1,21 @@
+<?php
+
+declare(strict_types=1);
+
+namespace App\Messenger;
+
+use Symfony\Component\Messenger\Stamp\StampInterface;
+
+/**
+ * The key and lease of a message's dispatch lock: the stamp seed 000 attaches with Symfony
+ * 7.3's `DeduplicateStamp(key: 'payment-captured.'.$eventId, ttl: 900)`, which Messenger 5.4
+ * does not have.
+ */
+final class DeduplicateStamp implements StampInterface
+{
+    public function __construct(
+        public readonly string $key,
+        public readonly int $ttl = 300,
+    ) {
+    }
+}
