@@ -79,12 +79,16 @@ pub fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::from_conf(config)
 }
 
-/// A multiplexed Redis connection to `url`.
+/// A multiplexed Redis connection to `url`, without redis-rs's own timeouts (500 ms per
+/// response, 1 s to connect). Worker hosts run on turmoil's clock, which races ahead while
+/// real I/O is pending (GUIDE.md §5), so those timeouts fired on replies that arrived: a lock
+/// taken was reported as an error. The harness's step timeout covers a Redis that hangs.
 pub async fn redis_connect(url: &str) -> Result<redis::aio::MultiplexedConnection> {
     let client = redis::Client::open(url)
         .with_context(|| format!("REDIS_URL {} is not a Redis URL", redact::url(url)))?;
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None).set_connection_timeout(None);
     client
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .with_context(|| format!("connecting to Redis at {}", redact::url(url)))
 }

@@ -346,11 +346,12 @@ impl Cx {
                     .attributes
                     .as_ref()
                     .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(1);
+                    .and_then(|v| v.parse().ok());
+                let msg = self.label(prefix, id);
+                let receive_count = self.world.borrow_mut().count_receive(&msg, receive_count);
                 Delivery {
                     queue,
-                    msg: self.label(prefix, id),
+                    msg,
                     body: m.body.unwrap_or_default(),
                     receipt: m.receipt_handle.unwrap_or_default(),
                     receive_count,

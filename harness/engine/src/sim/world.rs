@@ -115,6 +115,9 @@ pub struct World {
     pub to_dispatch: std::collections::VecDeque<Event>,
     /// The SQS nemesis: armed AWS-only behaviours, latest receipt handles, bodies.
     pub sqs: crate::nemesis::sqs::SqsNemesis,
+    /// Receives of each message label so far (SQS `ApproximateReceiveCount`), for workers whose
+    /// receives do not ask SQS for it (Symfony Messenger 5.4).
+    pub receive_counts: BTreeMap<String, u32>,
 }
 
 /// The handle workers and the scheduler share.
@@ -130,7 +133,16 @@ impl World {
             calls: CallCounts::default(),
             to_dispatch: Default::default(),
             sqs: Default::default(),
+            receive_counts: BTreeMap::new(),
         }))
+    }
+
+    /// Records a receive of `msg`: SQS's count when the reply carried it, else one more than
+    /// the receives seen so far. Returns the count.
+    pub fn count_receive(&mut self, msg: &str, reported: Option<u32>) -> u32 {
+        let seen = self.receive_counts.entry(msg.to_string()).or_default();
+        *seen = reported.unwrap_or(*seen + 1).max(*seen);
+        *seen
     }
 
     /// The slot of `worker`. Panics on an unknown name (a harness bug).

@@ -271,7 +271,8 @@ struct Received {
     id: String,
     receipt: String,
     body: String,
-    receive_count: u32,
+    /// `ApproximateReceiveCount`, when the receive asked for it.
+    receive_count: Option<u32>,
 }
 
 fn parse_received(proto: Proto, body: &[u8]) -> Vec<Received> {
@@ -289,8 +290,7 @@ fn parse_received(proto: Proto, body: &[u8]) -> Vec<Received> {
                             receive_count: m
                                 .get("Attributes")
                                 .map(|a| str_of(a, "ApproximateReceiveCount"))
-                                .and_then(|c| c.parse().ok())
-                                .unwrap_or(1),
+                                .and_then(|c| c.parse().ok()),
                         })
                         .collect()
                 })
@@ -305,8 +305,7 @@ fn parse_received(proto: Proto, body: &[u8]) -> Vec<Received> {
                         .split("<Attribute>")
                         .find(|a| a.contains("<Name>ApproximateReceiveCount</Name>"))
                         .and_then(|a| xml_tag(a, "Value"))
-                        .and_then(|c| c.parse().ok())
-                        .unwrap_or(1);
+                        .and_then(|c| c.parse().ok());
                     Received {
                         id: xml_tag(m, "MessageId").unwrap_or_default(),
                         receipt: xml_tag(m, "ReceiptHandle").unwrap_or_default(),
@@ -371,18 +370,19 @@ async fn receive(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::
     let mut lost = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         let msg = p.worker.label(prefix, &m.id);
+        let receive_count = p.worker.world.borrow_mut().count_receive(&msg, m.receive_count);
         p.worker.remember_receipt(&m.receipt, queue, &msg);
         let is_lost = p.worker.world.borrow_mut().sqs.received(queue, &msg, &m.receipt, &m.body);
         lost_all &= is_lost;
         if is_lost {
             lost.push(m.receipt.clone());
         }
-        facts.push(Fact::Received { queue, msg: msg.clone(), receive_count: m.receive_count, receipt: m.receipt.clone() });
+        facts.push(Fact::Received { queue, msg: msg.clone(), receive_count, receipt: m.receipt.clone() });
         if i == 0 {
             outcome = if is_lost {
-                Outcome::ReceiveLost { msg, receive_count: m.receive_count }
+                Outcome::ReceiveLost { msg, receive_count }
             } else {
-                Outcome::Received { msg, receive_count: m.receive_count }
+                Outcome::Received { msg, receive_count }
             };
         } else {
             p.worker.note(format!("the same receive also returned {msg} (prefetch)"));
@@ -539,12 +539,12 @@ mod tests {
     fn received_messages_parse_from_json_and_xml() {
         let json = br#"{"Messages":[{"MessageId":"a","ReceiptHandle":"r","Body":"{\"x\":1}","Attributes":{"ApproximateReceiveCount":"2"}}]}"#;
         let m = parse_received(Proto::Json, json);
-        assert_eq!((m[0].id.as_str(), m[0].receipt.as_str(), m[0].body.as_str(), m[0].receive_count), ("a", "r", "{\"x\":1}", 2));
+        assert_eq!((m[0].id.as_str(), m[0].receipt.as_str(), m[0].body.as_str(), m[0].receive_count), ("a", "r", "{\"x\":1}", Some(2)));
         let xml = b"<ReceiveMessageResponse><ReceiveMessageResult><Message><MessageId>b</MessageId><ReceiptHandle>s</ReceiptHandle>\
             <Body>{&quot;x&quot;:1}</Body><Attribute><Name>ApproximateReceiveCount</Name><Value>3</Value></Attribute></Message>\
             </ReceiveMessageResult></ReceiveMessageResponse>";
         let m = parse_received(Proto::Query, xml);
-        assert_eq!((m[0].id.as_str(), m[0].body.as_str(), m[0].receive_count), ("b", "{\"x\":1}", 3));
+        assert_eq!((m[0].id.as_str(), m[0].body.as_str(), m[0].receive_count), ("b", "{\"x\":1}", Some(3)));
         assert!(parse_received(Proto::Json, b"{}").is_empty());
         let cut = without_messages(Proto::Query, xml, &["s".to_string()]);
         assert!(parse_received(Proto::Query, &cut).is_empty());
