@@ -2,7 +2,7 @@
 //! an external worker, and what it is told to do with it.
 //!
 //! A proxy (PostgreSQL, SQS or Redis) reads one complete call from the worker, asks its
-//! [`WireGate`] whether the call is gated, holds it until the gate admits it, then forwards it
+//! gate ([`PgGate`], or [`super::worker::WireWorker`] for SQS and Redis) whether the call is gated, holds it until the gate admits it, then forwards it
 //! (or answers with a service error), relays the reply, and reports what the reply said. The
 //! gate turns that into the same [`crate::sim::history::Step`]s as an in-process worker's call.
 

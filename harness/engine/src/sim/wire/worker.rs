@@ -1,7 +1,7 @@
 //! One external worker as the scheduler sees it: the gate its three proxies share.
 //!
-//! Every gated call parks the worker in its [`Slot`](crate::sim::world::Slot) exactly as an
-//! in-process call does ([`crate::sim::gate::park`]); when the reply has reached the process,
+//! Every gated call parks the worker in its slot of the shared world exactly as an
+//! in-process call does (the same `park` as [`crate::sim::cx::Cx`]); when the reply has reached the process,
 //! the call becomes a [`Step`] with its [`Outcome`] and [`Fact`]s, and the worker stands at the
 //! crash point after that call until its next request is held.
 
