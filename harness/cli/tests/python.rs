@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use crashpoint::explore::{self, Options};
-use crashpoint::scenario::run_scenario;
 use crashpoint::testkit;
 mod common;
 
@@ -15,18 +14,12 @@ fn opts(schedules: u64, seed: u64) -> Options {
 
 #[test]
 fn scripted_windows_pass_on_the_python_worker_and_repeat_byte_for_byte() {
-    for name in [
+    common::passes_twice_identically(&[
         "python/concurrent-same-event",
         "python/crash-after-commit",
         "python/lock-expiry",
         "python/commit-applied",
-    ] {
-        let s = common::scenario(name);
-        let first = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, None).unwrap();
-        assert!(first.passed(), "{name} failed:\n{}", first.trace);
-        let second = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, None).unwrap();
-        assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
-    }
+    ]);
 }
 
 #[test]

@@ -4,19 +4,17 @@
 //! messages per receive.
 
 use crashpoint::explore::{self, Options};
-use crashpoint::scenario::run_scenario;
 use crashpoint::testkit;
 mod common;
 
 #[test]
 fn seed_windows_pass_on_the_symfony_handler_and_repeat_byte_for_byte() {
-    for name in ["symfony/concurrent-same-event", "symfony/crash-after-commit", "symfony/lock-expiry", "symfony/commit-applied"] {
-        let s = common::scenario(name);
-        let first = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, None).unwrap();
-        assert!(first.passed(), "{name} failed:\n{}", first.trace);
-        let second = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, None).unwrap();
-        assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
-    }
+    common::passes_twice_identically(&[
+        "symfony/concurrent-same-event",
+        "symfony/crash-after-commit",
+        "symfony/lock-expiry",
+        "symfony/commit-applied",
+    ]);
 }
 
 #[test]

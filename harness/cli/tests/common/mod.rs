@@ -39,3 +39,15 @@ pub fn crashpoint_on_test_services() -> std::process::Command {
         .env("CI", "true");
     c
 }
+
+/// Runs each scripted scenario of `names` on the payout reference twice: it must pass, and the
+/// second trace must equal the first byte for byte.
+pub fn passes_twice_identically(names: &[&str]) {
+    for name in names {
+        let s = scenario(name);
+        let first = crashpoint::scenario::run_scenario(&crashpoint::testkit::endpoints(), payout("reference"), &s, None).unwrap();
+        assert!(first.passed(), "{name} failed:\n{}", first.trace);
+        let second = crashpoint::scenario::run_scenario(&crashpoint::testkit::endpoints(), payout("reference"), &s, None).unwrap();
+        assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
+    }
+}
