@@ -85,6 +85,7 @@ fn menu(s: &Scenario) -> Menu {
         events: s.event_names.clone(),
         decisions_max: s.explore.as_ref().map(|e| e.decisions_max).unwrap_or(24),
         sqs_faults: s.explore.as_ref().is_some_and(|e| e.sqs_faults),
+        applied: s.explore.as_ref().map(|e| e.applied.clone()).unwrap_or_default(),
         vocabulary: crate::schedule::Vocabulary::of(s.workload.as_ref()),
     }
 }

@@ -19,6 +19,11 @@ pub struct ExploreSpec {
     /// `sqs:receive-lost`) on the menu (default false).
     #[serde(default)]
     pub sqs_faults: bool,
+    /// Calls whose applied-then-unanswered crash is on the menu (`crash@<call>:applied`,
+    /// e.g. `["commit"]`; default none). For external workers: the call reaches PostgreSQL and
+    /// takes effect, and the worker is killed before the reply reaches it.
+    #[serde(default)]
+    pub applied: Vec<String>,
 }
 
 /// Exhaustive enumeration (`[exhaustive]` in a scenario file): after the scripted `schedule`

@@ -23,6 +23,8 @@ pub struct Menu {
     pub decisions_max: usize,
     /// Whether the AWS-only SQS faults (`sqs:…`) are on the menu.
     pub sqs_faults: bool,
+    /// Calls `X` for which `crash@X:applied` is on the menu (none: the menu is as before).
+    pub applied: Vec<String>,
     /// The workload's roles, crash points and faults.
     pub vocabulary: Vocabulary,
 }
@@ -46,6 +48,7 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     let at_points: Vec<(String, CrashPoint)> =
         workers.iter().flat_map(|w| menu.points_of(w).into_iter().map(move |c| (w.clone(), c))).collect();
     let killable = steppable.clone();
+    let steppable_workers = steppable.clone();
     let events = menu.events.clone();
     let step = select(steppable).prop_map(|worker| Decision::Step { worker, op: None });
     let crash = select(killable.clone()).prop_map(|worker| Decision::Crash { worker, at: None });
@@ -80,6 +83,12 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
         let sqs = select(SqsFault::ALL.to_vec()).prop_map(Decision::Sqs);
         s = prop_oneof![12 => s, 1 => sqs].boxed();
     }
+    if !menu.applied.is_empty() {
+        let pairs: Vec<(String, String)> =
+            steppable_workers.iter().flat_map(|w| menu.applied.iter().map(move |op| (w.clone(), op.clone()))).collect();
+        let applied = select(pairs).prop_map(|(worker, op)| Decision::CrashApplied { worker, op });
+        s = prop_oneof![16 => s, 1 => applied].boxed();
+    }
     s
 }
 
@@ -101,6 +110,7 @@ mod tests {
             events: vec!["e1".into(), "e2".into()],
             decisions_max: 30,
             sqs_faults: true,
+            applied: vec!["commit".into()],
             vocabulary: crate::schedule::text::tests::vocabulary(),
         }
     }
@@ -116,6 +126,7 @@ mod tests {
                 })
                 .prop_map(|(worker, op)| Decision::Step { worker, op: Some(op) }),
             (1u64..10_000_000).prop_map(|ms| Decision::Tick { ms }),
+            (select(menu().workers), "[a-z_]{1,14}").prop_map(|(worker, op)| Decision::CrashApplied { worker, op }),
         ]
     }
 

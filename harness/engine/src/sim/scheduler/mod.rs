@@ -363,6 +363,7 @@ impl<'a> Run<'a> {
 
     /// `crash@<op>:applied`: runs `w` to call `op`, grants it with its reply withheld (an
     /// external worker's PostgreSQL proxy reads the reply and never relays it), then kills `w`.
+    /// A call that blocks, or whose reply cannot be withheld, is noted and `w` killed anyway.
     fn crash_applied(&mut self, w: &str, op: &str) -> Result<()> {
         self.run_until(w, &format!("call `{op}`"), |s| matches!(s.status, Status::Parked { op: o, .. } if o == op))?;
         let external = self.is_external(w);
@@ -370,10 +371,13 @@ impl<'a> Run<'a> {
         self.step(w, Some(op))?;
         self.with_slot(w, |s| s.withhold = false);
         if external && !matches!(self.status(w), Status::Waiting { .. }) {
-            return Err(inapplicable(format!(
-                "{w}'s `{op}` did not complete with its reply withheld: only a PostgreSQL call's reply can be, \
-                 and the call must not be blocked"
-            )));
+            // Granted already, so the decision goes on: the kill lands where the worker is.
+            let why = match self.with_slot(w, |s| s.blocked_by.clone()) {
+                Some(_) => format!("`{op}` is blocked in the server: {w} is killed with it in flight"),
+                None => format!("the reply to `{op}` was not withheld (only a PostgreSQL reply can be): {w} is killed after it"),
+            };
+            self.with_slot(w, |s| s.notes.push(why));
+            self.collect(None);
         }
         self.crash(w)
     }
