@@ -20,7 +20,6 @@ const CLOCK_DDL: &str = "CREATE TABLE crashpoint_clock (now_ms BIGINT NOT NULL);
     CREATE FUNCTION crashpoint_now() RETURNS timestamptz LANGUAGE sql STABLE AS \
     $$ SELECT timestamptz '2026-01-01 00:00:00+00' + now_ms * interval '1 millisecond' FROM crashpoint_clock $$;";
 
-
 /// Admin connections and the namespace of one schedule.
 pub struct Admin {
     /// The runtime the admin clients live on.

@@ -42,6 +42,18 @@ pub struct CallCounts {
     pub redis: u32,
 }
 
+impl CallCounts {
+    /// Counts one call to `service` (none for [`Service::None`]: the call was not made).
+    pub fn add(&mut self, service: Service) {
+        match service {
+            Service::Postgres => self.pg += 1,
+            Service::Sqs => self.sqs += 1,
+            Service::Redis => self.redis += 1,
+            Service::None => {}
+        }
+    }
+}
+
 /// The service a call went to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

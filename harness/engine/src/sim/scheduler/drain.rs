@@ -170,7 +170,7 @@ impl Run<'_> {
     /// talking to LocalStack directly, past its proxy (its SDK was given another endpoint, or
     /// it sends to a queue URL's host). Errors: such a message, naming it.
     fn check_no_bypass(&self) -> Result<()> {
-        if !self.sql_clock {
+        if !self.has_external() {
             return Ok(());
         }
         let mut sent = std::collections::BTreeSet::new();

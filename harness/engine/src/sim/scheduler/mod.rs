@@ -107,8 +107,6 @@ pub struct Run<'a> {
     redeliveries: Vec<(String, &'static str, String)>,
     /// The role prefixes played by external worker processes.
     external_roles: Vec<&'static str>,
-    /// Whether the schema has `crashpoint_now()` to keep in step with the logical clock.
-    sql_clock: bool,
     /// Real time a moving worker may take before the run fails: the external workers'
     /// `step_timeout_s`, else [`CALL_TIMEOUT_S`].
     step_timeout: Duration,
@@ -156,8 +154,7 @@ impl<'a> Run<'a> {
     pub fn start(setup: Setup) -> Result<Run<'a>> {
         let ns = unique_namespace();
         let t0 = Instant::now();
-        let sql_clock = !setup.external.is_empty();
-        let admin = Admin::create(&setup.endpoints, &ns, &setup.system.schema_sql(), &setup.queues, sql_clock)?;
+        let admin = Admin::create(&setup.endpoints, &ns, &setup.system.schema_sql(), &setup.queues, !setup.external.is_empty())?;
         let identity = Rc::new(setup.identity);
         let step_timeout = setup.external.iter().map(|e| Duration::from_secs(e.step_timeout_s)).min();
         let admin_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -187,7 +184,6 @@ impl<'a> Run<'a> {
             workers: setup.workers,
             roles,
             identity,
-            sql_clock,
             external_roles: setup.external.iter().map(|e| e.role).collect(),
             step_timeout: step_timeout.unwrap_or(Duration::from_secs(CALL_TIMEOUT_S)),
             faults: setup.faults,
@@ -473,10 +469,7 @@ impl<'a> Run<'a> {
             }
             if let Err(e) = self.sim.step() {
                 // A fatal condition (a worker requiring TLS) explains a host's failure best.
-                if let Some(why) = self.world.borrow().slots.values().find_map(|s| s.fatal.clone()) {
-                    bail!("{why}");
-                }
-                bail!("a worker host failed: {e}");
+                bail!("{}", self.fatal().unwrap_or_else(|| format!("a worker host failed: {e}")));
             }
             // While the same workers wait on real I/O, stepping again at once only burns the
             // CPU that PostgreSQL and LocalStack need: after a few idle steps, pause briefly.
@@ -494,13 +487,6 @@ impl<'a> Run<'a> {
                 last_check = Instant::now();
             }
             if start.elapsed() > self.step_timeout {
-                let at: Vec<String> = moving
-                    .iter()
-                    .map(|w| match self.status(w) {
-                        Status::Running { op, .. } => format!("{w} (its last call: `{op}`)"),
-                        _ => format!("{w} (starting)"),
-                    })
-                    .collect();
                 if let Some(w) = moving.iter().find(|w| self.bypasses_sqs(w)) {
                     bail!(
                         "worker bypassed the proxy: {w} made no progress for {} s and sent no request to its SQS proxy; \
@@ -508,9 +494,16 @@ impl<'a> Run<'a> {
                         self.step_timeout.as_secs()
                     );
                 }
+                let at: Vec<String> = moving
+                    .iter()
+                    .map(|w| match self.status(w) {
+                        Status::Running { op, .. } => format!("{w} (its last call: `{op}`)"),
+                        _ => format!("{w} (starting)"),
+                    })
+                    .collect();
                 bail!("{} made no progress for {} s", at.join(", "), self.step_timeout.as_secs());
             }
-            if let Some(why) = self.world.borrow().slots.values().find_map(|s| s.fatal.clone()) {
+            if let Some(why) = self.fatal() {
                 bail!("{why}");
             }
         }
@@ -525,6 +518,16 @@ impl<'a> Run<'a> {
     fn bypasses_sqs(&self, w: &str) -> bool {
         let handler = role_of(&self.roles, w).is_some_and(|r| matches!(r.kind, RoleKind::Handler { .. }));
         handler && self.is_external(w) && self.with_slot(w, |s| s.sqs_requests == 0 && !s.backend_pids.is_empty())
+    }
+
+    /// Why the run must stop, when a worker set a fatal condition ([`Slot::fatal`]).
+    fn fatal(&self) -> Option<String> {
+        self.world.borrow().slots.values().find_map(|s| s.fatal.clone())
+    }
+
+    /// Whether the fleet has external worker processes (and so the schema `crashpoint_now()`).
+    fn has_external(&self) -> bool {
+        !self.external_roles.is_empty()
     }
 
     /// Whether `w` is an external worker process.

@@ -132,9 +132,9 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &WireWorker) -> Re
                     // The transaction is dropped as a failed EXEC drops it (Redis: EXECABORT).
                     server.write_all(b"*1\r\n$7\r\nDISCARD\r\n").await?;
                     read_one(&mut server, &mut from_server).await?;
-                    client.write_all(format!("-EXECABORT crashpoint: service error injected at {cp}\r\n").as_bytes()).await?;
+                    client.write_all(format!("-EXECABORT {}\r\n", super::worker::injected_error(cp)).as_bytes()).await?;
                 } else {
-                    client.write_all(format!("-ERR crashpoint: service error injected at {cp}\r\n").as_bytes()).await?;
+                    client.write_all(format!("-ERR {}\r\n", super::worker::injected_error(cp)).as_bytes()).await?;
                 }
                 continue;
             }

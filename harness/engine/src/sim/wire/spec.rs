@@ -6,7 +6,7 @@
 //! setup = ["bash", "examples/python-worker/setup.sh"]    # run once, before the first schedule
 //! systems = ["check-then-insert", "ack-before-commit"]    # variants it accepts as --system
 //! points = { recv = "after_receive", insert_payout = "after_business_insert" }
-//! labels = { claim = "INSERT INTO processed_message", ack = "DeleteMessage" }  # calls by wire predicate
+//! labels = { claim = "INSERT INTO inbox", ack = "DeleteMessage" }  # calls by wire predicate
 //! pass = ["SELECT version()"]                              # more statements that pass ungated
 //! step_timeout_s = 10
 //! ```

@@ -204,7 +204,7 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let cycle_start = kind == "recv" && queue.is_some() && queue == p.worker.queue;
         if let super::worker::Granted::Fail(cp) = p.worker.hold(op, Service::Sqs, cycle_start).await {
             p.worker.complete(Service::Sqs, Outcome::Done, vec![]);
-            return call.error_reply(&format!("crashpoint: service error injected at {cp}"));
+            return call.error_reply(&super::worker::injected_error(cp));
         }
         *p.last_invocation.borrow_mut() = invocation;
     }
@@ -493,10 +493,13 @@ async fn change_visibility(p: &SqsProxy, call: &Call, queue: &'static str, parts
     let secs: u64 = call.param("VisibilityTimeout").and_then(|s| s.parse().ok()).unwrap_or(0);
     let msg = p.worker.message_of(&receipt).map(|(_, m)| m).unwrap_or_default();
     if secs == 0 {
-        let resp = forward_or_502(p, parts, body).await;
+        let (status, headers, rbody) = match forward_call(p, parts, body).await {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
         let facts = vec![Fact::VisibilityChanged { queue, msg: msg.clone(), secs }];
         p.worker.complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
-        return resp;
+        return passthrough(status, headers, rbody);
     }
     // Hidden for the real hour; the logical clock makes it visible after `secs`.
     let r = p

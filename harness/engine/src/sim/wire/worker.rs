@@ -75,12 +75,7 @@ impl WireWorker {
             None if withhold => Granted::Withhold,
             None => Granted::Go,
         };
-        match service {
-            Service::Postgres => w.calls.pg += 1,
-            Service::Sqs => w.calls.sqs += 1,
-            Service::Redis => w.calls.redis += 1,
-            Service::None => {}
-        }
+        w.calls.add(service);
         w.slot(&self.me).in_pg = service == Service::Postgres && failed.is_none();
         *self.current.borrow_mut() = Some((op, granted));
         granted
@@ -89,13 +84,7 @@ impl WireWorker {
     /// Starts a call that passes without a hold (an SDK retry of a granted call): it is
     /// counted and recorded like any call, and decides nothing.
     pub fn ungated(&self, op: &'static str, service: Service) {
-        let mut w = self.world.borrow_mut();
-        match service {
-            Service::Postgres => w.calls.pg += 1,
-            Service::Sqs => w.calls.sqs += 1,
-            Service::Redis => w.calls.redis += 1,
-            Service::None => {}
-        }
+        self.world.borrow_mut().calls.add(service);
         *self.current.borrow_mut() = Some((op, Granted::Go));
     }
 
@@ -167,6 +156,12 @@ impl WireWorker {
         let last = url.rsplit('/').next()?;
         self.queues.queues.iter().find(|(_, u, _)| u.rsplit('/').next() == Some(last)).map(|(n, _, _)| *n)
     }
+}
+
+/// The text of the service error a proxy answers for a failure injected at `cp` (the same in
+/// every protocol, so that a worker's logs name it).
+pub fn injected_error(cp: CrashPoint) -> String {
+    format!("crashpoint: service error injected at {cp}")
 }
 
 /// How the scheduler let a held call go.
@@ -330,7 +325,7 @@ impl PgGate for WireWorker {
             .or_else(|| call.sql.iter().find_map(|sql| self.ext.label_of(sql, true)))
             .unwrap_or_else(|| pg_label(call));
         match WireWorker::hold(self, label, Service::Postgres, false).await {
-            Granted::Fail(cp) => Admit::Fail(format!("crashpoint: service error injected at {cp}")),
+            Granted::Fail(cp) => Admit::Fail(injected_error(cp)),
             Granted::Withhold => Admit::Withhold,
             Granted::Go => Admit::Forward,
         }
