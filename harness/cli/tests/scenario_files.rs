@@ -71,6 +71,7 @@ fn a_counter_scenario_rejects_payout_names() {
 fn every_scenario_of_the_repository_loads() {
     let all = crashpoint::scenario::discover(&crashpoint::scenario::scenarios_dir(), &common::registry()).unwrap();
     let workloads: std::collections::BTreeSet<&str> = all.iter().map(|s| s.workload.name()).collect();
-    assert_eq!(workloads.into_iter().collect::<Vec<_>>(), ["counter", "payout"]);
+    assert_eq!(workloads.into_iter().collect::<Vec<_>>(), ["counter", "orders", "payout"]);
     assert!(all.iter().any(|s| s.name == "counter/explore" && s.explore.is_some()));
+    assert!(all.iter().any(|s| s.name == "orders/explore" && s.explore.is_some()));
 }

@@ -13,9 +13,13 @@
 //!   workload declares (plain data), and the programs of its roles (producer, handler, poller);
 //! - [`sim`]: the turmoil fleet, the gate that makes every service call a yield point ([`Cx`]),
 //!   the logical clock and the scheduler; external workers (a team's process in any language)
-//!   gated at the wire by PostgreSQL, SQS and Redis proxies ([`sim::wire`]);
+//!   gated at the wire by PostgreSQL, SQS and Redis proxies ([`sim::wire`]); the simulated
+//!   network to the workload's providers;
+//! - [`provider`]: external providers (payment gateways, mail APIs) a workload declares, run as
+//!   turmoil hosts, with the ledger of effects the checker reads;
 //! - [`schedule`]: schedules as data and their text form;
-//! - [`nemesis`]: what the nemesis does to the world, including the AWS-only SQS behaviours;
+//! - [`nemesis`]: what the nemesis does to the world, including the AWS-only SQS behaviours
+//!   and the network and provider faults;
 //! - [`checker`]: invariants over the real final state and the recorded history;
 //! - [`report`]: the trace text, the report files (junit.xml, report.json, summary.md) and the
 //!   HTML timeline of a failing schedule;
@@ -23,7 +27,7 @@
 //! - [`explore`]: generated schedules, shrinking, determinism self-check, coverage;
 //! - [`cli`]: the `crashpoint` command as a library function, for any binary ([`main!`]);
 //! - [`testkit`]: services started once per test process, and scenario loading, for `cargo test`;
-//! - [`error`]: exit codes.
+//! - [`error`]: exit codes; [`duration`]: durations in schedules and traces.
 //!
 //! A team's own handler needs only the items re-exported here; its tests also use
 //! [`testkit`], [`explore::explore`], [`explore::Options`] and [`scenario::Scenario`].
@@ -39,6 +43,8 @@ pub mod schedule;
 pub mod services;
 pub mod sim;
 pub mod spec;
+pub mod duration;
+pub mod provider;
 pub mod sut;
 pub mod testkit;
 pub mod workload;
@@ -47,7 +53,8 @@ pub use checker::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, 
 pub use sim::cx::{CallError, Cx, Delivery, Val};
 pub use sim::history::Fact;
 pub use sim::names::Names;
-pub use sut::{Handler, Poller, Producer, Program, System};
+pub use provider::{Effect, Provider};
+pub use sut::{Handler, Poller, Producer, Program, SendEach, System};
 pub use workload::{
     derive_id, event_specs, CrashPoint, Event, Leftover, QueueSpec, Registry, Resend, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault,
 };

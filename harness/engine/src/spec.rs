@@ -107,6 +107,11 @@ pub struct Leftover {
     pub what: &'static str,
     /// `SELECT count(*) …` (one `bigint`), run in the schedule's schema.
     pub count_sql: &'static str,
+    /// When that work becomes due, if it waits for time (a claim's lease):
+    /// `SELECT min(<timestamptz>) …` (one `timestamptz`, NULL when nothing waits), in logical
+    /// time ([`crate::sim::cx::epoch`]). The drain jumps the logical clock there when nothing
+    /// else moves. `None` for work that waits for no time.
+    pub due_sql: Option<&'static str>,
 }
 
 /// A message a workload fault sends again (to the queue [`crate::workload::Workload::identity`] names).

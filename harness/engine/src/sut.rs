@@ -20,6 +20,25 @@ pub trait Producer {
     async fn dispatch(&self, cx: &mut Cx, event: &Event) -> Result<(), CallError>;
 }
 
+/// The simplest producer: SendMessage of each event's body to `queue` (a yield point named
+/// `send`), then the worker stands at crash point `after_send`. It takes no dispatch lock, so a
+/// crash after the send sends the event again: a duplicate the consumers must absorb.
+pub struct SendEach {
+    /// The queue's name ([`crate::workload::QueueSpec::name`]).
+    pub queue: &'static str,
+    /// The crash point after the send, as the workload declares it for its producer role.
+    pub after_send: crate::spec::CrashPoint,
+}
+
+#[async_trait(?Send)]
+impl Producer for SendEach {
+    async fn dispatch(&self, cx: &mut Cx, event: &Event) -> Result<(), CallError> {
+        cx.send("send", self.queue, &event.body, event.identity).await?;
+        cx.crash_point(self.after_send);
+        Ok(())
+    }
+}
+
 /// Handles one delivery of its queue, including its acknowledgement (DeleteMessage), retry
 /// (ChangeMessageVisibility) or parking in a failure transport.
 #[async_trait(?Send)]

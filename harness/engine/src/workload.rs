@@ -79,6 +79,12 @@ pub trait Workload: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Its external providers ([`crate::provider`]), fresh for one schedule: each runs as a
+    /// turmoil host of that name, and keeps the ledger the checker reads. Default: none.
+    fn providers(&self) -> Vec<Rc<dyn crate::provider::Provider>> {
+        Vec::new()
+    }
+
     /// Its systems: `reference` first, then the mutants of its catalogue.
     fn systems(&self) -> Vec<SystemInfo>;
 
@@ -95,7 +101,11 @@ pub trait Workload: Send + Sync + 'static {
 impl crate::schedule::Vocabulary {
     /// The vocabulary of `workload`: its roles and its own faults' names.
     pub fn of(workload: &dyn Workload) -> crate::schedule::Vocabulary {
-        crate::schedule::Vocabulary { roles: workload.roles(), faults: workload.faults().iter().map(|f| f.name()).collect() }
+        crate::schedule::Vocabulary {
+            roles: workload.roles(),
+            faults: workload.faults().iter().map(|f| f.name()).collect(),
+            providers: workload.providers().iter().map(|p| p.name()).collect(),
+        }
     }
 }
 

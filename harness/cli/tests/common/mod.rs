@@ -10,7 +10,7 @@ use crashpoint::workload::{Registry, Workload};
 
 /// The workloads of the `crashpoint` binary, in its order.
 pub fn registry() -> Registry {
-    Registry::new(vec![Arc::new(crashpoint_payout::Payout), Arc::new(crashpoint_counter::Counter)])
+    Registry::new(vec![Arc::new(crashpoint_payout::Payout), Arc::new(crashpoint_counter::Counter), Arc::new(crashpoint_orders::Orders)])
 }
 
 /// The scenario named `name` of the repository's `scenarios/`.

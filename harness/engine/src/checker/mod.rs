@@ -112,6 +112,9 @@ pub struct CheckCx<'a> {
     pub names: &'a Names,
     /// The drain's liveness finding: why the world was not quiescent, or `None`.
     pub not_quiescent: Option<&'a str>,
+    /// The effects the workload's providers applied ([`crate::provider::Provider::effects`]),
+    /// read from their ledgers after the drain.
+    pub effects: &'a [crate::provider::Effect],
     memo: RefCell<BTreeMap<&'static str, Box<dyn Any>>>,
 }
 
@@ -189,9 +192,10 @@ pub fn check(
     history: &History,
     events: &[Event],
     names: &Names,
+    effects: &[crate::provider::Effect],
     not_quiescent: Option<&str>,
 ) -> Vec<Verdict> {
-    let cx = CheckCx { admin, history, events, names, not_quiescent, memo: RefCell::new(BTreeMap::new()) };
+    let cx = CheckCx { admin, history, events, names, not_quiescent, effects, memo: RefCell::new(BTreeMap::new()) };
     invariants.iter().map(|i| i.check(&cx)).collect()
 }
 

@@ -66,6 +66,8 @@ pub struct BenchResult {
     pub schedules_per_s: f64,
     /// Mean real calls per schedule: PostgreSQL, SQS, Redis.
     pub calls_per_schedule: [f64; 3],
+    /// Mean HTTP requests to the workload's providers per schedule (simulated network).
+    pub http_per_schedule: f64,
     /// Per-phase wall time of a schedule.
     pub setup: Spread,
     /// Decisions and drain.
@@ -88,6 +90,7 @@ fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3]) -> Bench
         wall_s: st.wall.as_secs_f64(),
         schedules_per_s: st.per_second(),
         calls_per_schedule: [pg, sqs, redis],
+        http_per_schedule: st.net_per_schedule(),
         setup: of(|p| p.setup_ms),
         run: of(|p| p.run_ms),
         check: of(|p| p.check_ms),
@@ -119,7 +122,10 @@ pub fn bench(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &BenchAr
         let r = explore::explore(endpoints, scenario::system_of(&s, "reference")?, &s, &options, |_| {})?;
         let b = result(&s.name, args, &r.stats, rtt);
         println!("bench {} (reference), seed {}: {} schedules in {:.1} s = {:.2} schedules/s", b.scenario, b.seed, b.schedules, b.wall_s, b.schedules_per_s);
-        println!("  calls per schedule: {:.1} pg, {:.1} sqs, {:.1} redis", b.calls_per_schedule[0], b.calls_per_schedule[1], b.calls_per_schedule[2]);
+        println!(
+            "  calls per schedule: {:.1} pg, {:.1} sqs, {:.1} redis, {:.1} http (simulated network)",
+            b.calls_per_schedule[0], b.calls_per_schedule[1], b.calls_per_schedule[2], b.http_per_schedule
+        );
         println!("  round trips: pg {} µs, sqs {} µs, redis {} µs", rtt[0], rtt[1], rtt[2]);
         println!("  per schedule, median / p90 ms:");
         for (name, sp) in [("setup", b.setup), ("run + drain", b.run), ("check", b.check), ("teardown", b.teardown)] {

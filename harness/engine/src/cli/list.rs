@@ -6,8 +6,8 @@ use crate::error::EXIT_OK;
 use crate::scenario;
 use crate::workload::{Registry, RoleKind};
 
-/// Prints the scenarios, and for each workload its roles with their crash points, its faults
-/// and its systems, then the engine's fault kinds.
+/// Prints the scenarios, and for each workload its roles with their crash points, its faults,
+/// its providers and its systems, then the engine's fault kinds.
 /// Errors: a scenario file that does not load (named with its line and field).
 pub fn list(registry: &Registry) -> Result<i32> {
     let dir = scenario::scenarios_dir();
@@ -30,6 +30,9 @@ pub fn list(registry: &Registry) -> Result<i32> {
         }
         for f in w.faults() {
             println!("  fault {:<30} {}", f.name(), f.about());
+        }
+        for p in w.providers() {
+            println!("  provider {:<27} {}", p.name(), p.about());
         }
         println!("  systems (--system):");
         for s in w.systems() {

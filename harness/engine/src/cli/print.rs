@@ -28,14 +28,19 @@ pub fn outcome(s: &Scenario, o: &ScenarioOutcome) {
     if let Some(b) = breaking_line(o) {
         println!("breaks at: {}", b.trim());
     }
-    println!("calls: {} pg, {} sqs, {} redis", o.calls.pg, o.calls.sqs, o.calls.redis);
+    let net = if o.calls.net > 0 { format!(", {} http (simulated network)", o.calls.net) } else { String::new() };
+    println!("calls: {} pg, {} sqs, {} redis{net}", o.calls.pg, o.calls.sqs, o.calls.redis);
     println!("{} {}\n", if o.passed() { "PASS" } else { "FAIL" }, s.name);
 }
 
 fn throughput(st: &Stats) -> String {
     let (pg, sqs, redis) = st.calls_per_schedule();
+    let net = match st.net_per_schedule() {
+        n if n > 0.0 => format!(", {n:.1} http (simulated network)"),
+        _ => String::new(),
+    };
     format!(
-        "in {:.1} s: {:.1} schedules/s; calls per schedule: {pg:.1} pg, {sqs:.1} sqs, {redis:.1} redis",
+        "in {:.1} s: {:.1} schedules/s; calls per schedule: {pg:.1} pg, {sqs:.1} sqs, {redis:.1} redis{net}",
         st.wall.as_secs_f64(),
         st.per_second()
     )

@@ -93,6 +93,7 @@ impl Stats {
         self.calls.pg += o.calls.pg;
         self.calls.sqs += o.calls.sqs;
         self.calls.redis += o.calls.redis;
+        self.calls.net += o.calls.net;
         self.depends_on.extend(o.history.depends_on());
         self.phases.push(o.phases);
         let mut kinds: Vec<String> = o.schedule.decisions.iter().filter_map(|d| d.fault_kind()).collect();
@@ -145,6 +146,11 @@ impl Stats {
             out.push_str(&format!("schedules using each fault: {}\n", used.join(", ")));
         }
         out
+    }
+
+    /// Mean HTTP requests to the workload's providers per schedule (simulated network).
+    pub fn net_per_schedule(&self) -> f64 {
+        self.calls.net as f64 / self.schedules.max(1) as f64
     }
 
     /// Mean calls per schedule, `pg/sqs/redis`.

@@ -5,6 +5,7 @@
 //! produce. A workload adds faults of its own ([`crate::workload::WorkloadFault`], e.g. the
 //! failure-transport replay of seed 000), which the scheduler applies by name.
 
+pub mod net;
 pub mod sqs;
 
 /// The engine's fault kinds with their text form, for `crashpoint list` (a workload's own
@@ -20,4 +21,11 @@ pub const KINDS: &[(&str, &str)] = &[
     ("sqs:stale-delete-noop", "from now on, DeleteMessage with a stale receipt handle returns OK and deletes nothing (AWS allows it)"),
     ("sqs:redeliver-after-delete", "the next message deleted is delivered once more (AWS at-least-once delivery)"),
     ("sqs:receive-lost", "the next message received is in flight and counted, but never reaches its consumer"),
+    ("net:drop-request@<p>", "the next request to provider <p> is lost on its way (turmoil partition_oneway)"),
+    ("net:drop-response@<p>", "the next request to <p> is applied and its response lost"),
+    ("net:delay@<p>:<duration>", "the next request to <p> arrives after its caller gave up, <duration> of logical time later"),
+    ("net:partition@<p>, net:heal@<p>", "cut <p> off from every worker, and repair it (the drain heals first)"),
+    ("provider:5xx-before@<p>", "<p> answers its next request 503 without applying it"),
+    ("provider:5xx-after@<p>", "<p> applies its next request, then answers 503"),
+    ("provider:restart@<p>", "<p>'s host restarts: open connections and held requests are lost"),
 ];

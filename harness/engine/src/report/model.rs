@@ -113,6 +113,10 @@ pub struct Calls {
     pub sqs_per_schedule: f64,
     /// Mean Redis commands per schedule.
     pub redis_per_schedule: f64,
+    /// HTTP requests to the workload's providers over the simulated network, summed (absent
+    /// for a workload without providers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<u64>,
 }
 
 /// One invariant's result.
@@ -205,6 +209,7 @@ fn calls(st: &Stats) -> Calls {
         pg_per_schedule: pg,
         sqs_per_schedule: sqs,
         redis_per_schedule: redis,
+        http: (st.calls.net > 0).then_some(st.calls.net as u64),
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! One lane per worker (producer, consumers, relays, downstream consumers, retention), one for
 //! the nemesis (clock, expiries, replays, the drain) and one per service (PostgreSQL, SQS,
-//! Redis). Columns are the history's entries in order (logical time only moves forward along
+//! Redis), and one per external provider the workers called (`gateway`, `mail`: the requests
+//! it applied, replayed, lost or held). Columns are the history's entries in order (logical time only moves forward along
 //! them; the axis shows it). A step is a box in its worker's lane, joined to a dot in the lane
 //! of the service it called; a crash is a red cross, a restart a green arrow, a blocked step a
 //! hatched wait that lasts until the worker's next step. The step where the first violated
@@ -18,7 +19,7 @@ use quick_xml::escape::escape;
 use super::trace;
 use super::violation::first_break;
 use crate::scenario::ScenarioOutcome;
-use crate::sim::history::{Entry, FaultEvent, Service};
+use crate::sim::history::{Entry, FaultEvent, Outcome, Service};
 
 const LABEL_W: usize = 110;
 const COL_W: usize = 52;
@@ -38,22 +39,37 @@ fn role_rank(o: &ScenarioOutcome, w: &str) -> (usize, String) {
 }
 
 /// The lanes, top to bottom: the workers that have an entry among `shown` (indices into the
-/// history; by role, then name), the nemesis, the services.
+/// history; by role, then name), the nemesis, the services, then the providers called or
+/// speaking among `shown` (by name).
 fn lanes(o: &ScenarioOutcome, shown: &[usize]) -> Vec<String> {
+    fn push_new(v: &mut Vec<String>, name: &str) {
+        if !v.iter().any(|x| x == name) {
+            v.push(name.to_string());
+        }
+    }
     let mut workers: Vec<String> = Vec::new();
+    let mut providers: Vec<String> = Vec::new();
     for e in shown.iter().map(|&i| &o.history.entries[i]) {
-        let w = match e {
-            Entry::Step(s) => &s.worker,
-            Entry::Blocked { worker, .. } | Entry::Crash { worker, .. } | Entry::Restart { worker, .. } | Entry::Note { worker, .. } => worker,
-            Entry::Fault { .. } => continue,
-        };
-        if !workers.contains(w) {
-            workers.push(w.clone());
+        match e {
+            Entry::Step(s) => {
+                push_new(&mut workers, &s.worker);
+                if let Some(p) = provider_of(s) {
+                    push_new(&mut providers, p);
+                }
+            }
+            // A provider's own line: what it applied, replayed, lost or held.
+            Entry::Note { worker, .. } if !o.history.roles.contains_key(worker) => push_new(&mut providers, worker),
+            Entry::Blocked { worker, .. } | Entry::Crash { worker, .. } | Entry::Restart { worker, .. } | Entry::Note { worker, .. } => {
+                push_new(&mut workers, worker)
+            }
+            Entry::Fault { .. } => {}
         }
     }
     workers.sort_by_key(|w| role_rank(o, w));
+    providers.sort();
     workers.push(NEMESIS_LANE.into());
     workers.extend(SERVICE_LANES.iter().map(|s| s.to_string()));
+    workers.extend(providers);
     workers
 }
 
@@ -62,7 +78,15 @@ fn service_lane(s: Service) -> Option<&'static str> {
         Service::Postgres => Some("postgres"),
         Service::Sqs => Some("sqs"),
         Service::Redis => Some("redis"),
-        Service::None => None,
+        Service::Http | Service::None => None,
+    }
+}
+
+/// The provider an HTTP step called.
+fn provider_of(s: &crate::sim::history::Step) -> Option<&str> {
+    match &s.outcome {
+        Outcome::Http { provider, .. } | Outcome::NoResponse { provider, .. } => Some(provider),
+        _ => None,
     }
 }
 
@@ -98,6 +122,7 @@ fn fault_label(f: &FaultEvent) -> String {
         FaultEvent::RedisRestart { .. } => "redis".into(),
         FaultEvent::Dispatch { .. } => "dispatch".into(),
         FaultEvent::Sqs { .. } | FaultEvent::Redelivered { .. } => "sqs".into(),
+        FaultEvent::Net { name, .. } => short(name.split(['@', ':']).nth(1).unwrap_or("net"), 8),
     }
 }
 
@@ -121,9 +146,11 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
 <defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="3" height="6" fill="#f0b429"/></pattern></defs>
 "##
     );
+    // The providers' lanes follow the services' and are drawn like them.
+    let providers_from = lanes.iter().position(|l| l == SERVICE_LANES[SERVICE_LANES.len() - 1]).map_or(usize::MAX, |i| i + 1);
     for (i, l) in lanes.iter().enumerate() {
         let y = TOP + i * LANE_H;
-        let class = if SERVICE_LANES.contains(&l.as_str()) { "svc" } else if l == NEMESIS_LANE { "nem" } else { "wrk" };
+        let class = if SERVICE_LANES.contains(&l.as_str()) || i >= providers_from { "svc" } else if l == NEMESIS_LANE { "nem" } else { "wrk" };
         let _ = writeln!(
             svg,
             r#"<rect class="lane {class}" x="0" y="{y}" width="{width}" height="{LANE_H}"/><text class="lane-name" data-lane="{l}" x="8" y="{}">{l}</text>"#,
@@ -166,7 +193,10 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
         match e {
             Entry::Step(s) => {
                 let y = lane_y[s.worker.as_str()];
-                let svc = service_lane(s.service).unwrap_or("none");
+                let svc = match s.service {
+                    Service::Http => "http",
+                    other => service_lane(other).unwrap_or("none"),
+                };
                 let failed = if s.outcome.failed() { " failed" } else { "" };
                 let _ = writeln!(
                     svg,
@@ -178,7 +208,7 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
                     y + LANE_H / 2 + 4,
                     escape(op_label(&s.op))
                 );
-                if let Some(l) = service_lane(s.service) {
+                if let Some(l) = service_lane(s.service).or_else(|| provider_of(s)) {
                     let sy = lane_y[l] + LANE_H / 2;
                     let _ = writeln!(
                         svg,
@@ -254,9 +284,9 @@ pre {{ background: #f5f7fa; padding: 8px; overflow-x: auto; }}
 .lane-name {{ font-weight: bold; font-size: 12px; }}
 .t {{ fill: #7b8794; font-size: 9px; }} .tick {{ stroke: #e4e7eb; stroke-dasharray: 2 3; }}
 .step rect {{ stroke: #52606d; }} .step text {{ font-size: 9px; }}
-.step.postgres rect {{ fill: #bcd7f5; }} .step.sqs rect {{ fill: #ffd8a8; }} .step.redis rect {{ fill: #f8c4c4; }} .step.none rect {{ fill: #e4e7eb; }}
+.step.postgres rect {{ fill: #bcd7f5; }} .step.sqs rect {{ fill: #ffd8a8; }} .step.redis rect {{ fill: #f8c4c4; }} .step.none rect {{ fill: #e4e7eb; }} .step.http rect {{ fill: #c9e8c9; }}
 .step.failed rect {{ stroke: #b00020; stroke-dasharray: 3 2; }}
-line.call {{ stroke: #9aa5b1; stroke-width: 0.6; }} circle.call.postgres {{ fill: #2f6fb3; }} circle.call.sqs {{ fill: #d9822b; }} circle.call.redis {{ fill: #c23030; }}
+line.call {{ stroke: #9aa5b1; stroke-width: 0.6; }} circle.call.postgres {{ fill: #2f6fb3; }} circle.call.sqs {{ fill: #d9822b; }} circle.call.redis {{ fill: #c23030; }} circle.call.http {{ fill: #2b8a3e; }}
 .crash text {{ fill: #b00020; font-size: 20px; font-weight: bold; }} .restart text {{ fill: #137333; font-size: 18px; }}
 .fault path {{ fill: #f0b429; stroke: #8d6708; }} .fault text {{ font-size: 8px; }} .wait text {{ font-size: 8px; fill: #8d6708; }}
 .note circle {{ fill: #7b8794; }}
@@ -284,7 +314,7 @@ pre .hl {{ background: #fde2e1; font-weight: bold; }}
         let _ = writeln!(html, "<p>reproduce: <code>{}</code></p>", escape(r));
     }
     html.push_str(
-        r#"<p class="legend"><span><i class="sw" style="background:#bcd7f5"></i> PostgreSQL call</span><span><i class="sw" style="background:#ffd8a8"></i> SQS call</span><span><i class="sw" style="background:#f8c4c4"></i> Redis call</span><span><i class="sw" style="background:#e4e7eb"></i> injected failure</span><span style="color:#b00020">✗ crash</span><span style="color:#137333">↻ restart</span><span><i class="sw" style="background:#f0b429"></i> fault / blocked (wait)</span><span><i class="sw" style="background:#fde2e1;border:2px solid #b00020"></i> where the invariant breaks</span></p>
+        r#"<p class="legend"><span><i class="sw" style="background:#bcd7f5"></i> PostgreSQL call</span><span><i class="sw" style="background:#ffd8a8"></i> SQS call</span><span><i class="sw" style="background:#f8c4c4"></i> Redis call</span><span><i class="sw" style="background:#c9e8c9"></i> provider call (HTTP, simulated network)</span><span><i class="sw" style="background:#e4e7eb"></i> injected failure</span><span style="color:#b00020">✗ crash</span><span style="color:#137333">↻ restart</span><span><i class="sw" style="background:#f0b429"></i> fault / blocked (wait)</span><span><i class="sw" style="background:#fde2e1;border:2px solid #b00020"></i> where the invariant breaks</span></p>
 "#,
     );
     let _ = writeln!(html, "<div class=\"scroll\">\n{svg}</div>");

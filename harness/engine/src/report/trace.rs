@@ -59,6 +59,8 @@ pub fn outcome_text(s: &Step) -> String {
         Outcome::Injected { at } => format!("✗ injected failure at {at}: `{}` not made", s.op),
         Outcome::ServiceErrorInjected { at } => format!("✗ service error injected at {at}: `{}` answered by the proxy, not made", s.op),
         Outcome::Error { message } => format!("error: {message}"),
+        Outcome::Http { provider, status } => format!("{provider} → {status}"),
+        Outcome::NoResponse { why, .. } => format!("no response: {why} (outcome unknown)"),
     }
 }
 
@@ -78,6 +80,7 @@ pub fn fault_text(f: &FaultEvent) -> String {
         FaultEvent::RedisRestart { locks } => format!("redis restarted: {locks} lock(s) lost"),
         FaultEvent::Dispatch { producer, event } => format!("{producer} will dispatch {event} again"),
         FaultEvent::Sqs { text, .. } | FaultEvent::Workload { text, .. } => text.clone(),
+        FaultEvent::Net { name, text } => format!("{name}: {text}"),
         FaultEvent::Redelivered { msg } => format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"),
         FaultEvent::DrainStart => "drain: restart crashed workers, run everyone until quiescent".into(),
         FaultEvent::DrainPending { left } => format!("drain: {left}; polling again"),

@@ -130,6 +130,7 @@ pub(crate) fn run_driven(
         names,
         external: s.external.clone(),
         config_json: serde_json::to_string(&s.config).unwrap_or_else(|_| "{}".into()),
+        providers: s.workload.providers(),
     };
     let t_setup = Instant::now();
     let mut run = Run::start(setup)?;
@@ -153,7 +154,7 @@ pub(crate) fn run_driven(
     let run_ms = t_run.elapsed().as_secs_f64() * 1e3;
     let t_check = Instant::now();
     let invariants = s.invariants();
-    let verdicts = checker::check(&invariants, &fin.admin, &fin.history, &events, &fin.names, stuck.as_deref());
+    let verdicts = checker::check(&invariants, &fin.admin, &fin.history, &events, &fin.names, &fin.effects, stuck.as_deref());
     let check_ms = t_check.elapsed().as_secs_f64() * 1e3;
     let t_teardown = Instant::now();
     fin.admin.destroy(&fin.keys);

@@ -18,6 +18,7 @@
 //! | `sqs:stale-delete-noop` | from now on a DeleteMessage with a stale receipt handle deletes nothing |
 //! | `sqs:redeliver-after-delete` | the next message deleted is delivered once more |
 //! | `sqs:receive-lost` | the next message received never reaches its consumer |
+//! | `net:drop-response@gateway`, `provider:5xx-after@gateway`, … | a network or provider fault ([`crate::nemesis::net`]) |
 
 mod strategy;
 pub(crate) mod text;
@@ -27,6 +28,7 @@ pub use text::{format_duration_ms, parse, ParseError, Vocabulary};
 
 use std::fmt;
 
+use crate::nemesis::net::NetFault;
 use crate::nemesis::sqs::SqsFault;
 use crate::spec::CrashPoint;
 
@@ -56,6 +58,8 @@ pub enum Decision {
     RedisRestart,
     /// An AWS behaviour that emulators do not produce (see [`crate::nemesis::sqs`]).
     Sqs(SqsFault),
+    /// A network or provider fault aimed at one of the workload's providers.
+    Net(NetFault),
 }
 
 impl Decision {
@@ -74,6 +78,11 @@ impl Decision {
             Decision::Dispatch { .. } => "dispatch".into(),
             Decision::RedisRestart => "redis:restart".into(),
             Decision::Sqs(f) => f.to_string(),
+            Decision::Net(f) => {
+                let text = f.to_string();
+                let name = text.split('@').next().unwrap_or(&text);
+                format!("{name}@")
+            }
         })
     }
 }
@@ -93,6 +102,7 @@ impl fmt::Display for Decision {
             Decision::Dispatch { event } => write!(f, "dispatch:{event}"),
             Decision::RedisRestart => write!(f, "redis:restart"),
             Decision::Sqs(fault) => write!(f, "{fault}"),
+            Decision::Net(fault) => write!(f, "{fault}"),
         }
     }
 }

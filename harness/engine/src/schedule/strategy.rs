@@ -12,6 +12,10 @@ use super::{Decision, Schedule, Vocabulary};
 use crate::nemesis::sqs::SqsFault;
 use crate::spec::{role_of, CrashPoint, RoleKind};
 
+/// The clock jump the menu adds for a workload with providers: 24 h and 1 s, past the key
+/// retention of a Stripe-like provider, logical ms.
+pub const PAST_KEY_RETENTION_MS: u64 = 86_401_000;
+
 /// What generated schedules may use.
 #[derive(Debug, Clone)]
 pub struct Menu {
@@ -53,7 +57,12 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     let step = select(steppable).prop_map(|worker| Decision::Step { worker, op: None });
     let crash = select(killable.clone()).prop_map(|worker| Decision::Crash { worker, at: None });
     let restart = select(killable).prop_map(|worker| Decision::Restart { worker });
-    let tick = select(vec![1_000u64, 31_000, 901_000, 3_601_000]).prop_map(|ms| Decision::Tick { ms });
+    let mut ticks = vec![1_000u64, 31_000, 901_000, 3_601_000];
+    if !menu.vocabulary.providers.is_empty() {
+        // Past a provider's key retention (Stripe keeps idempotency keys 24 h).
+        ticks.push(PAST_KEY_RETENTION_MS);
+    }
+    let tick = select(ticks).prop_map(|ms| Decision::Tick { ms });
     let dispatch = select(events).prop_map(|event| Decision::Dispatch { event });
     // The arms, weights and order are those of the strategy before the Workload seam, so that
     // a run seed generates the same schedules as it did then.
@@ -82,6 +91,10 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     if menu.sqs_faults {
         let sqs = select(SqsFault::ALL.to_vec()).prop_map(Decision::Sqs);
         s = prop_oneof![12 => s, 1 => sqs].boxed();
+    }
+    if !menu.vocabulary.providers.is_empty() {
+        let net = select(crate::nemesis::net::NetFault::menu(&menu.vocabulary.providers)).prop_map(Decision::Net);
+        s = prop_oneof![6 => s, 1 => net].boxed();
     }
     if !menu.applied.is_empty() {
         let pairs: Vec<(String, String)> =

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::{Decision, Schedule};
+pub use crate::duration::{format_duration_ms, parse_duration_ms};
 use crate::spec::{role_of, CrashPoint, RoleKind, RoleSpec};
 
 /// The names a schedule may use: the workload's roles (worker name prefixes and their crash
@@ -13,6 +14,8 @@ pub struct Vocabulary {
     pub roles: Vec<RoleSpec>,
     /// The workload's own fault names (e.g. `replay`).
     pub faults: Vec<&'static str>,
+    /// The workload's external providers (targets of `net:…@<p>` and `provider:…@<p>`).
+    pub providers: Vec<&'static str>,
 }
 
 impl Vocabulary {
@@ -107,6 +110,9 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
         ("dispatch", _) => return Err("expected `dispatch:<event>`, e.g. `dispatch:e1`".into()),
         ("sqs", Some(f)) => return crate::nemesis::sqs::SqsFault::parse(f).map(Decision::Sqs),
         ("sqs", None) => return Err("expected `sqs:<fault>`, e.g. `sqs:stale-delete-noop`".into()),
+        (family @ ("net" | "provider"), Some(f)) => {
+            return crate::nemesis::net::NetFault::parse(family, f, &vocabulary.providers).map(Decision::Net)
+        }
         _ => {}
     }
     if role_of(&vocabulary.roles, head).is_none() {
@@ -144,32 +150,6 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
     }
 }
 
-/// Parses `31s`, `1500ms`, `2m`, `1h`, `3d` into ms.
-pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a duration like 31s or 1500ms"))?;
-    let mult = match unit {
-        "ms" => 1,
-        "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("`{s}`: unit must be ms, s, m, h or d")),
-    };
-    Ok(n * mult)
-}
-
-/// Formats ms in the largest unit that divides it: `31s`, `1500ms`, `2m`.
-pub fn format_duration_ms(ms: u64) -> String {
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
-        if ms >= size && ms % size == 0 {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -186,6 +166,7 @@ pub(crate) mod tests {
                 role("ret", RoleKind::Periodic, &[]),
             ],
             faults: vec!["replay"],
+            providers: vec!["gateway"],
         }
     }
 
@@ -196,7 +177,8 @@ pub(crate) mod tests {
     #[test]
     fn parses_every_form_and_prints_it_back() {
         let text = "p:lock c1 c2:recv c1:crash@after_commit c1:crash c1:restart \
-                    c2:fail@after_claim tick:31s tick:1500ms replay dispatch:e1 ret:purge redis:restart";
+                    c2:fail@after_claim tick:31s tick:1500ms replay dispatch:e1 ret:purge redis:restart \
+                    net:drop-response@gateway net:delay@gateway:40s provider:5xx-after@gateway";
         let s = parse(text).unwrap();
         assert_eq!(s.decisions[3], Decision::Crash { worker: "c1".into(), at: Some("after_commit") });
         assert_eq!(s.decisions[7], Decision::Tick { ms: 31_000 });

@@ -130,6 +130,23 @@ impl Admin {
         })
     }
 
+    /// The earliest logical ms at which pending work that waits for time becomes due (the
+    /// `due_sql` of `pending`), or `None`. Errors: PostgreSQL's, naming the probe.
+    pub fn next_due(&self, pending: &[Leftover]) -> Result<Option<u64>> {
+        self.rt.block_on(async {
+            let mut next: Option<u64> = None;
+            for sql in pending.iter().filter_map(|p| p.due_sql) {
+                let t: Option<chrono::DateTime<chrono::Utc>> =
+                    sqlx::query_scalar(sql).fetch_one(&self.pg).await.with_context(|| format!("due probe `{sql}`"))?;
+                if let Some(t) = t {
+                    let ms = (t - crate::sim::cx::epoch()).num_milliseconds().max(0) as u64;
+                    next = Some(next.map_or(ms, |n| n.min(ms)));
+                }
+            }
+            Ok(next)
+        })
+    }
+
     /// What is left that a quiescent world would not have: messages on any queue (visible or
     /// in flight, `ApproximateNumberOfMessages*`, exact on LocalStack) and the workload's
     /// pending rows (`pending`). Empty when there is none. Errors: SQS or PostgreSQL failing

@@ -37,6 +37,10 @@ pub enum CallError {
     /// The service returned an error.
     #[error("{0}")]
     Service(String),
+    /// No response came from a provider ([`Cx::http`]): the request may or may not have been
+    /// applied (seed 003: "an HTTP timeout likewise means that the outcome may be unknown").
+    #[error("no response: {0}")]
+    NoResponse(String),
     /// The handler decided that retrying cannot help (Messenger's
     /// `UnrecoverableMessageHandlingException`).
     #[error("unrecoverable: {0}")]
@@ -226,6 +230,7 @@ impl Cx {
         let at = self.at.take();
         let mut w = self.world.borrow_mut();
         w.slot(&self.me).in_pg = false;
+        w.slot(&self.me).in_net = false;
         let t_ms = w.now_ms;
         w.slot(&self.me).completed =
             Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, outcome, idle: false, facts });
@@ -318,6 +323,32 @@ impl Cx {
         let outcome = r.as_ref().map(|d| Outcome::Affected { n: d.rows_affected() });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
         Ok(r?.rows_affected())
+    }
+
+    // ---- Providers ----
+
+    /// Sends `request` to the workload's provider `provider` over turmoil's simulated network
+    /// and waits [`crate::sim::net::CLIENT_TIMEOUT_MS`] of turmoil time for the reply. A yield
+    /// point named `op`; the trace shows the status, or that no response came. Any status is
+    /// `Ok` (a 503 too); [`CallError::NoResponse`] when the request was lost, the response
+    /// was lost, or the provider was unreachable: the outcome is unknown.
+    pub async fn http(&mut self, op: &'static str, provider: &'static str, request: crate::provider::Request) -> Result<crate::provider::Reply, CallError> {
+        self.gate(op).await?;
+        let dropped = self.world.borrow_mut().net.take(provider, |k| k == crate::nemesis::net::NetFaultKind::DropRequest);
+        if dropped.is_some() {
+            let mut w = self.world.borrow_mut();
+            w.net.to_cut.push(super::net::Cut { from: self.me.clone(), to: provider.to_string() });
+            w.net.log.push((provider, format!("{} {} from {}: lost on its way, never arrived", request.method, request.target(), self.me)));
+        }
+        self.world.borrow_mut().slot(&self.me).in_net = true;
+        let r = super::net::client::call(&self.me, provider, &request).await;
+        let outcome = match &r {
+            Ok(reply) => Outcome::Http { provider: provider.to_string(), status: reply.status },
+            Err(why) => Outcome::NoResponse { provider: provider.to_string(), why: why.clone() },
+        };
+        self.world.borrow_mut().calls.add(Service::Http);
+        self.complete(op, Service::Http, outcome, vec![]);
+        r.map_err(CallError::NoResponse)
     }
 
     // ---- SQS ----

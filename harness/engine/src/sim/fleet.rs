@@ -1,4 +1,5 @@
-//! The fleet: one turmoil host per worker, reaching the real services through tokio I/O.
+//! The fleet: one turmoil host per worker, reaching the real services through tokio I/O,
+//! and one per provider of the workload, reached over turmoil's simulated network.
 //!
 //! A crash is `Sim::crash`: the host's runtime is dropped with everything on it, so its
 //! sockets close (PostgreSQL rolls back its open transaction; an in-flight SQS message stays
@@ -27,7 +28,17 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
         // so give it room for years of simulated time.
         .simulation_duration(Duration::from_secs(100 * 365 * 86_400))
         .tick_duration(Duration::from_millis(1))
+        // The simulated network to the providers: one fixed latency, and a fixed seed for
+        // what turmoil still draws, so that provider interleavings repeat exactly.
+        .min_message_latency(Duration::from_millis(super::net::LATENCY_MS))
+        .max_message_latency(Duration::from_millis(super::net::LATENCY_MS))
+        .fail_rate(0.0)
+        .rng_seed(0)
         .build();
+    for p in &spec.providers {
+        let (provider, world) = (p.clone(), spec.world.clone());
+        sim.host(p.name(), move || super::net::host::serve(provider.clone(), world.clone()));
+    }
     for w in workers {
         let role = role_of(&spec.roles, w).ok_or_else(|| anyhow::anyhow!("worker name `{w}` matches no role"))?;
         let prefix = role.prefix;

@@ -40,6 +40,8 @@ pub struct CallCounts {
     pub sqs: u32,
     /// Redis commands.
     pub redis: u32,
+    /// HTTP requests to the workload's providers over the simulated network.
+    pub net: u32,
 }
 
 impl CallCounts {
@@ -49,6 +51,7 @@ impl CallCounts {
             Service::Postgres => self.pg += 1,
             Service::Sqs => self.sqs += 1,
             Service::Redis => self.redis += 1,
+            Service::Http => self.net += 1,
             Service::None => {}
         }
     }
@@ -64,6 +67,8 @@ pub enum Service {
     Sqs,
     /// Redis.
     Redis,
+    /// A provider, over HTTP on the simulated network ([`crate::provider`]).
+    Http,
     /// No call was made (an injected failure replaced it).
     None,
 }
@@ -106,12 +111,18 @@ pub enum Outcome {
     ServiceErrorInjected { at: CrashPoint },
     /// The service returned an error (ids already replaced by labels).
     Error { message: String },
+    /// Provider `provider` answered with HTTP `status`.
+    Http { provider: String, status: u16 },
+    /// No response came from `provider` (`why`: the timeout, a refused connection): the
+    /// worker cannot know whether the request was applied.
+    NoResponse { provider: String, why: String },
 }
 
 impl Outcome {
     /// Whether the call failed (an error, or an injected failure).
     pub fn failed(&self) -> bool {
-        matches!(self, Outcome::Error { .. } | Outcome::Injected { .. } | Outcome::ServiceErrorInjected { .. })
+        matches!(self, Outcome::Error { .. } | Outcome::Injected { .. } | Outcome::ServiceErrorInjected { .. } | Outcome::NoResponse { .. })
+            || matches!(self, Outcome::Http { status, .. } if *status >= 400)
     }
 
     /// Whether the call wrote at least one row: an INSERT/UPDATE/DELETE that affected rows, or a
@@ -168,6 +179,8 @@ pub enum FaultEvent {
     Sqs { name: String, text: String },
     /// `msg` was delivered once more after its delete (`sqs:redeliver-after-delete`).
     Redelivered { msg: String },
+    /// A network or provider fault (`net:…@<p>`, `provider:…@<p>`), announced as `text`.
+    Net { name: String, text: String },
     /// A fault of the workload's own (`name`), worded by the workload.
     Workload { name: String, text: String },
     /// The drain phase started.

@@ -32,4 +32,6 @@ pub struct HostSpec {
     pub external: Vec<std::sync::Arc<External>>,
     /// The scenario's `[config]` as JSON, for external workers (`CRASHPOINT_CONFIG`).
     pub config_json: String,
+    /// The workload's providers for this schedule, each a turmoil host of its name.
+    pub providers: Vec<Rc<dyn crate::provider::Provider>>,
 }

@@ -45,6 +45,9 @@ pub struct Slot {
     /// Whether its current call is a PostgreSQL statement (only those can be blocked by
     /// another worker's lock, so only those are checked with `pg_blocking_pids`).
     pub in_pg: bool,
+    /// Whether its current call is an HTTP request on the simulated network (no real I/O: the
+    /// scheduler steps the simulation without pausing while only such calls are in flight).
+    pub in_net: bool,
     /// Crash points where the next pass throws an injected failure.
     pub armed_failures: Vec<CrashPoint>,
     /// Crash points where the worker is killed the next time it stands there.
@@ -84,6 +87,7 @@ impl Slot {
             notify: Rc::new(Notify::new()),
             backend_pid: None,
             in_pg: false,
+            in_net: false,
             armed_failures: Vec::new(),
             armed_crashes: Vec::new(),
             completed: None,
@@ -118,6 +122,9 @@ pub struct World {
     /// Receives of each message label so far (SQS `ApproximateReceiveCount`), for workers whose
     /// receives do not ask SQS for it (Symfony Messenger 5.4).
     pub receive_counts: BTreeMap<String, u32>,
+    /// The simulated network to the workload's providers: armed faults, partitions, held
+    /// requests, the providers' lane lines.
+    pub net: super::net::NetState,
 }
 
 /// The handle workers and the scheduler share.
@@ -134,6 +141,7 @@ impl World {
             to_dispatch: Default::default(),
             sqs: Default::default(),
             receive_counts: BTreeMap::new(),
+            net: Default::default(),
         }))
     }
 

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::rc::Rc;
 
 use async_trait::async_trait;
-use crashpoint::sut::{CallError, Cx, Delivery, Event, Handler, Producer, Program, System, Val};
+use crashpoint::sut::{CallError, Cx, Delivery, Handler, Program, SendEach, System, Val};
 
 use crate::{points, CounterConfig, OrderPlaced, ORDERS, SCHEMA_SQL};
 
@@ -134,19 +134,6 @@ impl Handler for Bus {
     }
 }
 
-/// The producer: SendMessage of the event (no dispatch lock; a crash after the send sends it
-/// again, a duplicate the handlers absorb).
-pub struct Send;
-
-#[async_trait(?Send)]
-impl Producer for Send {
-    async fn dispatch(&self, cx: &mut Cx, event: &Event) -> Result<(), CallError> {
-        cx.send("send", ORDERS, &event.body, event.identity).await?;
-        cx.crash_point(points::AFTER_SEND);
-        Ok(())
-    }
-}
-
 /// A counter system: a name and the handlers subscribed to `OrderPlaced`.
 pub struct CounterSystem {
     name: &'static str,
@@ -181,7 +168,7 @@ impl System for CounterSystem {
     }
     fn program(&self, role: &str) -> Option<Program> {
         match role {
-            "p" => Some(Program::Producer(Rc::new(Send))),
+            "p" => Some(Program::Producer(Rc::new(SendEach { queue: ORDERS, after_send: points::AFTER_SEND }))),
             "c" => Some(Program::Handler(Rc::new(Bus { handlers: self.handlers.clone() }))),
             _ => None,
         }

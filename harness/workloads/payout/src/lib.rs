@@ -142,6 +142,7 @@ impl Workload for Payout {
         vec![Leftover {
             what: "unpublished outbox row(s)",
             count_sql: "SELECT count(*) FROM outbox_event WHERE published_at IS NULL",
+            due_sql: None,
         }]
     }
 

@@ -19,6 +19,11 @@ use crate::spec::RoleKind;
 
 /// Rounds of the drain phase before the schedule is declared not quiescent.
 pub const DRAIN_ROUNDS_MAX: usize = 200;
+/// Drain rounds that find the same work pending as the round before, with no worker doing
+/// anything in between and no time to wait for, before the world is declared not quiescent
+/// (so the same work is seen pending in this many rounds plus one): the schedule is
+/// deterministic, so more rounds would repeat the same idle polls.
+pub const STALLED_ROUNDS_MAX: u32 = 3;
 /// Times the drain dispatches never-sent events again (each after the locks held expired).
 pub const UPSTREAM_RETRIES_MAX: usize = 3;
 
@@ -89,14 +94,21 @@ impl Run<'_> {
     /// (the clock jumps to the next visibility deadline while something is, and each periodic
     /// job, such as a retention job, runs once after each jump), and SQS and PostgreSQL confirm
     /// that no message and no pending row ([`crate::workload::Workload::leftovers`]) is left. `Ok(Some(why))` when it
-    /// is not quiescent after [`DRAIN_ROUNDS_MAX`] rounds: a liveness violation.
+    /// is not quiescent after [`DRAIN_ROUNDS_MAX`] rounds, or when the same work stays pending
+    /// for [`STALLED_ROUNDS_MAX`] rounds with nothing moving and no time to wait for (a lease
+    /// ([`crate::workload::Leftover::due_sql`]) or a held request is time to wait for): a
+    /// liveness violation. Every partition of the simulated network is healed first.
     pub fn drain(&mut self) -> Result<Option<String>> {
         self.fault(FaultEvent::DrainStart, vec![]);
+        self.heal_all();
         let periodic: Vec<String> =
             self.workers.iter().filter(|w| self.kind(w) == Some(RoleKind::Periodic)).cloned().collect();
         let drainers: Vec<String> = self.workers.iter().filter(|w| !periodic.contains(w)).cloned().collect();
         self.polls.seen.clear();
         let mut upstream_rounds = 0;
+        // The pending work and the count of busy steps at the last pending round, and how many
+        // pending rounds in a row changed neither.
+        let (mut last, mut stalled) = ((String::new(), usize::MAX), 0u32);
         for _ in 0..DRAIN_ROUNDS_MAX {
             let mut moved = false;
             for w in &drainers {
@@ -122,7 +134,9 @@ impl Run<'_> {
             if moved {
                 continue;
             }
-            if let Some(deadline) = self.clock.next_visibility_deadline() {
+            let held = self.world.borrow().net.held.iter().map(|h| h.due_ms).min();
+            let next = [self.clock.next_visibility_deadline(), held].into_iter().flatten().min();
+            if let Some(deadline) = next {
                 let jump = deadline.saturating_sub(self.clock.now_ms);
                 self.fault(FaultEvent::Clock { ms: jump, drain: true }, vec![]);
                 self.advance_clock(deadline)?;
@@ -155,8 +169,24 @@ impl Run<'_> {
                 self.check_no_bypass()?;
                 return Ok(None);
             }
-            self.fault(FaultEvent::DrainPending { left }, vec![]);
+            self.fault(FaultEvent::DrainPending { left: left.clone() }, vec![]);
             self.polls.seen.clear();
+            // Pending work that waits for time (a lease) becomes due when the clock gets there.
+            if let Some(due) = self.admin.next_due(&self.leftovers)?.filter(|d| *d > self.clock.now_ms) {
+                self.fault(FaultEvent::Clock { ms: due - self.clock.now_ms, drain: true }, vec![]);
+                self.advance_clock(due)?;
+                stalled = 0;
+                continue;
+            }
+            let now = (left, self.history.steps().filter(|s| !s.idle).count());
+            stalled = if now == last { stalled + 1 } else { 0 };
+            if stalled >= STALLED_ROUNDS_MAX {
+                return Ok(Some(format!(
+                    "not quiescent: {} still pending after {stalled} drain rounds in which no worker had anything to do",
+                    self.world.borrow().names.relabel(&now.0)
+                )));
+            }
+            last = now;
         }
         let stuck: Vec<String> = self.clock.in_flight.keys().cloned().collect();
         Ok(Some(format!(

@@ -17,6 +17,7 @@ use anyhow::{bail, Result};
 mod blocked;
 mod drain;
 mod nemesis;
+mod network;
 
 use super::admin::Admin;
 use super::clock::Clock;
@@ -75,6 +76,8 @@ pub struct Setup {
     pub external: Vec<std::sync::Arc<crate::sim::wire::External>>,
     /// The scenario's `[config]` as JSON, for external workers.
     pub config_json: String,
+    /// The workload's providers for this schedule ([`crate::workload::Workload::providers`]).
+    pub providers: Vec<Rc<dyn crate::provider::Provider>>,
 }
 
 /// Simulation steps in a row without a worker changing state before the scheduler pauses
@@ -110,6 +113,10 @@ pub struct Run<'a> {
     /// Real time a moving worker may take before the run fails: the external workers'
     /// `step_timeout_s`, else [`CALL_TIMEOUT_S`].
     step_timeout: Duration,
+    /// The workload's providers.
+    providers: Vec<Rc<dyn crate::provider::Provider>>,
+    /// One-way cuts made for the calls in flight, repaired when they are over.
+    cuts: Vec<crate::sim::net::Cut>,
 }
 
 /// A finished schedule: its history and the admin connections, for the checker.
@@ -126,6 +133,8 @@ pub struct Finished {
     pub keys: Vec<String>,
     /// Labels of the schedule's ids.
     pub names: Names,
+    /// The effects the providers applied, provider by provider, in order.
+    pub effects: Vec<crate::provider::Effect>,
 }
 
 /// The role of each worker name: its rank among the workload's roles and its kind.
@@ -172,6 +181,7 @@ impl<'a> Run<'a> {
             identity: identity.clone(),
             external: setup.external.clone(),
             config_json: setup.config_json.clone(),
+            providers: setup.providers.clone(),
         });
         let sim = fleet::build(&setup.workers, spec)?;
         let history = History { entries: Vec::new(), roles: worker_roles(&setup.workers, &roles) };
@@ -195,6 +205,8 @@ impl<'a> Run<'a> {
             lenient: false,
             polls: drain::Polls::default(),
             redeliveries: Vec::new(),
+            providers: setup.providers,
+            cuts: Vec::new(),
         };
         let t1 = Instant::now();
         if let Err(e) = run.settle(None) {
@@ -294,6 +306,7 @@ impl<'a> Run<'a> {
             Decision::Fault(name) => self.workload_fault(name),
             Decision::Dispatch { event } => self.dispatch(event),
             Decision::RedisRestart => self.redis_restart(),
+            Decision::Net(fault) => self.net_fault(*fault),
             Decision::Sqs(fault) => {
                 self.world.borrow_mut().sqs.apply(*fault);
                 self.fault(FaultEvent::Sqs { name: fault.to_string(), text: fault.announcement().to_string() }, vec![]);
@@ -392,6 +405,7 @@ impl<'a> Run<'a> {
             s.granted = false;
             s.blocked_by = None;
             s.in_pg = false;
+            s.in_net = false;
             s.completed = None;
             s.notes.clear();
             s.idle = false;
@@ -471,11 +485,15 @@ impl<'a> Run<'a> {
                 // A fatal condition (a worker requiring TLS) explains a host's failure best.
                 bail!("{}", self.fatal().unwrap_or_else(|| format!("a worker host failed: {e}")));
             }
+            self.make_cuts();
             // While the same workers wait on real I/O, stepping again at once only burns the
             // CPU that PostgreSQL and LocalStack need: after a few idle steps, pause briefly.
             if moving == last_moving {
                 spins += 1;
-                if spins > IDLE_SPINS {
+                // Only real I/O needs the pause: a call on the simulated network advances with
+                // the steps alone.
+                let simulated = moving.iter().all(|w| self.with_slot(w, |s| s.in_net));
+                if spins > IDLE_SPINS && !simulated {
                     std::thread::sleep(Duration::from_micros(IDLE_PAUSE_US));
                 }
             } else {
@@ -507,6 +525,7 @@ impl<'a> Run<'a> {
                 bail!("{why}");
             }
         }
+        self.repair_cuts();
         self.collect(granted);
         self.redeliver()?;
         self.fire_armed_crashes()
@@ -548,6 +567,8 @@ impl<'a> Run<'a> {
     }
 
     fn collect(&mut self, granted: Option<&str>) {
+        // What the providers did happened during the calls that complete now.
+        self.collect_provider_log();
         let mut order: Vec<String> = granted.map(str::to_string).into_iter().collect();
         order.extend(self.workers.iter().filter(|w| Some(w.as_str()) != granted).cloned());
         for w in order {
@@ -581,11 +602,12 @@ impl<'a> Run<'a> {
     /// Stops every host (closing their connections) and hands over the history and the admin
     /// connections.
     pub fn finish(self) -> Finished {
-        let Run { sim, world, admin, history, keys, .. } = self;
+        let Run { sim, world, admin, history, keys, providers, .. } = self;
         drop(sim);
+        let effects = providers.iter().flat_map(|p| p.effects()).collect();
         let mut w = world.borrow_mut();
         let passed = w.slots.values().flat_map(|s| s.passed.iter().copied()).collect();
         let names = std::mem::take(&mut w.names);
-        Finished { history, admin, calls: w.calls, passed, keys: keys.into_iter().collect(), names }
+        Finished { history, admin, calls: w.calls, passed, keys: keys.into_iter().collect(), names, effects }
     }
 }

@@ -94,6 +94,7 @@ impl Run<'_> {
                 }
             }
         }
+        self.deliver_held();
         self.settle(None)
     }
 

@@ -1,0 +1,106 @@
+//! Seed 003's orders, the third workload: external providers on turmoil's simulated network
+//! (real PostgreSQL and SQS, started once for this test process through the harness). Its
+//! mutants are caught and shrunk, its reference passes generated schedules with network and
+//! provider faults on the menu, its scripted windows keep their facts and repeat byte for
+//! byte, and a failing schedule's timeline draws the providers' lanes.
+
+use crashpoint::explore::{self, Options};
+use crashpoint::scenario::run_scenario;
+use crashpoint::testkit;
+use crashpoint::Workload;
+
+mod common;
+
+fn orders(name: &str) -> std::rc::Rc<dyn crashpoint::System> {
+    crashpoint_orders::Orders.system(name).unwrap_or_else(|| panic!("no orders system {name}"))
+}
+
+/// Each mutant, its budget with seed 1, and the invariant its own defect breaks. Measured
+/// first failures (2026-11-30, `crashpoint catalogue orders`): 2, 2, 2, 1, 2, 1, 2, 7.
+const MUTANTS: &[(&str, u64, &str)] = &[
+    ("key-per-attempt", 20, "at most one charge per order at the gateway"),
+    ("key-hashes-request", 20, "at most one charge per order at the gateway"),
+    ("timeout-is-failure", 20, "at most one charge per order at the gateway"),
+    ("in-progress-forever", 20, "every operation resolved or parked with a reason"),
+    ("in-progress-expiring", 20, "at most one charge per order at the gateway"),
+    ("no-reconciliation", 20, "every operation resolved or parked with a reason"),
+    ("all-or-nothing", 20, "no email sent twice inside the mail provider's dedup window"),
+    ("flag-claim", 20, "local operations and provider ledgers agree"),
+];
+
+#[test]
+fn every_orders_mutant_is_caught_and_shrunk_to_at_most_5_decisions() {
+    let s = common::scenario("orders/explore");
+    let names: Vec<&str> = crashpoint_orders::mutants::CATALOGUE.iter().map(|(n, _, _)| *n).collect();
+    assert_eq!(names, MUTANTS.iter().map(|m| m.0).collect::<Vec<_>>());
+    for (name, budget, invariant) in MUTANTS {
+        let opts = Options { schedules: Some(*budget), seed: 1, ..Options::default() };
+        let r = explore::explore(&testkit::endpoints(), orders(name), &s, &opts, |_| {}).unwrap();
+        let f = r.failure.unwrap_or_else(|| panic!("{name}: not caught in {budget} schedules"));
+        let broken: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
+        assert!(broken.contains(invariant), "{name}: caught by {broken:?}, not by `{invariant}`\n{}", f.minimal.trace);
+        assert!(f.minimal.schedule.decisions.len() <= 5, "{name}: shrunk only to {}", f.minimal.schedule);
+    }
+}
+
+#[test]
+fn orders_reference_passes_1000_generated_schedules_with_network_faults() {
+    let s = common::scenario("orders/explore");
+    let opts = Options { schedules: Some(1000), seed: 3003, ..Options::default() };
+    let r = explore::explore(&testkit::endpoints(), orders("reference"), &s, &opts, |_| {}).unwrap();
+    if let Some(f) = &r.failure {
+        panic!("reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);
+    }
+    assert!(r.stats.schedules >= 1000);
+    for kind in ["net:drop-request@", "net:drop-response@", "net:delay@", "net:partition@", "provider:5xx-before@", "provider:5xx-after@", "provider:restart@"] {
+        assert!(r.stats.faults.get(kind).is_some_and(|n| *n > 0), "no schedule used {kind}: {:?}", r.stats.faults);
+    }
+    assert!(r.stats.calls.net > 0, "no request reached a provider");
+    let never: Vec<&str> = r.stats.points.iter().copied().filter(|p| r.stats.coverage.get(p).is_none_or(|c| c.passed == 0)).collect();
+    assert!(never.is_empty(), "crash points never reached: {never:?}");
+}
+
+/// Seed 003's windows on the reference: each passes, shows its facts, and gives the same
+/// trace twice (the providers answer over turmoil's network, deterministically).
+#[test]
+fn seed_003_windows_pass_and_repeat_byte_for_byte() {
+    for name in ["orders/happy-path", "orders/concurrent-duplicates", "orders/local-write-fails", "orders/timeout-manual-replay", "orders/lost-response-reconciled", "orders/redelivery-after-commit", "orders/delayed-request-after-retry"] {
+        let s = common::scenario(name);
+        let first = run_scenario(&testkit::endpoints(), orders("reference"), &s, None).unwrap();
+        assert!(first.passed(), "{name}: {:?}\n{}", first.verdicts, first.trace);
+        assert!(first.missing_trace_facts.is_empty(), "{name}: missing {:?}\n{}", first.missing_trace_facts, first.trace);
+        let second = run_scenario(&testkit::endpoints(), orders("reference"), &s, None).unwrap();
+        assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
+    }
+}
+
+/// The lost-response window discriminates: the mutant that takes the timeout as a failure
+/// charges twice there, and its timeline draws the gateway's lane with the lost response.
+#[test]
+fn a_lost_response_charges_twice_when_a_timeout_is_taken_as_failure() {
+    let s = common::scenario("orders/lost-response-reconciled");
+    let o = run_scenario(&testkit::endpoints(), orders("timeout-is-failure"), &s, None).unwrap();
+    let broken: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
+    assert!(broken.contains(&"at most one charge per order at the gateway"), "{broken:?}\n{}", o.trace);
+    assert!(o.trace.contains("order o1 charged 2 times (ch1, ch2)") || o.verdicts.iter().any(|v| v.detail.contains("order o1 charged 2 times")), "{:?}", o.verdicts);
+    let html = crashpoint::report::timeline::render("orders/lost-response-reconciled", &o, &[]);
+    for lane in ["gateway", "mail", "accounting"] {
+        assert!(html.contains(&format!("data-lane=\"{lane}\"")), "no lane {lane}");
+    }
+    assert!(html.contains("the response is lost"), "the dropped response is not drawn");
+}
+
+/// `--check-determinism` on generated schedules with network and provider faults: each runs
+/// twice and gives the same trace, byte for byte (turmoil's network with a fixed latency and
+/// seed, providers without I/O).
+#[test]
+fn generated_schedules_with_network_faults_run_twice_identically() {
+    let s = common::scenario("orders/explore");
+    let opts = Options { schedules: Some(40), seed: 33, check_determinism: true, ..Options::default() };
+    let r = explore::explore(&testkit::endpoints(), orders("reference"), &s, &opts, |_| {}).unwrap();
+    if let Some(f) = r.failure {
+        panic!("divergence {:?} in {}\n{}", f.divergence, f.minimal.schedule, f.minimal.trace);
+    }
+    let net: u64 = r.stats.faults.iter().filter(|(k, _)| k.starts_with("net:") || k.starts_with("provider:")).map(|(_, n)| n).sum();
+    assert!(net > 0, "no schedule had a network or provider fault: {:?}", r.stats.faults);
+}

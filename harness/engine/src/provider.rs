@@ -1,0 +1,129 @@
+//! External providers: the payment gateways, accounting systems and mail APIs a handler calls
+//! over HTTP, whose effects do not roll back with a PostgreSQL transaction (seed 003).
+//!
+//! A workload declares its providers ([`crate::workload::Workload::providers`]); the engine
+//! runs each as a turmoil host named [`Provider::name`] with an HTTP/1 server (hyper over
+//! turmoil's simulated TCP, port [`PORT`]), and workers reach it with
+//! [`crate::sim::cx::Cx::http`] over the simulated network, where the nemesis drops, delays
+//! and partitions messages ([`crate::nemesis::net`]). PostgreSQL, SQS and Redis stay real.
+//!
+//! A provider is deterministic: it answers from its own state and the logical clock, with no
+//! I/O, so the same schedule gives the same provider interleaving. It keeps a ledger of the
+//! effects it applied, which the checker reads after the drain ([`crate::checker::CheckCx::effects`]).
+
+use std::collections::BTreeMap;
+
+/// The port every provider listens on, on its turmoil host.
+pub const PORT: u16 = 80;
+
+/// An HTTP request to a provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// `GET`, `POST`, `PUT`, …
+    pub method: String,
+    /// The path, e.g. `/charges`.
+    pub path: String,
+    /// The query parameters (`?operation_id=…`), decoded.
+    pub query: BTreeMap<String, String>,
+    /// The headers, names in lower case (e.g. `idempotency-key`).
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body (`null` when there is none).
+    pub body: serde_json::Value,
+}
+
+impl Request {
+    /// A request with no query, headers or body.
+    pub fn new(method: &str, path: &str) -> Request {
+        Request { method: method.into(), path: path.into(), query: BTreeMap::new(), headers: BTreeMap::new(), body: serde_json::Value::Null }
+    }
+
+    /// With header `name` (stored in lower case).
+    pub fn header(mut self, name: &str, value: impl Into<String>) -> Request {
+        self.headers.insert(name.to_ascii_lowercase(), value.into());
+        self
+    }
+
+    /// With query parameter `name`.
+    pub fn query(mut self, name: &str, value: impl Into<String>) -> Request {
+        self.query.insert(name.into(), value.into());
+        self
+    }
+
+    /// With a JSON body.
+    pub fn json(mut self, body: serde_json::Value) -> Request {
+        self.body = body;
+        self
+    }
+
+    /// `path?k=v&…`, the query encoded (for the wire and the trace).
+    pub fn target(&self) -> String {
+        if self.query.is_empty() {
+            return self.path.clone();
+        }
+        let q: Vec<String> = self
+            .query
+            .iter()
+            .map(|(k, v)| format!("{}={}", url::form_urlencoded::byte_serialize(k.as_bytes()).collect::<String>(), url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>()))
+            .collect();
+        format!("{}?{}", self.path, q.join("&"))
+    }
+}
+
+/// A provider's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The HTTP status, e.g. 201, 404, 409, 503.
+    pub status: u16,
+    /// The JSON body (`null` when there is none).
+    pub body: serde_json::Value,
+}
+
+impl Reply {
+    /// A reply with `status` and `body`.
+    pub fn new(status: u16, body: serde_json::Value) -> Reply {
+        Reply { status, body }
+    }
+}
+
+/// What a provider did with one request, for its timeline lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handled {
+    /// The answer.
+    pub reply: Reply,
+    /// One line for the trace, ids as they are (the engine relabels them), e.g.
+    /// `charge ch1 applied for key <uuid>` or `key <uuid> replayed: ch1`.
+    pub text: String,
+}
+
+/// One effect a provider applied: a charge made, an invoice recorded, an email sent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Effect {
+    /// The provider, e.g. `gateway`.
+    pub provider: &'static str,
+    /// When it was applied, logical ms.
+    pub t_ms: u64,
+    /// The provider's reference of it, e.g. `ch1`.
+    pub reference: String,
+    /// The idempotency key it was applied under (empty when the request had none).
+    pub key: String,
+    /// The request body that caused it.
+    pub body: serde_json::Value,
+}
+
+/// An external provider of a workload. One value serves one schedule: the workload makes
+/// fresh ones per schedule ([`crate::workload::Workload::providers`]).
+pub trait Provider {
+    /// Its name: the turmoil host name workers call (`gateway`), and the target of network
+    /// faults (`net:drop-response@gateway`). Lower-case letters.
+    fn name(&self) -> &'static str;
+
+    /// One line for `crashpoint list`, e.g. `payment gateway: POST /charges with Idempotency-Key`.
+    fn about(&self) -> &'static str;
+
+    /// Handles one request at logical time `now_ms` (its clock is the schedule's logical clock).
+    /// Deterministic: no I/O, no randomness.
+    fn handle(&self, request: &Request, now_ms: u64) -> Handled;
+
+    /// The effects applied so far, in order.
+    fn effects(&self) -> Vec<Effect>;
+}
