@@ -88,6 +88,7 @@ fn a_lost_response_charges_twice_when_a_timeout_is_taken_as_failure() {
         assert!(html.contains(&format!("data-lane=\"{lane}\"")), "no lane {lane}");
     }
     assert!(html.contains("the response is lost"), "the dropped response is not drawn");
+    assert!(html.contains(r#"class="note lost"#), "the dropped response is not marked as lost");
 }
 
 /// `--check-determinism` on generated schedules with network and provider faults: each runs

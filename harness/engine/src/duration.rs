@@ -1,6 +1,7 @@
 //! Durations in schedules and traces: `31s`, `1500ms`, `2m`, `1h`, `3d`, in logical ms.
 
-/// Parses `31s`, `1500ms`, `2m`, `1h`, `3d` into ms.
+/// Parses `31s`, `1500ms`, `2m`, `1h`, `3d` into ms. Errors: no leading number, a unit other
+/// than ms, s, m, h or d, or a duration past `u64::MAX` ms.
 pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
@@ -13,7 +14,7 @@ pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
         "d" => 86_400_000,
         _ => return Err(format!("`{s}`: unit must be ms, s, m, h or d")),
     };
-    Ok(n * mult)
+    n.checked_mul(mult).ok_or_else(|| format!("`{s}` is too long"))
 }
 
 /// Formats ms in the largest unit that divides it: `31s`, `1500ms`, `2m`.

@@ -53,7 +53,7 @@ pub use checker::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, 
 pub use sim::cx::{CallError, Cx, Delivery, Val};
 pub use sim::history::Fact;
 pub use sim::names::Names;
-pub use provider::{Effect, Provider};
+pub use provider::{Effect, Handled, Provider, Reply, Request};
 pub use sut::{Handler, Poller, Producer, Program, SendEach, System};
 pub use workload::{
     derive_id, event_specs, CrashPoint, Event, Leftover, QueueSpec, Registry, Resend, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault,

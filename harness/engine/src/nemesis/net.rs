@@ -74,8 +74,9 @@ impl NetFault {
         providers.iter().flat_map(|p| kinds.iter().map(move |k| NetFault { kind: *k, provider: p })).collect()
     }
 
-    /// Parses the text after `net:` (`family = "net"`) or `provider:`, e.g.
-    /// `drop-response@gateway` or `delay@gateway:40s`. Errors: an unknown fault or provider,
+    /// Parses the text after `net:` (`family = "net"`) or `provider:` (any other `family`),
+    /// e.g. `drop-response@gateway` or `delay@gateway:40s`. Errors: an unknown fault, a
+    /// malformed delay duration, an unknown provider, or a workload without providers, each
     /// with the expected forms.
     pub fn parse(family: &str, rest: &str, providers: &[&'static str]) -> Result<NetFault, String> {
         let table: &[(&str, NetFaultKind)] = if family == "net" { &NET } else { &PROVIDER };

@@ -257,8 +257,14 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
                     escape(fault_label(fault))
                 );
             }
-            Entry::Note { worker, .. } => {
+            Entry::Note { worker, text, .. } => {
                 let y = lane_y[worker.as_str()];
+                // A provider's line about a message the network lost (a dropped request or
+                // response, a held request lost in a partition) is drawn as a red cross.
+                if !o.history.roles.contains_key(worker) && text.contains(" lost") {
+                    let _ = writeln!(svg, r#"<g class="note lost{hl}"><title>{tip}</title><text x="{}" y="{}">✗</text></g>"#, x + 8, y + LANE_H / 2 + 5);
+                    continue;
+                }
                 let _ = writeln!(svg, r#"<g class="note{hl}"><title>{tip}</title><circle cx="{}" cy="{}" r="3"/></g>"#, x + 12, y + LANE_H / 2);
             }
         }
@@ -289,7 +295,7 @@ pre {{ background: #f5f7fa; padding: 8px; overflow-x: auto; }}
 line.call {{ stroke: #9aa5b1; stroke-width: 0.6; }} circle.call.postgres {{ fill: #2f6fb3; }} circle.call.sqs {{ fill: #d9822b; }} circle.call.redis {{ fill: #c23030; }} circle.call.http {{ fill: #2b8a3e; }}
 .crash text {{ fill: #b00020; font-size: 20px; font-weight: bold; }} .restart text {{ fill: #137333; font-size: 18px; }}
 .fault path {{ fill: #f0b429; stroke: #8d6708; }} .fault text {{ font-size: 8px; }} .wait text {{ font-size: 8px; fill: #8d6708; }}
-.note circle {{ fill: #7b8794; }}
+.note circle {{ fill: #7b8794; }} .note.lost text {{ fill: #b00020; font-size: 13px; }}
 .breaking {{ fill: rgba(176, 0, 32, 0.10); stroke: #b00020; stroke-width: 1.5; }} .breaking-label {{ fill: #b00020; font-weight: bold; font-size: 11px; }}
 .hl rect {{ stroke: #b00020; stroke-width: 3; }}
 .legend span {{ display: inline-block; margin-right: 14px; }} .sw {{ display: inline-block; width: 12px; height: 12px; vertical-align: middle; border: 1px solid #52606d; }}
@@ -314,7 +320,7 @@ pre .hl {{ background: #fde2e1; font-weight: bold; }}
         let _ = writeln!(html, "<p>reproduce: <code>{}</code></p>", escape(r));
     }
     html.push_str(
-        r#"<p class="legend"><span><i class="sw" style="background:#bcd7f5"></i> PostgreSQL call</span><span><i class="sw" style="background:#ffd8a8"></i> SQS call</span><span><i class="sw" style="background:#f8c4c4"></i> Redis call</span><span><i class="sw" style="background:#c9e8c9"></i> provider call (HTTP, simulated network)</span><span><i class="sw" style="background:#e4e7eb"></i> injected failure</span><span style="color:#b00020">✗ crash</span><span style="color:#137333">↻ restart</span><span><i class="sw" style="background:#f0b429"></i> fault / blocked (wait)</span><span><i class="sw" style="background:#fde2e1;border:2px solid #b00020"></i> where the invariant breaks</span></p>
+        r#"<p class="legend"><span><i class="sw" style="background:#bcd7f5"></i> PostgreSQL call</span><span><i class="sw" style="background:#ffd8a8"></i> SQS call</span><span><i class="sw" style="background:#f8c4c4"></i> Redis call</span><span><i class="sw" style="background:#c9e8c9"></i> provider call (HTTP, simulated network)</span><span><i class="sw" style="background:#e4e7eb"></i> injected failure</span><span style="color:#b00020">✗ crash, or a message the network lost</span><span style="color:#137333">↻ restart</span><span><i class="sw" style="background:#f0b429"></i> fault / blocked (wait)</span><span><i class="sw" style="background:#fde2e1;border:2px solid #b00020"></i> where the invariant breaks</span></p>
 "#,
     );
     let _ = writeln!(html, "<div class=\"scroll\">\n{svg}</div>");

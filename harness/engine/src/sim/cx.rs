@@ -328,10 +328,11 @@ impl Cx {
     // ---- Providers ----
 
     /// Sends `request` to the workload's provider `provider` over turmoil's simulated network
-    /// and waits [`crate::sim::net::CLIENT_TIMEOUT_MS`] of turmoil time for the reply. A yield
-    /// point named `op`; the trace shows the status, or that no response came. Any status is
-    /// `Ok` (a 503 too); [`CallError::NoResponse`] when the request was lost, the response
-    /// was lost, or the provider was unreachable: the outcome is unknown.
+    /// and waits 2 s (2000 ms) of turmoil time for the reply; the logical clock does not move.
+    /// A yield point named `op`; the trace shows the status, or that no response came. Any
+    /// status is `Ok` (a 503 too). Errors: [`CallError::NoResponse`] when the request was lost,
+    /// the response was lost, or the provider was unreachable or unknown (the outcome is
+    /// unknown); [`CallError::Injected`] when the schedule armed a failure here.
     pub async fn http(&mut self, op: &'static str, provider: &'static str, request: crate::provider::Request) -> Result<crate::provider::Reply, CallError> {
         self.gate(op).await?;
         let dropped = self.world.borrow_mut().net.take(provider, |k| k == crate::nemesis::net::NetFaultKind::DropRequest);

@@ -47,11 +47,6 @@ impl Purpose {
     pub fn parse(s: &str) -> Result<Purpose, CallError> {
         Purpose::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| CallError::Unrecoverable(format!("unknown purpose `{s}`")))
     }
-
-    /// The provider of the effects of `provider`'s ledger, as a purpose.
-    pub fn of_provider(provider: &str) -> Option<Purpose> {
-        Purpose::ALL.into_iter().find(|p| p.provider() == provider)
-    }
 }
 
 /// The operation id of `purpose` for `order`: `v5(order_id, purpose)`, fixed when the
@@ -101,8 +96,9 @@ impl Operation {
         }
     }
 
-    /// The request that applies it under idempotency key `key` (`None`: no key sent), with
-    /// `body`.
+    /// The request that applies it under idempotency key `key`, with `body`. `None` sends no
+    /// `Idempotency-Key` header (the email, charge); the export's PUT path always carries a key
+    /// (`key`, else the operation id), which is accounting's key.
     pub fn request(&self, key: Option<String>, body: serde_json::Value) -> Request {
         let req = match self.purpose {
             Purpose::Charge => Request::new("POST", "/charges"),

@@ -19,7 +19,8 @@ use crate::sim::world::SharedWorld;
 pub const CALLER_HEADER: &str = "x-crashpoint-caller";
 
 /// Serves `provider` on port [`PORT`] until the host is dropped (a crash or a bounce).
-/// Errors: the port cannot be bound (another host has the name).
+/// Errors: the port cannot be bound, or accepting fails (turmoil's errors, which end the
+/// simulation step as a host failure).
 pub async fn serve(provider: Rc<dyn Provider>, world: SharedWorld) -> Result<(), Box<dyn std::error::Error>> {
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
     loop {
