@@ -100,7 +100,7 @@ impl Run<'_> {
     /// liveness violation. Every partition of the simulated network is healed first.
     pub fn drain(&mut self) -> Result<Option<String>> {
         self.fault(FaultEvent::DrainStart, vec![]);
-        self.heal_all();
+        self.heal_all()?;
         let periodic: Vec<String> =
             self.workers.iter().filter(|w| self.kind(w) == Some(RoleKind::Periodic)).cloned().collect();
         let drainers: Vec<String> = self.workers.iter().filter(|w| !periodic.contains(w)).cloned().collect();

@@ -116,13 +116,13 @@ impl Run<'_> {
         }
     }
 
-    /// The drain's first act: every partition is healed (Jepsen's final heal).
-    pub(super) fn heal_all(&mut self) {
+    /// The drain's first act: every partition is healed (Jepsen's final heal), each recorded
+    /// as the `net:heal@<p>` decision would be.
+    pub(super) fn heal_all(&mut self) -> Result<()> {
         let partitioned: Vec<&'static str> = self.world.borrow().net.partitioned.iter().copied().collect();
         for p in partitioned {
-            let f = NetFault { kind: NetFaultKind::Heal, provider: p };
-            self.fault(FaultEvent::Net { name: f.to_string(), text: f.announcement() }, vec![]);
-            self.heal(p);
+            self.net_fault(NetFault { kind: NetFaultKind::Heal, provider: p })?;
         }
+        Ok(())
     }
 }

@@ -28,20 +28,27 @@ pub struct Consumer {
     pub flaws: Flaws,
 }
 
-fn purposes(ps: &[Purpose]) -> String {
-    format!("{{{}}}", ps.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(","))
+/// A PostgreSQL array literal of `items` (`{"a","b"}`), bound as text and cast in SQL.
+fn text_array<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
+    format!("{{{}}}", items.into_iter().map(|s| format!("\"{}\"", s.as_ref())).collect::<Vec<_>>().join(","))
 }
 
 /// Records `ops` as operations of `ev` in states `states` with references `refs` (a yield
 /// point named `operations`).
 async fn record(cx: &mut Cx, ev: &OrderCompleted, ops: &[Purpose], states: &[&str], refs: &[String]) -> Result<(), CallError> {
-    let ids: Vec<String> = ops.iter().map(|p| operation_id(ev.order_id, *p).to_string()).collect();
-    let arr = |v: &[String]| format!("{{{}}}", v.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(","));
-    let states: Vec<String> = states.iter().map(|s| s.to_string()).collect();
+    let ids = ops.iter().map(|p| operation_id(ev.order_id, *p).to_string());
+    let purposes = ops.iter().map(|p| p.as_str());
     cx.execute(
         "operations",
         OPERATIONS,
-        &[Val::Uuid(ev.order_id), Val::I64(ev.amount), Val::Text(purposes(ops)), Val::Text(arr(&ids)), Val::Text(arr(&states)), Val::Text(arr(refs))],
+        &[
+            Val::Uuid(ev.order_id),
+            Val::I64(ev.amount),
+            Val::Text(text_array(purposes)),
+            Val::Text(text_array(ids)),
+            Val::Text(text_array(states)),
+            Val::Text(text_array(refs)),
+        ],
     )
     .await
     .map(|_| ())
