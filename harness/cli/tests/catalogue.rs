@@ -51,7 +51,7 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
     let s = common::scenario(CATALOGUE_SCENARIO);
     let mut missed = Vec::new();
     for (name, budget, invariant) in BUDGETS {
-        let opts = Options { schedules: Some(*budget), time: None, seed: 1, check_determinism: false, shard: Default::default() };
+        let opts = Options { schedules: Some(*budget), time: None, seed: 1, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
         let r = explore::explore(&testkit::endpoints(), common::payout(name), &s, &opts, |_| {}).unwrap();
         match r.failure {
             None => missed.push(format!("{name}: not caught in {budget} schedules")),
@@ -76,7 +76,7 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
 #[test]
 fn reference_passes_1000_generated_schedules() {
     let s = common::scenario("payout/explore");
-    let opts = Options { schedules: Some(1000), time: None, seed: 1000, check_determinism: false, shard: Default::default() };
+    let opts = Options { schedules: Some(1000), time: None, seed: 1000, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
     let r = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &r.failure {
         panic!("reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);

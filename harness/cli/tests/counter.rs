@@ -28,7 +28,7 @@ fn every_counter_mutant_is_caught_and_shrunk() {
     let names: Vec<&str> = crashpoint_counter::mutants::CATALOGUE.iter().map(|(n, _)| *n).collect();
     assert_eq!(names, MUTANTS.iter().map(|m| m.0).collect::<Vec<_>>());
     for (name, budget, invariant) in MUTANTS {
-        let opts = Options { schedules: Some(*budget), seed: 1, ..Options::default() };
+        let opts = Options { schedules: Some(*budget), seed: 1, jobs: explore::default_jobs(), ..Options::default() };
         let r = explore::explore(&testkit::endpoints(), counter(name), &s, &opts, |_| {}).unwrap();
         let f = r.failure.unwrap_or_else(|| panic!("{name}: not caught in {budget} schedules"));
         let broken: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
@@ -41,7 +41,7 @@ fn every_counter_mutant_is_caught_and_shrunk() {
 #[test]
 fn counter_reference_passes_1000_generated_schedules() {
     let s = common::scenario("counter/explore");
-    let opts = Options { schedules: Some(1000), seed: 4004, ..Options::default() };
+    let opts = Options { schedules: Some(1000), seed: 4004, jobs: explore::default_jobs(), ..Options::default() };
     let r = explore::explore(&testkit::endpoints(), counter("reference"), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &r.failure {
         panic!("reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);

@@ -11,7 +11,7 @@ use crashpoint::testkit;
 fn check_then_insert_is_caught_and_shrinks_to_at_most_8_decisions() {
     let s = common::scenario("payout/explore");
     let system = common::payout("check-then-insert");
-    let opts = Options { schedules: Some(60), time: None, seed: 7, check_determinism: false, shard: Default::default() };
+    let opts = Options { schedules: Some(60), time: None, seed: 7, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
     let report = explore::explore(&testkit::endpoints(), system.clone(), &s, &opts, |_| {}).unwrap();
     let f = report.failure.expect("check-then-insert was not caught in 60 schedules");
     assert!(
@@ -35,7 +35,7 @@ fn check_then_insert_is_caught_and_shrinks_to_at_most_8_decisions() {
 #[test]
 fn reference_passes_generated_schedules_and_each_runs_twice_identically() {
     let s = common::scenario("payout/explore");
-    let opts = Options { schedules: Some(15), time: None, seed: 20261129, check_determinism: true, shard: Default::default() };
+    let opts = Options { schedules: Some(15), time: None, seed: 20261129, check_determinism: true, shard: Default::default(), jobs: explore::default_jobs() };
     let report = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &report.failure {
         panic!(
@@ -52,7 +52,7 @@ fn reference_passes_generated_schedules_and_each_runs_twice_identically() {
 fn check_determinism_passes_for_20_seeds() {
     let s = common::scenario("payout/explore");
     for seed in 1..=20 {
-        let opts = Options { schedules: Some(1), time: None, seed, check_determinism: true, shard: Default::default() };
+        let opts = Options { schedules: Some(1), time: None, seed, check_determinism: true, shard: Default::default(), jobs: explore::default_jobs() };
         let r = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
         if let Some(f) = r.failure {
             panic!("seed {seed}: divergence {:?} in {}", f.divergence, f.minimal.schedule);

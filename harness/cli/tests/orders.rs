@@ -34,7 +34,7 @@ fn every_orders_mutant_is_caught_and_shrunk_to_at_most_5_decisions() {
     let names: Vec<&str> = crashpoint_orders::mutants::CATALOGUE.iter().map(|(n, _, _)| *n).collect();
     assert_eq!(names, MUTANTS.iter().map(|m| m.0).collect::<Vec<_>>());
     for (name, budget, invariant) in MUTANTS {
-        let opts = Options { schedules: Some(*budget), seed: 1, ..Options::default() };
+        let opts = Options { schedules: Some(*budget), seed: 1, jobs: explore::default_jobs(), ..Options::default() };
         let r = explore::explore(&testkit::endpoints(), orders(name), &s, &opts, |_| {}).unwrap();
         let f = r.failure.unwrap_or_else(|| panic!("{name}: not caught in {budget} schedules"));
         let broken: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
@@ -46,7 +46,7 @@ fn every_orders_mutant_is_caught_and_shrunk_to_at_most_5_decisions() {
 #[test]
 fn orders_reference_passes_1000_generated_schedules_with_network_faults() {
     let s = common::scenario("orders/explore");
-    let opts = Options { schedules: Some(1000), seed: 3003, ..Options::default() };
+    let opts = Options { schedules: Some(1000), seed: 3003, jobs: explore::default_jobs(), ..Options::default() };
     let r = explore::explore(&testkit::endpoints(), orders("reference"), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &r.failure {
         panic!("reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);

@@ -9,7 +9,7 @@ use crashpoint::testkit;
 mod common;
 
 fn opts(schedules: u64, seed: u64) -> Options {
-    Options { schedules: Some(schedules), time: None, seed, check_determinism: false, shard: Default::default() }
+    Options { schedules: Some(schedules), time: None, seed, check_determinism: false, shard: Default::default(), jobs: 1 }
 }
 
 #[test]

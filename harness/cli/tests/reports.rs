@@ -151,7 +151,7 @@ fn two_shards_cover_exactly_one_unsharded_run() {
     let s = common::scenario("payout/explore");
     let endpoints = testkit::endpoints();
     let cases = |shard: Shard| {
-        let opts = Options { schedules: Some(8), time: None, seed: 99, check_determinism: false, shard };
+        let opts = Options { schedules: Some(8), time: None, seed: 99, check_determinism: false, shard, jobs: 1 };
         let r = explore(&endpoints, common::payout("reference"), &s, &opts, |_| {}).expect("explores");
         assert!(r.failure.is_none(), "the reference failed");
         r.stats.cases
@@ -189,4 +189,88 @@ fn logs_carry_injected_crashes_and_blocked_steps() {
     assert!(logs_contain("worker=\"c1\"") || logs_contain("worker=c1"));
     assert!(logs_contain("blocked step detected"));
     assert!(logs_contain("schedule checked"));
+}
+
+/// The parts of a run's output that do not depend on wall time: stdout without the rate line's
+/// timings and the report path, report.json without its wall-clock fields, junit.xml without
+/// `time` attributes, summary.md without the rate column, and the timelines as they are.
+fn timeless(dir: &Path, stdout: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let lines: Vec<String> = stdout
+        .lines()
+        .filter(|l| !l.starts_with("reports: "))
+        .map(|l| match l.split_once(" schedules in ") {
+            Some((n, rest)) if l.contains("schedules/s") => format!("{n} schedules …{}", rest.split_once(';').map_or("", |r| r.1)),
+            _ => l.to_string(),
+        })
+        .collect();
+    out.push(("stdout".into(), lines.join("\n")));
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for k in ["wall_s", "schedules_per_s", "started_at"] {
+                    m.remove(k);
+                }
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    strip(&mut json);
+    out.push(("report.json".into(), json.to_string()));
+    let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
+    let junit: Vec<String> = junit
+        .lines()
+        .map(|l| match l.find(" time=\"") {
+            Some(i) => {
+                let end = l[i + 7..].find('"').map_or(l.len(), |j| i + 8 + j);
+                format!("{}{}", &l[..i], &l[end..])
+            }
+            None => l.to_string(),
+        })
+        .collect();
+    out.push(("junit.xml".into(), junit.join("\n")));
+    let summary: Vec<String> = std::fs::read_to_string(dir.join("summary.md"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut cells: Vec<&str> = l.split('|').collect();
+            if cells.len() > 8 && l.contains("explored") {
+                cells[7] = " rate ";
+            }
+            cells.join("|")
+        })
+        .collect();
+    out.push(("summary.md".into(), summary.join("\n")));
+    let mut timelines: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "html")).collect();
+    timelines.sort();
+    for t in timelines {
+        out.push((t.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&t).unwrap()));
+    }
+    out
+}
+
+#[test]
+fn outputs_and_reports_do_not_depend_on_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for jobs in ["1", "4"] {
+        let reports = dir.path().join(format!("jobs-{jobs}"));
+        let o = crashpoint()
+            .args(["run", "payout/explore", "--system", "check-then-insert", "--budget", "40", "--seed", "7", "--no-calibrate"])
+            .args(["--jobs", jobs, "--report-dir"])
+            .arg(&reports)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert_eq!(o.status.code(), Some(1), "--jobs {jobs}: the mutant was not caught:\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
+        assert!(out.contains("minimal schedule"), "--jobs {jobs}: no shrunk schedule printed:\n{out}");
+        runs.push(timeless(&reports, &out));
+    }
+    assert_eq!(runs[0].len(), runs[1].len(), "the two runs wrote different report files");
+    for ((name, one), (_, four)) in runs[0].iter().zip(&runs[1]) {
+        assert!(one == four, "{name} differs between --jobs 1 and --jobs 4:\n--- jobs 1\n{one}\n--- jobs 4\n{four}");
+    }
 }

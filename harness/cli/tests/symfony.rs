@@ -20,7 +20,7 @@ fn seed_windows_pass_on_the_symfony_handler_and_repeat_byte_for_byte() {
 #[test]
 fn the_symfony_handler_passes_100_explored_schedules() {
     let s = common::scenario("symfony/explore");
-    let opts = Options { schedules: Some(100), time: None, seed: 20261130, check_determinism: false, shard: Default::default() };
+    let opts = Options { schedules: Some(100), time: None, seed: 20261130, check_determinism: false, shard: Default::default(), jobs: 1 };
     let report = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &report.failure {
         panic!("the Symfony handler failed: {}\n{}", f.minimal.schedule, f.minimal.trace);

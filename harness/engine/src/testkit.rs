@@ -9,6 +9,9 @@ use crate::services::{Endpoints, ServiceOptions, Services};
 static SERVICES: Mutex<Option<Services>> = Mutex::new(None);
 
 extern "C" fn stop_at_exit() {
+    // Services the harness did not start (given by environment) keep running: drop the
+    // namespaces the tests pooled on them. A failure here must not abort the exit.
+    let _ = std::panic::catch_unwind(crate::sim::pool::release);
     let taken = SERVICES.lock().map(|mut s| s.take()).unwrap_or(None);
     drop(taken);
     crate::services::native::process::cleanup_all();

@@ -2,6 +2,7 @@
 //! and (with `--min-rate`) a floor that fails the command. Speed targets live here, not in
 //! timed tests.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Result};
@@ -11,6 +12,7 @@ use super::run::with_services;
 use crate::error::{EXIT_OK, EXIT_VIOLATION};
 use crate::explore::{self, Options, Stats};
 use crate::scenario::{self, Phases};
+use crate::services::cpu::{CpuProbe, CpuTimes};
 use crate::services::{clients::ServiceClients, ServiceOptions};
 
 /// Arguments of `bench`.
@@ -28,6 +30,10 @@ pub struct BenchArgs {
     /// Exit 1 when throughput is below this many schedules/s.
     #[arg(long)]
     pub min_rate: Option<f64>,
+    /// Schedules run at once, each in its own slot (thread, turmoil simulation, schema and
+    /// queues). Default: two per core.
+    #[arg(long, default_value_t = crate::explore::default_jobs())]
+    pub jobs: usize,
     /// Where the JSON result goes.
     #[arg(long, default_value = "reports/bench.json")]
     pub out: PathBuf,
@@ -76,14 +82,66 @@ pub struct BenchResult {
     pub check: Spread,
     /// Teardown.
     pub teardown: Spread,
+    /// Mean CPU time of the harness thread per schedule by phase (setup, run + drain, check,
+    /// teardown), ms.
+    pub phase_cpu_ms: [f64; 4],
     /// One round trip to each service (median of 5), µs: PostgreSQL, SQS, Redis.
     pub round_trip_us: [u128; 3],
+    /// Every SQS call per schedule by operation, the harness's own included (mean).
+    pub sqs_per_schedule: BTreeMap<String, f64>,
+    /// The I/O floor of one schedule: its calls times the measured round trips, ms.
+    pub io_floor_ms: f64,
+    /// Wall time per schedule over the I/O floor (1.0: the harness adds nothing).
+    pub wall_over_io_floor: f64,
+    /// CPU per schedule, ms, from `/proc` (a service not found is `null`).
+    pub cpu_per_schedule: CpuTimes,
+    /// Simulation steps per schedule (each ticks every host's runtime).
+    pub steps_per_schedule: f64,
+    /// Which one limits throughput: the process nearest to using all the cores it can use.
+    pub ceiling: String,
 }
 
-fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3]) -> BenchResult {
+/// The process nearest to its ceiling, with how much of it is used: LocalStack is one Python
+/// process (one core at most, GIL), the harness runs `slots` schedules at once, PostgreSQL and
+/// the whole machine have every core.
+fn ceiling(cpu: &CpuTimes, wall_ms: f64, slots: usize) -> String {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let total = cpu.harness_ms + cpu.localstack_ms.unwrap_or(0.0) + cpu.postgres_ms.unwrap_or(0.0) + cpu.redis_ms.unwrap_or(0.0);
+    let candidates = [
+        ("harness CPU", Some(cpu.harness_ms), (slots as f64).min(cores)),
+        ("LocalStack CPU", cpu.localstack_ms, 1.0),
+        ("PostgreSQL CPU", cpu.postgres_ms, cores),
+        ("the machine's cores", Some(total), cores),
+    ];
+    let (name, used) = candidates
+        .iter()
+        .filter_map(|(n, ms, c)| Some((*n, (*ms)? / (wall_ms * c).max(1e-9))))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or(("unknown", 0.0));
+    format!("{name} ({:.0}% used)", used * 100.0)
+}
+
+fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3], cpu: CpuTimes) -> BenchResult {
     let (pg, sqs, redis) = st.calls_per_schedule();
     let of = |f: fn(&Phases) -> f64| spread(st.phases.iter().map(f).collect());
+    let n = st.schedules.max(1) as f64;
+    let per = |ms: f64| ms / n;
+    let sqs_all: f64 = st.sqs_calls.values().sum::<u64>() as f64 / n;
+    let io_floor_ms = (pg * rtt[0] as f64 + sqs_all * rtt[1] as f64 + redis * rtt[2] as f64) / 1e3;
+    let wall_ms = st.wall.as_secs_f64() * 1e3 / n;
+    let cpu_per = CpuTimes {
+        harness_ms: per(cpu.harness_ms),
+        localstack_ms: cpu.localstack_ms.map(per),
+        postgres_ms: cpu.postgres_ms.map(per),
+        redis_ms: cpu.redis_ms.map(per),
+    };
     BenchResult {
+        sqs_per_schedule: st.sqs_calls.iter().map(|(op, c)| (op.clone(), *c as f64 / n)).collect(),
+        io_floor_ms,
+        wall_over_io_floor: wall_ms / io_floor_ms.max(1e-9),
+        ceiling: ceiling(&cpu_per, wall_ms, args.jobs.max(1)),
+        steps_per_schedule: st.steps as f64 / n,
+        cpu_per_schedule: cpu_per,
         scenario: scenario.to_string(),
         seed: args.seed,
         schedules: st.schedules,
@@ -95,6 +153,7 @@ fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3]) -> Bench
         run: of(|p| p.run_ms),
         check: of(|p| p.check_ms),
         teardown: of(|p| p.teardown_ms),
+        phase_cpu_ms: std::array::from_fn(|i| st.phases.iter().map(|p| p.cpu_ms[i]).sum::<f64>() / n),
         round_trip_us: rtt,
     }
 }
@@ -118,18 +177,35 @@ pub fn bench(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &BenchAr
             c.pg.close().await;
             anyhow::Ok([l.postgres_us, l.sqs_us, l.redis_us])
         })?;
-        let options = Options { schedules: Some(args.schedules), seed: args.seed, ..Options::default() };
+        let options = Options { schedules: Some(args.schedules), seed: args.seed, jobs: args.jobs, ..Options::default() };
+        let probe = CpuProbe::new(endpoints);
+        let before = probe.read();
         let r = explore::explore(endpoints, scenario::system_of(&s, "reference")?, &s, &options, |_| {})?;
-        let b = result(&s.name, args, &r.stats, rtt);
-        println!("bench {} (reference), seed {}: {} schedules in {:.1} s = {:.2} schedules/s", b.scenario, b.seed, b.schedules, b.wall_s, b.schedules_per_s);
+        let b = result(&s.name, args, &r.stats, rtt, probe.read().since(&before));
+        println!(
+            "bench {} (reference), seed {}, {} slot(s): {} schedules in {:.1} s = {:.2} schedules/s",
+            b.scenario, b.seed, args.jobs, b.schedules, b.wall_s, b.schedules_per_s
+        );
         println!(
             "  calls per schedule: {:.1} pg, {:.1} sqs, {:.1} redis, {:.1} http (simulated network)",
             b.calls_per_schedule[0], b.calls_per_schedule[1], b.calls_per_schedule[2], b.http_per_schedule
         );
+        let ops: Vec<String> = b.sqs_per_schedule.iter().map(|(op, n)| format!("{op} {n:.1}")).collect();
+        println!("  sqs calls per schedule, harness included: {:.1} = {}", b.sqs_per_schedule.values().sum::<f64>(), ops.join(", "));
         println!("  round trips: pg {} µs, sqs {} µs, redis {} µs", rtt[0], rtt[1], rtt[2]);
-        println!("  per schedule, median / p90 ms:");
-        for (name, sp) in [("setup", b.setup), ("run + drain", b.run), ("check", b.check), ("teardown", b.teardown)] {
-            println!("    {name:<12} {:>7.1} / {:>7.1}", sp.p50_ms, sp.p90_ms);
+        println!("  I/O floor {:.1} ms per schedule; wall per slot is {:.1}x that", b.io_floor_ms, b.wall_over_io_floor * args.jobs as f64);
+        let c = &b.cpu_per_schedule;
+        let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.1} ms"));
+        println!(
+            "  CPU per schedule: harness {:.1} ms, LocalStack {}, PostgreSQL {}, Redis {}",
+            c.harness_ms, ms(c.localstack_ms), ms(c.postgres_ms), ms(c.redis_ms)
+        );
+        println!("  simulation steps per schedule: {:.0}", b.steps_per_schedule);
+        println!("  ceiling: {}", b.ceiling);
+        println!("  per schedule, wall median / p90 ms, harness thread CPU mean ms:");
+        let phases = [("setup", b.setup), ("run + drain", b.run), ("check", b.check), ("teardown", b.teardown)];
+        for ((name, sp), cpu) in phases.into_iter().zip(b.phase_cpu_ms) {
+            println!("    {name:<12} {:>7.1} / {:>7.1}   cpu {cpu:>6.1}", sp.p50_ms, sp.p90_ms);
         }
         if let Some(dir) = args.out.parent() {
             std::fs::create_dir_all(dir)?;

@@ -35,6 +35,10 @@ pub struct CatalogueArgs {
     /// mutants' timelines go.
     #[arg(long, default_value = "reports/catalogue")]
     pub report_dir: PathBuf,
+    /// Schedules run at once, each in its own slot (see `run --jobs`). Default: the machine's
+    /// cores. The table and reports do not depend on it, apart from wall times.
+    #[arg(long, default_value_t = explore::default_jobs())]
+    pub jobs: usize,
 }
 
 fn row(name: &str, r: &Report) -> String {
@@ -42,14 +46,15 @@ fn row(name: &str, r: &Report) -> String {
         Some(f) => {
             let why: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
             format!(
-                "| {name} | yes | {} | {:.1} | {} | {} |",
+                "| {name} | yes | {} | {:.1} | {:.1} | {} | {} |",
                 f.schedules_until,
+                f.found_after.as_secs_f64(),
                 r.stats.wall.as_secs_f64(),
                 f.minimal.schedule.decisions.len(),
                 why.join("; ")
             )
         }
-        None => format!("| {name} | no | – | {:.1} | – | – |", r.stats.wall.as_secs_f64()),
+        None => format!("| {name} | no | – | – | {:.1} | – | – |", r.stats.wall.as_secs_f64()),
     }
 }
 
@@ -80,7 +85,7 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
     let started = Instant::now();
     let mut report = new_report("catalogue", args.seed, Budget { schedules: Some(args.budget), seconds: None }, Shard::default());
     let result = with_services(rt, opts, |endpoints| {
-        let options = Options { schedules: Some(args.budget), seed: args.seed, ..Options::default() };
+        let options = Options { schedules: Some(args.budget), seed: args.seed, jobs: args.jobs, ..Options::default() };
         let mut table = String::new();
         for s in &chosen {
             workload_catalogue(endpoints, s, &options, &dir, &mut report, &mut table)?;
@@ -113,7 +118,7 @@ fn workload_catalogue(
     table: &mut String,
 ) -> Result<()> {
     let mutants: Vec<&str> = s.workload.systems().iter().map(|i| i.name).filter(|n| *n != "reference").collect();
-    let header = "| system | caught | schedules to first failure | wall s | shrunk length | invariant |\n|---|---|---|---|---|---|\n";
+    let header = "| system | caught | schedules to first failure | s to first failure | wall s (with shrinking) | shrunk length | invariant |\n|---|---|---|---|---|---|---|\n";
     println!(
         "catalogue of {}: {} mutants, then the reference; budget {} schedules each, seed {}, scenario {}\n",
         s.workload.name(),
@@ -126,14 +131,11 @@ fn workload_catalogue(
     table.push_str(header);
     print!("{header}");
     let mut all_caught = true;
-    for name in mutants {
-        let system = scenario::system_of(s, name)?;
-        let t0 = Instant::now();
-        let mut progress = super::progress::Progress::start(name, options.schedules, 0);
-        let r = explore::explore(endpoints, system, s, options, |st| progress.update(st, t0));
-        progress.finish();
+    let mut found_after = Vec::new();
+    for_each_mutant(endpoints, s, &mutants, options, |name, r| {
         let r = r?;
         all_caught &= r.failure.is_some();
+        found_after.extend(r.failure.as_ref().map(|f| f.found_after.as_secs_f64()));
         let mut sr = ScenarioReport::explored(s, name, &r);
         sr.expected = Outcome::Fail;
         add_timeline(dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
@@ -141,7 +143,8 @@ fn workload_catalogue(
         let line = row(name, &r);
         println!("{line}");
         writeln!(table, "{line}")?;
-    }
+        Ok(())
+    })?;
     let r = explore::explore(endpoints, scenario::system_of(s, "reference")?, s, options, |_| {})?;
     let reference_ok = r.failure.is_none();
     let mut sr = ScenarioReport::explored(s, "reference", &r);
@@ -150,15 +153,62 @@ fn workload_catalogue(
     let line = row("reference (must not be caught)", &r);
     println!("{line}");
     writeln!(table, "{line}")?;
+    found_after.sort_by(f64::total_cmp);
+    let median = found_after.get(found_after.len() / 2).map_or("–".to_string(), |m| format!("{m:.1} s"));
     let verdict = format!(
-        "\nbudget {} schedules per system, seed {}, scenario {}: {}\n",
+        "\nbudget {} schedules per system, seed {}, scenario {}, {} slot(s): {}; median time to a mutant's first failure {median}\n",
         options.schedules.unwrap_or_default(),
         options.seed,
         s.name,
+        options.jobs.max(1),
         if all_caught && reference_ok { "every mutant caught, the reference passes" } else { "FAIL" }
     );
     print!("{verdict}");
     table.push_str(&verdict);
     table.push('\n');
     Ok(())
+}
+
+/// Explores each of `mutants` on `s`, `options.jobs` mutants at a time (each on one slot, so
+/// that one mutant's shrinking, which is sequential, overlaps another's search), and calls
+/// `each` with every result in the order of `mutants`, as soon as it and those before it are
+/// done. Stops at the first error of `each`.
+fn for_each_mutant(
+    endpoints: &crate::services::Endpoints,
+    s: &scenario::Scenario,
+    mutants: &[&str],
+    options: &Options,
+    mut each: impl FnMut(&str, Result<Report>) -> Result<()>,
+) -> Result<()> {
+    let one = Options { jobs: 1, ..options.clone() };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        for _ in 0..options.jobs.clamp(1, mutants.len().max(1)) {
+            let (tx, next, one) = (tx.clone(), &next, &one);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(name) = mutants.get(i) else { return };
+                let r = scenario::system_of(s, name).and_then(|system| explore::explore(endpoints, system, s, one, |_| {}));
+                if tx.send((i, r)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        let mut done = std::collections::BTreeMap::new();
+        let mut printed = 0;
+        for (i, r) in rx {
+            done.insert(i, r);
+            while let Some(r) = done.remove(&printed) {
+                if let Err(e) = each(mutants[printed], r) {
+                    // Those still running finish; nothing more is reported.
+                    next.store(mutants.len(), std::sync::atomic::Ordering::Relaxed);
+                    return Err(e);
+                }
+                printed += 1;
+            }
+        }
+        Ok(())
+    })
 }

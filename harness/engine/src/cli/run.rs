@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// Skip the SQS calibration (about 2 s) that runs first otherwise (see `doctor --calibrate`).
     #[arg(long)]
     pub no_calibrate: bool,
+    /// Explored schedules run at once, each in its own slot (thread, turmoil simulation,
+    /// schema, queues). Default: two per core. Output and reports do not depend on it.
+    #[arg(long, default_value_t = crate::explore::default_jobs())]
+    pub jobs: usize,
 }
 
 impl RunArgs {
@@ -139,6 +143,7 @@ pub fn with_services<T>(
     let result = services
         .check_destructive("creating and dropping schemas and queues")
         .and_then(|_| f(&services.endpoints));
+    crate::sim::pool::release();
     rt.block_on(services.stop());
     result
 }
@@ -239,6 +244,7 @@ impl Job<'_> {
             seed: self.args.seed,
             check_determinism: self.args.check_determinism,
             shard: self.args.shard,
+            jobs: self.args.jobs,
         };
         let total = budget.schedules.map(|n| (0..n).filter(|k| opts.shard.owns(*k)).count() as u64);
         let started = Instant::now();

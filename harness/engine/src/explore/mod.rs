@@ -10,6 +10,7 @@
 pub mod exhaustive;
 mod regressions;
 mod shard;
+mod slots;
 mod stats;
 
 use std::rc::Rc;
@@ -20,6 +21,7 @@ use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 pub use shard::{for_shard, Shard};
+pub use slots::default_jobs;
 pub use stats::{Case, Coverage, Stats};
 
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
@@ -43,6 +45,9 @@ pub struct Options {
     pub check_determinism: bool,
     /// This job's shard: it runs the cases (and saved regressions) whose index it owns.
     pub shard: Shard,
+    /// Schedules run at once, in parallel slots (0 or 1: one at a time). The results do not
+    /// depend on it: outcomes are taken in case order ([`slots`]).
+    pub jobs: usize,
 }
 
 /// A failing schedule and its minimal form.
@@ -60,6 +65,9 @@ pub struct Failure {
     pub shrink_runs: usize,
     /// Set when the failure is a determinism mismatch: the first divergent trace line.
     pub divergence: Option<String>,
+    /// Wall time from the start of the exploration until the failing schedule was checked,
+    /// before shrinking (not part of any report that must repeat: it is wall time).
+    pub found_after: Duration,
 }
 
 /// The result of an exploration.
@@ -130,9 +138,18 @@ impl Explorer<'_> {
 
     /// Shrinks from a failing value tree: simplify while it still fails, complicate when a
     /// simplification passes (proptest's algorithm), every candidate on the real services.
+    /// The empty schedule is tried first: when the drain alone exposes the system, no shorter
+    /// schedule exists and the value tree's walk down to it is skipped.
     fn shrink(&mut self, tree: &mut impl ValueTree<Value = Schedule>, failing: ScenarioOutcome) -> Result<(ScenarioOutcome, usize)> {
         let mut best = failing;
         let mut runs = 0;
+        if !best.schedule.decisions.is_empty() {
+            let empty = self.run(&Schedule { decisions: Vec::new() })?;
+            runs += 1;
+            if !empty.passed() {
+                return Ok((empty, runs));
+            }
+        }
         if !tree.simplify() {
             return Ok((best, runs));
         }
@@ -182,50 +199,37 @@ pub fn explore(
                 minimal: o,
                 shrink_runs: 0,
                 divergence: None,
+                found_after: started.elapsed(),
             };
             return Ok(Report { stats: ex.stats, failure: Some(failure) });
         }
     }
     let strategy = schedules(&menu(s));
-    let mut index = 0u64;
-    loop {
-        let over_count = opts.schedules.is_some_and(|n| index >= n);
-        let over_time = opts.time.is_some_and(|t| started.elapsed() >= t);
-        if over_count || over_time {
-            break;
-        }
-        let seed = case_seed(opts.seed, index);
-        index += 1;
-        if !opts.shard.owns(index - 1) {
-            continue;
-        }
-        ex.stats.cases.push(Case { index: index - 1, case_seed: seed });
-        let mut tree = strategy.new_tree(&mut runner_for(seed)).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let schedule = tree.current();
-        let o = ex.run(&schedule)?;
-        ex.stats.record(&o);
-        let mut divergence = None;
-        if opts.check_determinism {
-            let again = ex.run(&schedule)?;
-            divergence = first_divergence(&o.trace, &again.trace);
-        }
+    let mut failure = None;
+    let system = ex.system.clone();
+    slots::run_cases(endpoints, &system, s, opts, started, |ran| {
+        ex.stats.cases.push(Case { index: ran.index, case_seed: ran.seed });
+        ex.stats.record(&ran.outcome);
         progress(&ex.stats);
-        if o.passed() && divergence.is_none() {
-            continue;
+        if ran.outcome.passed() && ran.divergence.is_none() {
+            return Ok(true);
         }
         let schedules_until = ex.stats.schedules;
-        let (minimal, shrink_runs) = if divergence.is_some() {
-            (o, 0)
+        let found_after = started.elapsed();
+        let (minimal, shrink_runs) = if ran.divergence.is_some() {
+            (ran.outcome, 0)
         } else {
-            ex.shrink(&mut tree, o)?
+            // The same seed gives the same value tree the slot drew the schedule from.
+            let mut tree = strategy.new_tree(&mut runner_for(ran.seed)).map_err(|e| anyhow::anyhow!("{e}"))?;
+            ex.shrink(&mut tree, ran.outcome)?
         };
-        if persist && divergence.is_none() {
+        if persist && ran.divergence.is_none() {
             regressions::save(s, "reference", &minimal)?;
         }
-        ex.stats.wall = started.elapsed();
-        let failure = Failure { case_seed: Some(seed), schedules_until, original: schedule, minimal, shrink_runs, divergence };
-        return Ok(Report { stats: ex.stats, failure: Some(failure) });
-    }
+        let (case_seed, original, divergence) = (Some(ran.seed), ran.schedule, ran.divergence);
+        failure = Some(Failure { case_seed, schedules_until, original, minimal, shrink_runs, divergence, found_after });
+        Ok(false)
+    })?;
     ex.stats.wall = started.elapsed();
-    Ok(Report { stats: ex.stats, failure: None })
+    Ok(Report { stats: ex.stats, failure })
 }

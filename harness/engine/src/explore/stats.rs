@@ -35,6 +35,11 @@ pub struct Stats {
     pub schedules: u64,
     /// Real calls, summed over those schedules.
     pub calls: CallCounts,
+    /// Every SQS call by operation name, the harness's own included, summed over those
+    /// schedules.
+    pub sqs_calls: BTreeMap<String, u64>,
+    /// Simulation steps, summed over those schedules.
+    pub steps: u64,
     /// Per crash point.
     pub coverage: BTreeMap<CrashPoint, Coverage>,
     /// Wall time of the exploration.
@@ -94,6 +99,10 @@ impl Stats {
         self.calls.sqs += o.calls.sqs;
         self.calls.redis += o.calls.redis;
         self.calls.net += o.calls.net;
+        self.steps += o.steps;
+        for (op, n) in &o.sqs_calls {
+            *self.sqs_calls.entry(op.clone()).or_default() += n;
+        }
         self.depends_on.extend(o.history.depends_on());
         self.phases.push(o.phases);
         let mut kinds: Vec<String> = o.schedule.decisions.iter().filter_map(|d| d.fault_kind()).collect();

@@ -8,6 +8,7 @@ use super::Scenario;
 use crate::checker::{self, Verdict};
 use crate::report::trace;
 use crate::schedule::Schedule;
+use crate::services::cpu::thread_cpu_ms;
 use crate::services::Endpoints;
 use crate::sim::scheduler::{Run, Setup};
 use crate::sim::{history::CallCounts, names::Names};
@@ -29,6 +30,11 @@ pub struct ScenarioOutcome {
     pub missing_trace_facts: Vec<String>,
     /// Real calls made by workers.
     pub calls: CallCounts,
+    /// Every SQS call of the schedule by operation name, the harness's own included (creating,
+    /// probing and deleting the queues; not part of the trace).
+    pub sqs_calls: std::collections::BTreeMap<String, u64>,
+    /// Simulation steps taken (not part of the trace: how many depends on real latencies).
+    pub steps: u64,
     /// Crash points passed (one entry per pass).
     pub passed: Vec<CrashPoint>,
     /// Wall time of the schedule (not part of the trace).
@@ -48,8 +54,13 @@ pub struct Phases {
     pub run_ms: f64,
     /// The checker reading PostgreSQL.
     pub check_ms: f64,
-    /// DROP SCHEMA, DeleteQueue, DEL of the schedule's Redis keys.
+    /// Resetting the namespace for the next schedule (or dropping it), DEL of the schedule's
+    /// Redis keys.
     pub teardown_ms: f64,
+    /// CPU time of the harness thread that ran the schedule, by phase, ms: setup, run and
+    /// drain, check, teardown. The schedule's hosts all run on that thread; the services'
+    /// own CPU is not in it.
+    pub cpu_ms: [f64; 4],
 }
 
 impl ScenarioOutcome {
@@ -133,9 +144,11 @@ pub(crate) fn run_driven(
         providers: s.workload.providers(),
     };
     let t_setup = Instant::now();
+    let mut cpu = [thread_cpu_ms(); 5];
     let mut run = Run::start(setup)?;
     run.lenient = s.explore.is_some();
     let setup_ms = t_setup.elapsed().as_secs_f64() * 1e3;
+    cpu[1] = thread_cpu_ms();
     let t_run = Instant::now();
     let driven = drive(&mut run).map_err(|e| anyhow!("{}: {e:#}", s.name));
     let stuck = match &driven {
@@ -147,18 +160,22 @@ pub(crate) fn run_driven(
     let (schedule, stuck) = match (driven, stuck) {
         (Ok(schedule), Ok(stuck)) => (schedule, stuck),
         (Err(e), _) | (_, Err(e)) => {
-            fin.admin.destroy(&fin.keys);
+            crate::sim::pool::give_back(fin.admin, &fin.keys, false);
             return Err(anyhow!("{e}\ntrace so far:\n{text}"));
         }
     };
     let run_ms = t_run.elapsed().as_secs_f64() * 1e3;
+    cpu[2] = thread_cpu_ms();
     let t_check = Instant::now();
     let invariants = s.invariants();
     let verdicts = checker::check(&invariants, &fin.admin, &fin.history, &events, &fin.names, &fin.effects, stuck.as_deref());
     let check_ms = t_check.elapsed().as_secs_f64() * 1e3;
+    cpu[3] = thread_cpu_ms();
     let t_teardown = Instant::now();
-    fin.admin.destroy(&fin.keys);
-    let phases = Phases { setup_ms, run_ms, check_ms, teardown_ms: t_teardown.elapsed().as_secs_f64() * 1e3 };
+    let sqs_calls = crate::sim::pool::give_back(fin.admin, &fin.keys, stuck.is_none());
+    cpu[4] = thread_cpu_ms();
+    let cpu_ms = [cpu[1] - cpu[0], cpu[2] - cpu[1], cpu[3] - cpu[2], cpu[4] - cpu[3]];
+    let phases = Phases { setup_ms, run_ms, check_ms, teardown_ms: t_teardown.elapsed().as_secs_f64() * 1e3, cpu_ms };
     tracing::debug!(
         scenario = %s.name,
         ?phases,
@@ -177,6 +194,8 @@ pub(crate) fn run_driven(
         verdicts,
         missing_trace_facts: missing,
         calls: fin.calls,
+        sqs_calls,
+        steps: fin.steps,
         passed: fin.passed,
         wall: started.elapsed(),
         phases,

@@ -59,6 +59,15 @@ pub fn pg_options(url: &str) -> Result<PgConnectOptions> {
 /// credentials from `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` (default `test`/`test`, the
 /// emulators' convention). SDK timeouts, retries and stalled-stream protection are disabled.
 pub fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::from_conf(sqs_config(endpoint).build())
+}
+
+/// Like [`sqs_client`], and every call it makes is counted in `calls` by operation.
+pub fn sqs_client_counted(endpoint: &str, calls: &super::sqs_calls::SqsCalls) -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::from_conf(sqs_config(endpoint).interceptor(calls.interceptor()).build())
+}
+
+fn sqs_config(endpoint: &str) -> aws_sdk_sqs::config::Builder {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
     let creds = Credentials::new(
         env("AWS_ACCESS_KEY_ID", "test"),
@@ -67,7 +76,7 @@ pub fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
         None,
         "crashpoint",
     );
-    let config = aws_sdk_sqs::Config::builder()
+    aws_sdk_sqs::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(env("AWS_REGION", DEFAULT_REGION)))
         .credentials_provider(creds)
@@ -75,8 +84,6 @@ pub fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
         .retry_config(RetryConfig::disabled())
         .timeout_config(TimeoutConfig::disabled())
         .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
-        .build();
-    aws_sdk_sqs::Client::from_conf(config)
 }
 
 /// A multiplexed Redis connection to `url`, without redis-rs's own timeouts (500 ms per

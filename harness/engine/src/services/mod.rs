@@ -14,10 +14,12 @@ pub mod calibrate;
 pub mod clients;
 #[cfg(feature = "containers")]
 pub mod containers;
+pub mod cpu;
 pub mod docker;
 pub mod external;
 pub mod native;
 pub mod redact;
+pub mod sqs_calls;
 pub mod safety;
 
 use std::fmt;

@@ -10,6 +10,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use super::cx::QueueUrls;
+use crate::services::sqs_calls::SqsCalls;
 use crate::services::{clients, Endpoints};
 use crate::spec::{Leftover, QueueSpec};
 
@@ -34,6 +35,13 @@ pub struct Admin {
     pub schema: String,
     /// The schedule's queues.
     pub queues: QueueUrls,
+    /// The schedule's SQS calls by operation, the workers' and the harness's: the worker
+    /// hosts' clients count into it too ([`crate::sim::host_spec::HostSpec::sqs_calls`]).
+    pub sqs_calls: SqsCalls,
+    /// Puts the schema back as the DDL left it ([`Admin::reset`]).
+    reset_sql: String,
+    /// What it was made for, as [`crate::sim::pool`] tells namespaces apart.
+    pub(super) shape: String,
 }
 
 impl Admin {
@@ -47,7 +55,8 @@ impl Admin {
     pub fn create(endpoints: &Endpoints, ns: &str, ddl: &str, specs: &[QueueSpec], sql_clock: bool) -> Result<Admin> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let schema = ns.to_string();
-        let (pg, sqs, redis, queues) = rt.block_on(async {
+        let sqs_calls = SqsCalls::default();
+        let (pg, sqs, redis, queues, reset_sql) = rt.block_on(async {
             let opts = clients::pg_options(&endpoints.database_url)?;
             let bootstrap = PgPoolOptions::new().max_connections(1).connect_with(opts.clone()).await?;
             sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")).execute(&bootstrap).await?;
@@ -61,7 +70,7 @@ impl Admin {
             if sql_clock {
                 sqlx::raw_sql(CLOCK_DDL).execute(&pg).await.context("creating crashpoint_now()")?;
             }
-            let sqs = clients::sqs_client(&endpoints.sqs_endpoint_url);
+            let sqs = clients::sqs_client_counted(&endpoints.sqs_endpoint_url, &sqs_calls);
             let mut urls = Vec::new();
             for q in specs {
                 let out = sqs
@@ -74,9 +83,10 @@ impl Admin {
                 urls.push((q.name, out.queue_url.unwrap_or_default(), q.label));
             }
             let redis = clients::redis_connect(&endpoints.redis_url).await?;
-            anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls }))
+            let reset_sql = snapshot(&pg, &schema).await.context("taking the schema's snapshot for its reset")?;
+            anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls }, reset_sql))
         })?;
-        Ok(Admin { rt, pg, sqs, redis, schema, queues })
+        Ok(Admin { rt, pg, sqs, redis, schema, queues, sqs_calls, reset_sql, shape: String::new() })
     }
 
     /// Sets `crashpoint_now()` to the logical time `now_ms` (ms since the epoch of
@@ -149,12 +159,13 @@ impl Admin {
 
     /// What is left that a quiescent world would not have: messages on any queue (visible or
     /// in flight, `ApproximateNumberOfMessages*`, exact on LocalStack) and the workload's
-    /// pending rows (`pending`). Empty when there is none. Errors: SQS or PostgreSQL failing
-    /// (a `count_sql` naming a missing table, too).
-    pub fn leftovers(&self, pending: &[Leftover]) -> Result<String> {
+    /// pending rows (`pending`), as text (empty when there is none), and the queues that hold
+    /// visible messages. Errors: SQS or PostgreSQL failing (a `count_sql` naming a missing
+    /// table, too).
+    pub fn leftovers(&self, pending: &[Leftover]) -> Result<(String, Vec<&'static str>)> {
         use aws_sdk_sqs::types::QueueAttributeName as A;
         self.rt.block_on(async {
-            let mut parts = Vec::new();
+            let (mut parts, mut visible_on) = (Vec::new(), Vec::new());
             for (name, url, _) in &self.queues.queues {
                 let out = self
                     .sqs
@@ -168,6 +179,9 @@ impl Admin {
                 let attrs = out.attributes.unwrap_or_default();
                 let n = |k: A| attrs.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
                 let (visible, hidden) = (n(A::ApproximateNumberOfMessages), n(A::ApproximateNumberOfMessagesNotVisible));
+                if visible > 0 {
+                    visible_on.push(*name);
+                }
                 if visible + hidden > 0 {
                     parts.push(format!("{visible} visible and {hidden} in-flight message(s) on {name}"));
                 }
@@ -181,7 +195,7 @@ impl Admin {
                     parts.push(format!("{n} {}", p.what));
                 }
             }
-            Ok(parts.join(", "))
+            Ok((parts.join(", "), visible_on))
         })
     }
 
@@ -211,10 +225,25 @@ impl Admin {
         })
     }
 
+    /// Empties every table of the schema and restores what the DDL left: its rows, and every
+    /// sequence's position ([`snapshot`]); deletes `keys`. The queues are not touched: the
+    /// caller knows them empty ([`crate::sim::pool`]). Errors: PostgreSQL's or Redis's.
+    pub fn reset(&self, keys: &[String]) -> Result<()> {
+        self.rt.block_on(async {
+            sqlx::raw_sql(&self.reset_sql).execute(&self.pg).await.with_context(|| format!("resetting schema {}", self.schema))?;
+            let mut r = self.redis.clone();
+            for k in keys {
+                let _: i64 = redis::cmd("DEL").arg(k).query_async(&mut r).await?;
+            }
+            Ok(())
+        })
+    }
+
     /// Drops the schema and deletes the queues and `keys`. Errors are logged, not returned:
     /// cleanup must not hide the verdict.
     pub fn destroy(self, keys: &[String]) {
-        let Admin { rt, pg, sqs, mut redis, schema, queues } = self;
+        let Admin { rt, pg, sqs, mut redis, schema, queues, .. } = self;
+        let seed = seed_schema(&schema);
         rt.block_on(async {
             for (_, url, _) in &queues.queues {
                 if let Err(e) = sqs.delete_queue().queue_url(url).send().await {
@@ -224,10 +253,66 @@ impl Admin {
             for k in keys {
                 let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(k).query_async(&mut redis).await;
             }
-            if let Err(e) = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).execute(&pg).await {
+            if let Err(e) = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema}, {seed} CASCADE")).execute(&pg).await {
                 tracing::warn!("DROP SCHEMA {schema}: {e}");
             }
             pg.close().await;
         });
     }
+}
+
+/// The side schema that keeps the rows the DDL inserted, for [`Admin::reset`].
+fn seed_schema(schema: &str) -> String {
+    format!("{schema}_seed")
+}
+
+/// `name` as a quoted SQL identifier.
+fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Records what the DDL left in `schema` and returns the SQL that restores it: one TRUNCATE of
+/// every table, an INSERT of the rows the DDL put in a table (copied now to the side schema
+/// [`seed_schema`]), and a `setval` of every sequence to where the DDL left it (PostgreSQL's
+/// TRUNCATE and sequence functions, docs §TRUNCATE and §9.17). Errors: PostgreSQL's.
+async fn snapshot(pg: &PgPool, schema: &str) -> Result<String> {
+    let seed = seed_schema(schema);
+    let tables: Vec<String> = sqlx::query_scalar("SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY 1")
+        .bind(schema)
+        .fetch_all(pg)
+        .await?;
+    let mut sql = String::new();
+    if !tables.is_empty() {
+        let all: Vec<String> = tables.iter().map(|t| format!("{schema}.{}", ident(t))).collect();
+        sql.push_str(&format!("TRUNCATE {};\n", all.join(", ")));
+    }
+    let mut seeded = Vec::new();
+    for t in &tables {
+        let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.{}", ident(t))).fetch_one(pg).await?;
+        if rows > 0 {
+            seeded.push(t);
+        }
+    }
+    if !seeded.is_empty() {
+        sqlx::raw_sql(&format!("CREATE SCHEMA {seed}")).execute(pg).await?;
+    }
+    for t in seeded {
+        let t = ident(t);
+        sqlx::raw_sql(&format!("CREATE TABLE {seed}.{t} AS TABLE {schema}.{t}")).execute(pg).await?;
+        sql.push_str(&format!("INSERT INTO {schema}.{t} OVERRIDING SYSTEM VALUE SELECT * FROM {seed}.{t};\n"));
+    }
+    let sequences: Vec<(String, Option<i64>, i64)> =
+        sqlx::query_as("SELECT sequencename::text, last_value, start_value FROM pg_sequences WHERE schemaname = $1 ORDER BY 1")
+            .bind(schema)
+            .fetch_all(pg)
+            .await?;
+    for (name, last, start) in sequences {
+        let name = format!("{schema}.{}", ident(&name)).replace('\'', "''");
+        let (value, called) = match last {
+            Some(v) => (v, true),
+            None => (start, false),
+        };
+        sql.push_str(&format!("SELECT setval('{name}', {value}, {called});\n"));
+    }
+    Ok(sql)
 }

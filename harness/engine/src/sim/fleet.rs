@@ -73,7 +73,7 @@ async fn host_main(name: String, program: Program, queue: Option<&'static str>, 
     let opts = clients::pg_options(&spec.endpoints.database_url)?
         .options([("search_path", spec.schema.as_str())]);
     let pg = opts.connect().await?;
-    let sqs = clients::sqs_client(&spec.endpoints.sqs_endpoint_url);
+    let sqs = clients::sqs_client_counted(&spec.endpoints.sqs_endpoint_url, &spec.sqs_calls);
     let redis = clients::redis_connect(&spec.endpoints.redis_url).await?;
     let cx = Cx::new(name, spec.world.clone(), pg, sqs, redis, spec.queues.clone(), spec.config.clone())
         .await

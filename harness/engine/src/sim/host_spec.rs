@@ -32,6 +32,8 @@ pub struct HostSpec {
     pub external: Vec<std::sync::Arc<External>>,
     /// The scenario's `[config]` as JSON, for external workers (`CRASHPOINT_CONFIG`).
     pub config_json: String,
+    /// Where the hosts' SQS clients count their calls ([`crate::sim::admin::Admin::sqs_calls`]).
+    pub sqs_calls: crate::services::sqs_calls::SqsCalls,
     /// The workload's providers for this schedule, each a turmoil host of its name.
     pub providers: Vec<Rc<dyn crate::provider::Provider>>,
 }

@@ -10,6 +10,7 @@ pub(crate) mod gate;
 pub(crate) mod host_spec;
 pub(crate) mod net;
 pub mod history;
+pub(crate) mod pool;
 pub(crate) mod programs;
 pub(crate) mod scheduler;
 pub(crate) mod world;

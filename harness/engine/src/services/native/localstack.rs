@@ -109,6 +109,10 @@ pub async fn start(dir: &Path) -> Result<LocalStack> {
         .env("SKIP_SSL_CERT_DOWNLOAD", "1")
         .env("DISABLE_EVENTS", "1")
         .env("LOCALSTACK_TELEMETRY_DISABLED", "1")
+        // Its CPU per SQS call is the ceiling of exploration: no CloudWatch metrics per call,
+        // and no request log (about 3.0 → 2.5 ms of CPU per call, measured here).
+        .env("SQS_DISABLE_CLOUDWATCH_METRICS", "1")
+        .env("LS_LOG", "error")
         .current_dir(dir);
     let log = dir.join("localstack.log");
     let mut child = ManagedChild::spawn("localstack", cmd, &log, Signal::SIGTERM)?;

@@ -8,7 +8,7 @@
 //! schedule. Quiescence is confirmed by asking SQS and PostgreSQL (the workload's
 //! [`crate::workload::Leftover`] counts), not assumed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
 
@@ -27,18 +27,38 @@ pub const STALLED_ROUNDS_MAX: u32 = 3;
 /// Times the drain dispatches never-sent events again (each after the locks held expired).
 pub const UPSTREAM_RETRIES_MAX: usize = 3;
 
-/// Change counters, and the counter each idle worker last polled at.
+/// Change counters, the counter each idle worker last polled at, and the messages the
+/// history says are visible on each queue.
 #[derive(Debug, Default)]
 pub(super) struct Polls {
     queues: BTreeMap<&'static str, u64>,
     db: u64,
     seen: BTreeMap<String, u64>,
+    /// Messages sent or made visible again and not received or deleted since, by queue: the
+    /// drain receives from a queue only while it holds one, rather than polling empty queues.
+    visible: BTreeMap<&'static str, BTreeSet<String>>,
+    /// Queues on which SQS counted visible messages that the history does not explain: their
+    /// consumers poll until one finds nothing.
+    unexplained: BTreeSet<&'static str>,
 }
 
 impl Polls {
-    /// A message was sent to, or became visible again on, `q`.
-    pub(super) fn queue_changed(&mut self, q: &'static str) {
+    /// Message `msg` was sent to, or became visible again on, `q`.
+    pub(super) fn message_visible(&mut self, q: &'static str, msg: &str) {
         *self.queues.entry(q).or_default() += 1;
+        self.visible.entry(q).or_default().insert(msg.to_string());
+    }
+
+    /// Message `msg` of `q` was received (it is in flight) or deleted.
+    pub(super) fn message_taken(&mut self, q: &'static str, msg: &str) {
+        if let Some(v) = self.visible.get_mut(q) {
+            v.remove(msg);
+        }
+    }
+
+    /// Whether a receive on `q` may find a message.
+    fn may_receive(&self, q: &'static str) -> bool {
+        self.visible.get(q).is_some_and(|v| !v.is_empty()) || self.unexplained.contains(q)
     }
 
     /// A transaction that may have written or unlocked rows a poller reads ended.
@@ -46,7 +66,9 @@ impl Polls {
         self.db += 1;
     }
 
-    fn counter(&self, kind: RoleKind) -> Option<u64> {
+    /// The change counter a worker of `kind` polls at: its queue's, or the database's for a
+    /// poller (`None` for other roles).
+    pub(super) fn counter(&self, kind: RoleKind) -> Option<u64> {
         match kind {
             RoleKind::Handler { queue } => Some(self.queues.get(queue).copied().unwrap_or(0)),
             RoleKind::Poller => Some(self.db),
@@ -79,11 +101,15 @@ impl Run<'_> {
         out
     }
 
-    /// True when `w` is parked at its poll after a poll that found nothing, and nothing it
-    /// could see changed since.
+    /// True when `w` is parked at its poll and the poll would find nothing: a handler whose
+    /// queue holds no visible message, or a poller whose last poll found nothing and no
+    /// transaction ended since.
     fn poll_is_stale(&self, w: &str) -> bool {
         let Some(kind) = self.kind(w) else { return false };
         let at_poll = matches!(self.status(w), Status::Parked { .. }) && self.with_slot(w, |s| s.at_cycle_start);
+        if let RoleKind::Handler { queue } = kind {
+            return at_poll && !self.polls.may_receive(queue);
+        }
         at_poll
             && self.with_slot(w, |s| s.idle)
             && self.polls.counter(kind).is_some_and(|c| self.polls.seen.get(w) == Some(&c))
@@ -125,6 +151,9 @@ impl Run<'_> {
                             if let Some(c) = self.kind(w).and_then(|k| self.polls.counter(k)) {
                                 self.polls.seen.insert(w.clone(), c);
                             }
+                            if let Some(RoleKind::Handler { queue }) = self.kind(w) {
+                                self.polls.unexplained.remove(queue);
+                            }
                         }
                     }
                     Status::Running { .. } => moved = true,
@@ -164,7 +193,12 @@ impl Run<'_> {
                     continue;
                 }
             }
-            let left = self.admin.leftovers(&self.leftovers)?;
+            let (left, visible_on) = self.admin.leftovers(&self.leftovers)?;
+            for q in visible_on {
+                if !self.polls.may_receive(q) {
+                    self.polls.unexplained.insert(q);
+                }
+            }
             if left.is_empty() {
                 self.check_no_bypass()?;
                 return Ok(None);

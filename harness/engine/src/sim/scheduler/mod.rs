@@ -82,9 +82,14 @@ pub struct Setup {
 
 /// Simulation steps in a row without a worker changing state before the scheduler pauses
 /// between steps.
-const IDLE_SPINS: u32 = 32;
-/// The pause between idle simulation steps, µs.
-const IDLE_PAUSE_US: u64 = 20;
+const IDLE_SPINS: u32 = 4;
+/// The first pause between idle simulation steps, µs; each further idle step doubles it, up
+/// to [`IDLE_PAUSE_MAX_US`]. A step ticks every host's runtime (about 20 µs of CPU for a
+/// payout fleet), and a worker waiting on a real service waits 0.1 ms (Redis) to 2 ms (SQS):
+/// stepping at once would burn the CPU the services need.
+const IDLE_PAUSE_US: u64 = 10;
+/// The longest pause between idle simulation steps, µs.
+const IDLE_PAUSE_MAX_US: u64 = 200;
 
 /// A schedule being run.
 pub struct Run<'a> {
@@ -117,6 +122,8 @@ pub struct Run<'a> {
     providers: Vec<Rc<dyn crate::provider::Provider>>,
     /// One-way cuts made for the calls in flight, repaired when they are over.
     cuts: Vec<crate::sim::net::Cut>,
+    /// Simulation steps taken so far.
+    steps: u64,
 }
 
 /// A finished schedule: its history and the admin connections, for the checker.
@@ -135,6 +142,8 @@ pub struct Finished {
     pub names: Names,
     /// The effects the providers applied, provider by provider, in order.
     pub effects: Vec<crate::provider::Effect>,
+    /// Simulation steps the schedule took (each ticks every running host).
+    pub steps: u64,
 }
 
 /// The role of each worker name: its rank among the workload's roles and its kind.
@@ -148,22 +157,13 @@ fn worker_roles(workers: &[String], roles: &[RoleSpec]) -> std::collections::BTr
         .collect()
 }
 
-fn unique_namespace() -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
-    format!("cp_{}_{}_{:x}", std::process::id(), n, nanos)
-}
-
 impl<'a> Run<'a> {
     /// Creates the schedule's namespace, starts one host per worker and waits until every
     /// worker is parked at its first yield point. Errors: services unreachable, the schema
     /// failing, a host failing to connect.
     pub fn start(setup: Setup) -> Result<Run<'a>> {
-        let ns = unique_namespace();
         let t0 = Instant::now();
-        let admin = Admin::create(&setup.endpoints, &ns, &setup.system.schema_sql(), &setup.queues, !setup.external.is_empty())?;
+        let admin = super::pool::take(&setup.endpoints, &setup.system.schema_sql(), &setup.queues, !setup.external.is_empty())?;
         let identity = Rc::new(setup.identity);
         let step_timeout = setup.external.iter().map(|e| Duration::from_secs(e.step_timeout_s)).min();
         let admin_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -182,6 +182,7 @@ impl<'a> Run<'a> {
             external: setup.external.clone(),
             config_json: setup.config_json.clone(),
             providers: setup.providers.clone(),
+            sqs_calls: admin.sqs_calls.clone(),
         });
         let sim = fleet::build(&setup.workers, spec)?;
         let history = History { entries: Vec::new(), roles: worker_roles(&setup.workers, &roles) };
@@ -207,11 +208,12 @@ impl<'a> Run<'a> {
             redeliveries: Vec::new(),
             providers: setup.providers,
             cuts: Vec::new(),
+            steps: 0,
         };
         let t1 = Instant::now();
         if let Err(e) = run.settle(None) {
             let Finished { admin, keys, .. } = run.finish();
-            admin.destroy(&keys);
+            super::pool::give_back(admin, &keys, false);
             return Err(e);
         }
         tracing::debug!(admin_ms, hosts_ms = t1.elapsed().as_secs_f64() * 1e3, "run started (namespace created; hosts connected)");
@@ -353,6 +355,9 @@ impl<'a> Run<'a> {
     }
 
     fn run_until(&mut self, w: &str, what: &str, done: impl Fn(&Slot) -> bool) -> Result<()> {
+        // The change counter a poller saw at the end of its last idle cycle: a second idle
+        // cycle with nothing changed in between would repeat the first forever.
+        let mut idle_cycle_at: Option<u64> = None;
         for _ in 0..STEPS_TO_POINT_MAX {
             if self.with_slot(w, |s| done(s)) {
                 return Ok(());
@@ -363,7 +368,13 @@ impl<'a> Run<'a> {
                 None => e,
             })?;
             let idle_again = self.with_slot(w, |s| s.idle) && self.status(w) == before;
-            if idle_again && !self.with_slot(w, |s| done(s)) {
+            let cycle_over = self.with_slot(w, |s| s.idle && s.at_cycle_start && matches!(s.status, Status::Parked { .. }));
+            let mut same_cycle_again = false;
+            if let Some(c) = self.kind(w).and_then(|k| self.polls.counter(k)).filter(|_| cycle_over) {
+                same_cycle_again = idle_cycle_at == Some(c);
+                idle_cycle_at = Some(c);
+            }
+            if (idle_again || same_cycle_again) && !self.with_slot(w, |s| done(s)) {
                 return Err(inapplicable(format!("{w} cannot reach {what}: it has nothing to do")));
             }
         }
@@ -481,6 +492,7 @@ impl<'a> Run<'a> {
                 }
                 break;
             }
+            self.steps += 1;
             if let Err(e) = self.sim.step() {
                 // A fatal condition (a worker requiring TLS) explains a host's failure best.
                 bail!("{}", self.fatal().unwrap_or_else(|| format!("a worker host failed: {e}")));
@@ -494,7 +506,8 @@ impl<'a> Run<'a> {
                 // the steps alone.
                 let simulated = moving.iter().all(|w| self.with_slot(w, |s| s.in_net));
                 if spins > IDLE_SPINS && !simulated {
-                    std::thread::sleep(Duration::from_micros(IDLE_PAUSE_US));
+                    let shift = (spins - IDLE_SPINS - 1).min(16);
+                    std::thread::sleep(Duration::from_micros((IDLE_PAUSE_US << shift).min(IDLE_PAUSE_MAX_US)));
                 }
             } else {
                 spins = 0;
@@ -561,7 +574,8 @@ impl<'a> Run<'a> {
             Fact::LockTaken { key, .. } => {
                 self.keys.insert(key.clone());
             }
-            Fact::Sent { queue, .. } => self.polls.queue_changed(*queue),
+            Fact::Sent { queue, msg, .. } => self.polls.message_visible(queue, msg),
+            Fact::Received { queue, msg, .. } | Fact::Deleted { queue, msg } => self.polls.message_taken(queue, msg),
             _ => {}
         }
     }
@@ -602,12 +616,14 @@ impl<'a> Run<'a> {
     /// Stops every host (closing their connections) and hands over the history and the admin
     /// connections.
     pub fn finish(self) -> Finished {
-        let Run { sim, world, admin, history, keys, providers, .. } = self;
+
+        let Run { sim, world, admin, history, keys, providers, steps, .. } = self;
         drop(sim);
         let effects = providers.iter().flat_map(|p| p.effects()).collect();
         let mut w = world.borrow_mut();
         let passed = w.slots.values().flat_map(|s| s.passed.iter().copied()).collect();
         let names = std::mem::take(&mut w.names);
-        Finished { history, admin, calls: w.calls, passed, keys: keys.into_iter().collect(), names, effects }
+        Finished { history, admin, calls: w.calls, passed, keys: keys.into_iter().collect(), names, effects, steps }
     }
 }
+

@@ -85,7 +85,9 @@ impl Run<'_> {
             match d {
                 Due::Visibility { msg, queue, receipt } => {
                     let ok = self.admin.expire_visibility(queue, &receipt)?;
-                    self.polls.queue_changed(queue);
+                    if ok {
+                        self.polls.message_visible(queue, &msg);
+                    }
                     self.fault(FaultEvent::VisibilityExpired { msg, found: ok }, vec![]);
                 }
                 Due::Lock { key } => {

@@ -29,7 +29,7 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
     let worker = Rc::new(WireWorker::new(name.clone(), spec.world.clone(), ext.clone(), queue, spec.queues.clone(), spec.identity.clone()));
     let e = &spec.endpoints;
     tokio::task::spawn_local(pg::serve(pg_l, host_port(&e.database_url, 5432)?, worker.clone()));
-    let proxy = SqsProxy::new(worker.clone(), host_port(&e.sqs_endpoint_url, 4566)?, clients::sqs_client(&e.sqs_endpoint_url));
+    let proxy = SqsProxy::new(worker.clone(), host_port(&e.sqs_endpoint_url, 4566)?, clients::sqs_client_counted(&e.sqs_endpoint_url, &spec.sqs_calls));
     tokio::task::spawn_local(sqs::serve(sqs_l, Rc::new(proxy)));
     tokio::task::spawn_local(redis::serve(redis_l, host_port(&e.redis_url, 6379)?, worker.clone()));
     let env = environment(&name, &spec, pg_port, sqs_port, redis_port)?;

@@ -1,0 +1,181 @@
+//! Parallel slots: K generated cases run at once, each slot on its own thread with its own
+//! turmoil simulation, system instance and namespace (every schedule gets a fresh schema,
+//! queues and key prefix), and the results are handed over in case order.
+//!
+//! Slots take case indices in increasing order from one counter. The consumer sees outcomes
+//! strictly by index, so what it records, prints and stops at is what one slot would give:
+//! the first failure in case order wins, whatever slot found it first, and cases after it that
+//! ran anyway are dropped unseen.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use anyhow::{anyhow, Result};
+use proptest::strategy::{Strategy, ValueTree};
+
+use super::{case_seed, first_divergence, menu, runner_for, Options};
+use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
+use crate::schedule::{schedules, Schedule};
+use crate::services::Endpoints;
+use crate::sut::System;
+
+/// One generated case, run.
+pub(super) struct Ran {
+    /// Index in the unsharded run, 0-based.
+    pub index: u64,
+    /// Its case seed.
+    pub seed: u64,
+    /// The schedule generated for it.
+    pub schedule: Schedule,
+    /// Its outcome.
+    pub outcome: ScenarioOutcome,
+    /// With `check_determinism`: the first trace line where a second run differed.
+    pub divergence: Option<String>,
+}
+
+impl Ran {
+    fn stops(&self) -> bool {
+        !self.outcome.passed() || self.divergence.is_some()
+    }
+}
+
+/// What the slots share: the next index to take, and the lowest index at which the run stops
+/// (a failure or an error found there; later indices need not run).
+struct Shared<'a> {
+    next: AtomicU64,
+    stop_at: AtomicU64,
+    out_of_time: AtomicBool,
+    opts: &'a Options,
+    started: Instant,
+}
+
+impl Shared<'_> {
+    /// The next index this shard owns, or `None` when the budget is spent or the run stops.
+    fn take(&self) -> Option<u64> {
+        loop {
+            let over_time = self.opts.time.is_some_and(|t| self.started.elapsed() >= t);
+            if over_time {
+                self.out_of_time.store(true, Ordering::Relaxed);
+            }
+            if self.out_of_time.load(Ordering::Relaxed) {
+                return None;
+            }
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if self.opts.schedules.is_some_and(|n| i >= n) || i > self.stop_at.load(Ordering::Relaxed) {
+                return None;
+            }
+            if self.opts.shard.owns(i) {
+                return Some(i);
+            }
+        }
+    }
+}
+
+/// One slot: runs the cases it takes until none is left, handing each result to `sink`
+/// (which returns `false` when nobody listens any more).
+fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Shared, mut sink: impl FnMut(u64, Result<Ran>) -> bool) {
+    let strategy = schedules(&menu(s));
+    while let Some(index) = shared.take() {
+        let seed = case_seed(shared.opts.seed, index);
+        let ran = (|| {
+            let schedule = strategy.new_tree(&mut runner_for(seed)).map_err(|e| anyhow!("{e}"))?.current();
+            let outcome = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
+            let divergence = match shared.opts.check_determinism {
+                true => first_divergence(&outcome.trace, &run_scenario(endpoints, system.clone(), s, Some(&schedule))?.trace),
+                false => None,
+            };
+            Ok(Ran { index, seed, schedule, outcome, divergence })
+        })();
+        if ran.as_ref().map_or(true, Ran::stops) {
+            shared.stop_at.fetch_min(index, Ordering::Relaxed);
+        }
+        if !sink(index, ran) {
+            return;
+        }
+    }
+}
+
+/// Puts results back in case order and hands them to the consumer.
+struct InOrder<'a, F> {
+    waiting: BTreeMap<u64, Result<Ran>>,
+    expect: u64,
+    done: Option<Result<()>>,
+    shared: &'a Shared<'a>,
+    each: F,
+}
+
+impl<F: FnMut(Ran) -> Result<bool>> InOrder<'_, F> {
+    /// Takes the result of case `index`; returns `false` once the consumer is done.
+    fn feed(&mut self, index: u64, ran: Result<Ran>) -> bool {
+        self.waiting.insert(index, ran);
+        while self.done.is_none() {
+            while !self.shared.opts.shard.owns(self.expect) {
+                self.expect += 1;
+            }
+            let Some(ran) = self.waiting.remove(&self.expect) else { break };
+            self.expect += 1;
+            match ran.and_then(&mut self.each) {
+                Ok(true) => {}
+                Ok(false) => self.done = Some(Ok(())),
+                Err(e) => self.done = Some(Err(e)),
+            }
+            if self.done.is_some() {
+                // Later cases need not run; those running finish and are dropped.
+                self.shared.stop_at.fetch_min(self.expect, Ordering::Relaxed);
+                self.waiting.clear();
+            }
+        }
+        self.done.is_none()
+    }
+}
+
+/// Runs the generated cases of `s` within `opts`' budget on `opts.jobs` slots (at least one),
+/// and calls `each` with every result in case order until it returns `false` (a failure to
+/// stop at) or an error comes up. Each slot instantiates the system of `system`'s name from
+/// the scenario's workload; a system that is not the workload's own, and a scenario with
+/// external worker processes (whose step timeouts assume an unloaded machine), run on one
+/// slot, in this thread. Errors: a service failure of a case, in case order.
+pub(super) fn run_cases(
+    endpoints: &Endpoints,
+    system: &Rc<dyn System>,
+    s: &Scenario,
+    opts: &Options,
+    started: Instant,
+    each: impl FnMut(Ran) -> Result<bool>,
+) -> Result<()> {
+    let shared = Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), out_of_time: AtomicBool::new(false), opts, started };
+    let mut order = InOrder { waiting: BTreeMap::new(), expect: 0, done: None, shared: &shared, each };
+    let name = system.name().to_string();
+    if opts.jobs <= 1 || s.workload.system(&name).is_none() || !s.external.is_empty() {
+        slot(endpoints, system.clone(), s, &shared, |i, r| order.feed(i, r));
+        return order.done.unwrap_or(Ok(()));
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|scope| {
+        for k in 0..opts.jobs {
+            let (tx, shared, name): (mpsc::Sender<(u64, Result<Ran>)>, _, _) = (tx.clone(), &shared, name.clone());
+            std::thread::Builder::new()
+                .name(format!("slot-{k}"))
+                .spawn_scoped(scope, move || {
+                    let system = s.workload.system(&name).expect("checked before the slots started");
+                    slot(endpoints, system, s, shared, |i, r| tx.send((i, r)).is_ok())
+                })
+                .expect("spawning a slot thread");
+        }
+        drop(tx);
+        for (index, ran) in rx {
+            order.feed(index, ran);
+        }
+    });
+    order.done.unwrap_or(Ok(()))
+}
+
+/// The number of slots a machine can feed: two per core, since a slot waits on the services
+/// about half of its time (measured with `crashpoint bench --jobs 1..4` on 2 cores: 4.5, 5.9,
+/// 6.2 and 6.8 schedules/s).
+pub fn default_jobs() -> usize {
+    2 * std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}

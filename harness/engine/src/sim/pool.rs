@@ -1,0 +1,190 @@
+//! Namespaces reused between schedules: a schema with the system's DDL
+//! applied, the workload's queues and the admin connections are made once, and reset between
+//! schedules instead of created and dropped for each. The pool is shared by the slots; each
+//! namespace serves one schedule at a time.
+//!
+//! A namespace goes back to the pool only after a schedule whose drain ended quiescent: the
+//! drain's last act asked SQS for every queue's visible and in-flight counts and found none
+//! ([`super::admin::Admin::leftovers`]), so the queues hold no message and no receipt. Any other
+//! end (a violation of quiescence, a harness error) drops the namespace and the next schedule
+//! gets a new one. The reset then empties every table of the schema and restores what the DDL
+//! left in it: its rows (kept in a side schema `<ns>_seed`) and every sequence's position. The
+//! schedule's Redis keys are deleted. Fresh worker connections are made for every schedule,
+//! so no session state (locks, prepared statements, temp tables) survives either.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use anyhow::Result;
+
+use super::admin::Admin;
+use crate::services::Endpoints;
+use crate::spec::QueueSpec;
+
+/// A namespace's identity for reuse: the same endpoints, DDL, queues and SQL clock.
+fn shape(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bool) -> String {
+    let queues: Vec<&str> = specs.iter().map(|q| q.name).collect();
+    format!("{}|{}|{}|{}|{sql_clock}|{ddl}", endpoints.database_url, endpoints.sqs_endpoint_url, endpoints.redis_url, queues.join(","))
+}
+
+/// Namespaces waiting for their next schedule, with their shape. At most one per slot of
+/// each shape is ever here; the admin connections work from any thread.
+static POOL: Mutex<Vec<(String, Admin)>> = Mutex::new(Vec::new());
+
+fn pool() -> std::sync::MutexGuard<'static, Vec<(String, Admin)>> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A namespace for one schedule: a pooled one of the same shape if there is one, else a new
+/// one ([`Admin::create`] with a fresh name). Errors: those of [`Admin::create`].
+pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bool) -> Result<Admin> {
+    let shape = shape(endpoints, ddl, specs, sql_clock);
+    let pooled = {
+        let mut p = pool();
+        p.iter().position(|(s, _)| *s == shape).map(|i| p.swap_remove(i).1)
+    };
+    match pooled {
+        Some(admin) => Ok(admin),
+        None => {
+            let mut admin = Admin::create(endpoints, &unique_namespace(), ddl, specs, sql_clock)?;
+            admin.shape = shape;
+            Ok(admin)
+        }
+    }
+}
+
+/// Hands a schedule's namespace back. With `drained_clean` (the drain ended quiescent, SQS
+/// confirming every queue empty), its tables and sequences are reset to what the DDL left,
+/// `keys` are deleted, and it waits for the next schedule of the same shape. Otherwise, or
+/// when the reset fails, it is destroyed ([`Admin::destroy`]). Returns the schedule's SQS
+/// calls by operation (those of the reset or the destruction included), and starts the count
+/// afresh for the next user. Errors are logged, not returned: cleanup must not hide the
+/// verdict.
+pub fn give_back(admin: Admin, keys: &[String], drained_clean: bool) -> BTreeMap<String, u64> {
+    let calls = admin.sqs_calls.clone();
+    let reset = match drained_clean {
+        true => admin.reset(keys).map_err(|e| tracing::warn!("resetting namespace {} failed, dropping it: {e:#}", admin.schema)),
+        false => Err(()),
+    };
+    match reset {
+        Ok(()) => {
+            let counted = calls.take();
+            pool().push((admin.shape.clone(), admin));
+            counted
+        }
+        Err(()) => {
+            admin.destroy(keys);
+            calls.take()
+        }
+    }
+}
+
+/// Destroys every pooled namespace (schemas dropped, queues deleted). Called when the
+/// services stop, and at the end of an exploration.
+pub fn release() {
+    let pooled = std::mem::take(&mut *pool());
+    for (_, admin) in pooled {
+        admin.destroy(&[]);
+    }
+}
+
+/// A schema name no other schedule uses: `cp_<pid>_<n>_<nanos>`.
+pub fn unique_namespace() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    format!("cp_{}_{}_{:x}", std::process::id(), n, nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DDL: &str = "CREATE TABLE jobs (id serial PRIMARY KEY, what text NOT NULL); \
+        CREATE TABLE runs (job int NOT NULL REFERENCES jobs (id), n int GENERATED ALWAYS AS IDENTITY); \
+        CREATE SEQUENCE tickets START 100; \
+        INSERT INTO jobs (what) VALUES ('seeded by the DDL'); SELECT nextval('tickets');";
+
+    fn specs() -> Vec<QueueSpec> {
+        vec![QueueSpec { name: "work", label: "w", visibility_timeout_s: 30 }]
+    }
+
+    fn rows(a: &Admin) -> (Vec<(i32, String)>, i64, i64) {
+        a.rt.block_on(async {
+            let jobs = sqlx::query_as("SELECT id, what FROM jobs ORDER BY id").fetch_all(&a.pg).await.unwrap();
+            let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM runs").fetch_one(&a.pg).await.unwrap();
+            let ticket: i64 = sqlx::query_scalar("SELECT nextval('tickets')").fetch_one(&a.pg).await.unwrap();
+            (jobs, runs, ticket)
+        })
+    }
+
+    /// What a schedule leaves behind: rows, a run, a sequence moved, a message on the queue
+    /// (received: in flight), a Redis key.
+    fn dirty(a: &Admin, key: &str) {
+        a.rt.block_on(async {
+            sqlx::raw_sql("INSERT INTO jobs (what) VALUES ('left by a schedule'); INSERT INTO runs (job) VALUES (2); SELECT nextval('tickets');")
+                .execute(&a.pg)
+                .await
+                .unwrap();
+            let mut r = a.redis.clone();
+            let _: () = redis::cmd("SET").arg(key).arg("1").query_async(&mut r).await.unwrap();
+        });
+        a.send("work", "{\"left\": true}").unwrap();
+    }
+
+    fn key_exists(a: &Admin, key: &str) -> bool {
+        let mut r = a.redis.clone();
+        a.rt.block_on(async { redis::cmd("EXISTS").arg(key).query_async::<i64>(&mut r).await.unwrap() == 1 })
+    }
+
+    #[test]
+    fn a_reused_namespace_shows_nothing_of_the_schedule_before_and_an_unclean_one_is_dropped() {
+        let e = crate::testkit::endpoints();
+        // Its own DDL, so that no other test of this process shares the shape.
+        let ddl = format!("{DDL} -- pool test {}", unique_namespace());
+        let a = take(&e, &ddl, &specs(), false).unwrap();
+        let first = a.schema.clone();
+        let fresh = rows(&a);
+        assert_eq!(fresh, (vec![(1, "seeded by the DDL".to_string())], 0, 101));
+        let key = format!("{first}:lock");
+        dirty(&a, &key);
+        // A schedule whose drain confirmed the queues empty: the namespace is reset and reused.
+        // (The message `dirty` sent stands for none here: give it back only after receiving
+        // and deleting it, as a quiescent drain would have.)
+        a.rt.block_on(async {
+            let url = a.queues.url("work").to_string();
+            let got = a.sqs.receive_message().queue_url(&url).send().await.unwrap();
+            let m = &got.messages.unwrap()[0];
+            a.sqs.delete_message().queue_url(&url).receipt_handle(m.receipt_handle.clone().unwrap()).send().await.unwrap();
+        });
+        give_back(a, std::slice::from_ref(&key), true);
+        let b = take(&e, &ddl, &specs(), false).unwrap();
+        assert_eq!(b.schema, first, "the namespace was not reused");
+        assert!(!key_exists(&b, &key), "the previous schedule's Redis key survived the reset");
+        assert_eq!(rows(&b), fresh, "the reset did not restore what the DDL left");
+        assert_eq!(b.leftovers(&[]).unwrap().0, "", "the reused queue holds messages");
+        // A schedule that did not end quiescent: its namespace is dropped, message and all.
+        dirty(&b, &key);
+        give_back(b, std::slice::from_ref(&key), false);
+        let c = take(&e, &ddl, &specs(), false).unwrap();
+        assert_ne!(c.schema, first, "an unclean namespace was reused");
+        assert_eq!(c.leftovers(&[]).unwrap().0, "", "a new namespace's queue holds messages");
+        assert!(!key_exists(&c, &key));
+        assert_eq!(rows(&c), fresh);
+        let gone: bool = c.rt.block_on(async {
+            sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname IN ($1, $2))")
+                .bind(&first)
+                .bind(seed_schema_of(&first))
+                .fetch_one(&c.pg)
+                .await
+                .unwrap()
+        });
+        assert!(gone, "the dropped namespace's schemas are still there");
+        give_back(c, &[], false);
+    }
+
+    fn seed_schema_of(schema: &str) -> String {
+        format!("{schema}_seed")
+    }
+}
