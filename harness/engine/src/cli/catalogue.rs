@@ -35,8 +35,9 @@ pub struct CatalogueArgs {
     /// mutants' timelines go.
     #[arg(long, default_value = "reports/catalogue")]
     pub report_dir: PathBuf,
-    /// Schedules run at once, each in its own slot (see `run --jobs`). Default: the machine's
-    /// cores. The table and reports do not depend on it, apart from wall times.
+    /// Mutants explored at once, each on one slot (see `run --jobs`); the reference then runs
+    /// on this many slots. Default: two per core. The table and reports do not depend on it,
+    /// apart from wall times.
     #[arg(long, default_value_t = explore::default_jobs())]
     pub jobs: usize,
 }
@@ -189,7 +190,10 @@ fn for_each_mutant(
             scope.spawn(move || loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(name) = mutants.get(i) else { return };
-                let r = scenario::system_of(s, name).and_then(|system| explore::explore(endpoints, system, s, one, |_| {}));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    scenario::system_of(s, name).and_then(|system| explore::explore(endpoints, system, s, one, |_| {}))
+                }))
+                .unwrap_or_else(|p| Err(anyhow!("exploring {name} panicked: {}", explore::panic_text(&*p))));
                 if tx.send((i, r)).is_err() {
                     return;
                 }

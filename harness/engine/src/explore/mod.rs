@@ -21,6 +21,7 @@ use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 pub use shard::{for_shard, Shard};
+pub(crate) use slots::panic_text;
 pub use slots::default_jobs;
 pub use stats::{Case, Coverage, Stats};
 

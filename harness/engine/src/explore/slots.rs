@@ -80,7 +80,9 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
     let strategy = schedules(&menu(s));
     while let Some(index) = shared.take() {
         let seed = case_seed(shared.opts.seed, index);
-        let ran = (|| {
+        // A panic (in a workload's handler, say) is this case's error, handed over in case
+        // order like any other, so that the run stops there rather than waiting for it.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let schedule = strategy.new_tree(&mut runner_for(seed)).map_err(|e| anyhow!("{e}"))?.current();
             let outcome = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
             let divergence = match shared.opts.check_determinism {
@@ -88,7 +90,8 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
                 false => None,
             };
             Ok(Ran { index, seed, schedule, outcome, divergence })
-        })();
+        }))
+        .unwrap_or_else(|p| Err(anyhow!("case {index} (case seed {seed}) panicked: {}", panic_text(&*p))));
         if ran.as_ref().map_or(true, Ran::stops) {
             shared.stop_at.fetch_min(index, Ordering::Relaxed);
         }
@@ -171,6 +174,11 @@ pub(super) fn run_cases(
         }
     });
     order.done.unwrap_or(Ok(()))
+}
+
+/// The text of a panic's payload.
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into())
 }
 
 /// The number of slots a machine can feed: two per core, since a slot waits on the services

@@ -38,8 +38,9 @@ pub struct Admin {
     /// The schedule's SQS calls by operation, the workers' and the harness's: the worker
     /// hosts' clients count into it too ([`crate::sim::host_spec::HostSpec::sqs_calls`]).
     pub sqs_calls: SqsCalls,
-    /// Puts the schema back as the DDL left it ([`Admin::reset`]).
-    reset_sql: String,
+    /// What puts the schema back as the DDL left it ([`Admin::reset`]); `None` when the schema
+    /// cannot be put back that way.
+    snapshot: Option<Snapshot>,
     /// What it was made for, as [`crate::sim::pool`] tells namespaces apart.
     pub(super) shape: String,
 }
@@ -56,7 +57,7 @@ impl Admin {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let schema = ns.to_string();
         let sqs_calls = SqsCalls::default();
-        let (pg, sqs, redis, queues, reset_sql) = rt.block_on(async {
+        let (pg, sqs, redis, queues, snapshot) = rt.block_on(async {
             let opts = clients::pg_options(&endpoints.database_url)?;
             let bootstrap = PgPoolOptions::new().max_connections(1).connect_with(opts.clone()).await?;
             sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")).execute(&bootstrap).await?;
@@ -83,10 +84,10 @@ impl Admin {
                 urls.push((q.name, out.queue_url.unwrap_or_default(), q.label));
             }
             let redis = clients::redis_connect(&endpoints.redis_url).await?;
-            let reset_sql = snapshot(&pg, &schema).await.context("taking the schema's snapshot for its reset")?;
-            anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls }, reset_sql))
+            let snapshot = snapshot(&pg, &schema).await.context("taking the schema's snapshot for its reset")?;
+            anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls }, snapshot))
         })?;
-        Ok(Admin { rt, pg, sqs, redis, schema, queues, sqs_calls, reset_sql, shape: String::new() })
+        Ok(Admin { rt, pg, sqs, redis, schema, queues, sqs_calls, snapshot, shape: String::new() })
     }
 
     /// Sets `crashpoint_now()` to the logical time `now_ms` (ms since the epoch of
@@ -157,8 +158,8 @@ impl Admin {
         })
     }
 
-    /// What is left that a quiescent world would not have: messages on any queue (visible or
-    /// in flight, `ApproximateNumberOfMessages*`, exact on LocalStack) and the workload's
+    /// What is left that a quiescent world would not have: messages on any queue (visible,
+    /// in flight or delayed, `ApproximateNumberOfMessages*`, exact on LocalStack) and the workload's
     /// pending rows (`pending`), as text (empty when there is none), and the queues that hold
     /// visible messages. Errors: SQS or PostgreSQL failing (a `count_sql` naming a missing
     /// table, too).
@@ -173,17 +174,22 @@ impl Admin {
                     .queue_url(url)
                     .attribute_names(A::ApproximateNumberOfMessages)
                     .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+                    .attribute_names(A::ApproximateNumberOfMessagesDelayed)
                     .send()
                     .await
                     .map_err(|e| anyhow::anyhow!("GetQueueAttributes: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
                 let attrs = out.attributes.unwrap_or_default();
                 let n = |k: A| attrs.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
                 let (visible, hidden) = (n(A::ApproximateNumberOfMessages), n(A::ApproximateNumberOfMessagesNotVisible));
+                let delayed = n(A::ApproximateNumberOfMessagesDelayed);
                 if visible > 0 {
                     visible_on.push(*name);
                 }
                 if visible + hidden > 0 {
                     parts.push(format!("{visible} visible and {hidden} in-flight message(s) on {name}"));
+                }
+                if delayed > 0 {
+                    parts.push(format!("{delayed} delayed message(s) on {name}"));
                 }
             }
             for p in pending {
@@ -225,12 +231,24 @@ impl Admin {
         })
     }
 
+    /// Whether [`Admin::reset`] can put the schema back as the DDL left it.
+    pub fn reusable(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
     /// Empties every table of the schema and restores what the DDL left: its rows, and every
     /// sequence's position ([`snapshot`]); deletes `keys`. The queues are not touched: the
-    /// caller knows them empty ([`crate::sim::pool`]). Errors: PostgreSQL's or Redis's.
+    /// caller knows them empty ([`crate::sim::pool`]). Errors: the schema is not reusable, or
+    /// a schedule created or dropped a relation in it (a table the DDL did not make would keep
+    /// its rows), PostgreSQL's or Redis's.
     pub fn reset(&self, keys: &[String]) -> Result<()> {
+        let snapshot = self.snapshot.as_ref().context("the schema cannot be restored by TRUNCATE and a copy")?;
         self.rt.block_on(async {
-            sqlx::raw_sql(&self.reset_sql).execute(&self.pg).await.with_context(|| format!("resetting schema {}", self.schema))?;
+            let now = relations(&self.pg, &self.schema).await?;
+            if now != snapshot.relations {
+                bail!("the schedule changed the relations of schema {} (the DDL made {:?}, now {:?})", self.schema, snapshot.relations, now);
+            }
+            sqlx::raw_sql(&snapshot.sql).execute(&self.pg).await.with_context(|| format!("resetting schema {}", self.schema))?;
             let mut r = self.redis.clone();
             for k in keys {
                 let _: i64 = redis::cmd("DEL").arg(k).query_async(&mut r).await?;
@@ -271,11 +289,47 @@ fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// Records what the DDL left in `schema` and returns the SQL that restores it: one TRUNCATE of
-/// every table, an INSERT of the rows the DDL put in a table (copied now to the side schema
+/// What [`Admin::reset`] needs: the schema's relations as the DDL left them, and the SQL that
+/// restores that state.
+pub(crate) struct Snapshot {
+    /// `name:relkind` of every relation of the schema (tables, indexes, sequences, views).
+    relations: Vec<String>,
+    /// The restoring SQL.
+    sql: String,
+}
+
+/// `name:relkind` of every relation in `schema`, sorted.
+async fn relations(pg: &PgPool, schema: &str) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT c.relname::text || ':' || c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 ORDER BY 1",
+    )
+    .bind(schema)
+    .fetch_all(pg)
+    .await?)
+}
+
+/// Whether a TRUNCATE and a copy of the DDL's rows can restore `schema`: not when it has
+/// partitioned or inherited tables (a parent's count includes its children's rows),
+/// materialized views or foreign tables, user triggers (they would fire again on the copy) or
+/// generated stored columns (they cannot be inserted).
+const RESTORABLE: &str = "SELECT NOT ( \
+    EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind IN ('p', 'm', 'f')) \
+    OR EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1) \
+    OR EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND NOT t.tgisinternal) \
+    OR EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND a.attgenerated = 's'))";
+
+/// Records what the DDL left in `schema` and the SQL that restores it: one TRUNCATE of every
+/// table, an INSERT of the rows the DDL put in a table (copied now to the side schema
 /// [`seed_schema`]), and a `setval` of every sequence to where the DDL left it (PostgreSQL's
-/// TRUNCATE and sequence functions, docs §TRUNCATE and §9.17). Errors: PostgreSQL's.
-async fn snapshot(pg: &PgPool, schema: &str) -> Result<String> {
+/// TRUNCATE and sequence functions, docs §TRUNCATE and §9.17). `None` when the schema cannot
+/// be restored that way ([`RESTORABLE`]): its namespace is then never reused. Errors:
+/// PostgreSQL's.
+async fn snapshot(pg: &PgPool, schema: &str) -> Result<Option<Snapshot>> {
+    let restorable: bool = sqlx::query_scalar(RESTORABLE).bind(schema).fetch_one(pg).await?;
+    if !restorable {
+        return Ok(None);
+    }
     let seed = seed_schema(schema);
     let tables: Vec<String> = sqlx::query_scalar("SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY 1")
         .bind(schema)
@@ -314,5 +368,5 @@ async fn snapshot(pg: &PgPool, schema: &str) -> Result<String> {
         };
         sql.push_str(&format!("SELECT setval('{name}', {value}, {called});\n"));
     }
-    Ok(sql)
+    Ok(Some(Snapshot { relations: relations(pg, schema).await?, sql }))
 }

@@ -4,10 +4,12 @@
 //! namespace serves one schedule at a time.
 //!
 //! A namespace goes back to the pool only after a schedule whose drain ended quiescent: the
-//! drain's last act asked SQS for every queue's visible and in-flight counts and found none
+//! drain's last act asked SQS for every queue's visible, in-flight and delayed counts and found none
 //! ([`super::admin::Admin::leftovers`]), so the queues hold no message and no receipt. Any other
 //! end (a violation of quiescence, a harness error) drops the namespace and the next schedule
-//! gets a new one. The reset then empties every table of the schema and restores what the DDL
+//! gets a new one, as does a schema that a TRUNCATE and a copy cannot restore (triggers,
+//! partitions, generated columns) or in which the schedule created or dropped a relation. The
+//! reset then empties every table of the schema and restores what the DDL
 //! left in it: its rows (kept in a side schema `<ns>_seed`) and every sequence's position. The
 //! schedule's Redis keys are deleted. Fresh worker connections are made for every schedule,
 //! so no session state (locks, prepared statements, temp tables) survives either.
@@ -62,7 +64,7 @@ pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bo
 /// verdict.
 pub fn give_back(admin: Admin, keys: &[String], drained_clean: bool) -> BTreeMap<String, u64> {
     let calls = admin.sqs_calls.clone();
-    let reset = match drained_clean {
+    let reset = match drained_clean && admin.reusable() {
         true => admin.reset(keys).map_err(|e| tracing::warn!("resetting namespace {} failed, dropping it: {e:#}", admin.schema)),
         false => Err(()),
     };
@@ -182,6 +184,32 @@ mod tests {
         });
         assert!(gone, "the dropped namespace's schemas are still there");
         give_back(c, &[], false);
+    }
+
+    #[test]
+    fn a_namespace_whose_relations_changed_or_that_a_copy_cannot_restore_is_not_reused() {
+        let e = crate::testkit::endpoints();
+        let ddl = format!("{DDL} -- pool test {}", unique_namespace());
+        let a = take(&e, &ddl, &specs(), false).unwrap();
+        let first = a.schema.clone();
+        a.rt.block_on(sqlx::raw_sql("CREATE TABLE made_by_a_worker (v text); INSERT INTO made_by_a_worker VALUES ('x')").execute(&a.pg)).unwrap();
+        give_back(a, &[], true);
+        let b = take(&e, &ddl, &specs(), false).unwrap();
+        assert_ne!(b.schema, first, "a namespace with a table the DDL did not make was reused");
+        give_back(b, &[], false);
+        // A trigger would fire again when the DDL's rows are copied back.
+        let ddl = format!(
+            "{DDL} CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$; \
+             CREATE TRIGGER touched BEFORE INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION touch(); -- pool test {}",
+            unique_namespace()
+        );
+        let c = take(&e, &ddl, &specs(), false).unwrap();
+        assert!(!c.reusable());
+        let first = c.schema.clone();
+        give_back(c, &[], true);
+        let d = take(&e, &ddl, &specs(), false).unwrap();
+        assert_ne!(d.schema, first, "a schema with a user trigger was reused");
+        give_back(d, &[], false);
     }
 
     fn seed_schema_of(schema: &str) -> String {

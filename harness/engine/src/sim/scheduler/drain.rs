@@ -107,12 +107,13 @@ impl Run<'_> {
     fn poll_is_stale(&self, w: &str) -> bool {
         let Some(kind) = self.kind(w) else { return false };
         let at_poll = matches!(self.status(w), Status::Parked { .. }) && self.with_slot(w, |s| s.at_cycle_start);
+        let polled_empty_since = self.with_slot(w, |s| s.idle)
+            && self.polls.counter(kind).is_some_and(|c| self.polls.seen.get(w) == Some(&c));
         if let RoleKind::Handler { queue } = kind {
-            return at_poll && !self.polls.may_receive(queue);
+            // Either is enough: a wrong "visible" in the model cannot make it poll forever.
+            return at_poll && (!self.polls.may_receive(queue) || polled_empty_since);
         }
-        at_poll
-            && self.with_slot(w, |s| s.idle)
-            && self.polls.counter(kind).is_some_and(|c| self.polls.seen.get(w) == Some(&c))
+        at_poll && polled_empty_since
     }
 
     /// Restarts crashed workers, then runs every worker but the periodic ones round-robin until
