@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -47,7 +47,6 @@ impl Ran {
 struct Shared<'a> {
     next: AtomicU64,
     stop_at: AtomicU64,
-    out_of_time: AtomicBool,
     opts: &'a Options,
     started: Instant,
 }
@@ -56,11 +55,8 @@ impl Shared<'_> {
     /// The next index this shard owns, or `None` when the budget is spent or the run stops.
     fn take(&self) -> Option<u64> {
         loop {
-            let over_time = self.opts.time.is_some_and(|t| self.started.elapsed() >= t);
-            if over_time {
-                self.out_of_time.store(true, Ordering::Relaxed);
-            }
-            if self.out_of_time.load(Ordering::Relaxed) {
+            // Once past, elapsed time stays past: every slot stops taking.
+            if self.opts.time.is_some_and(|t| self.started.elapsed() >= t) {
                 return None;
             }
             let i = self.next.fetch_add(1, Ordering::Relaxed);
@@ -149,7 +145,7 @@ pub(super) fn run_cases(
     started: Instant,
     each: impl FnMut(Ran) -> Result<bool>,
 ) -> Result<()> {
-    let shared = Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), out_of_time: AtomicBool::new(false), opts, started };
+    let shared = Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts, started };
     let mut order = InOrder { waiting: BTreeMap::new(), expect: 0, done: None, shared: &shared, each };
     let name = system.name().to_string();
     if opts.jobs <= 1 || s.workload.system(&name).is_none() || !s.external.is_empty() {

@@ -280,7 +280,7 @@ impl Admin {
 }
 
 /// The side schema that keeps the rows the DDL inserted, for [`Admin::reset`].
-fn seed_schema(schema: &str) -> String {
+pub(super) fn seed_schema(schema: &str) -> String {
     format!("{schema}_seed")
 }
 

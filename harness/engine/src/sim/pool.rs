@@ -81,8 +81,8 @@ pub fn give_back(admin: Admin, keys: &[String], drained_clean: bool) -> BTreeMap
     }
 }
 
-/// Destroys every pooled namespace (schemas dropped, queues deleted). Called when the
-/// services stop, and at the end of an exploration.
+/// Destroys every pooled namespace (schemas dropped, queues deleted). Called before the
+/// services stop (the CLI's `with_services`) and when a test process exits.
 pub fn release() {
     let pooled = std::mem::take(&mut *pool());
     for (_, admin) in pooled {
@@ -177,7 +177,7 @@ mod tests {
         let gone: bool = c.rt.block_on(async {
             sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname IN ($1, $2))")
                 .bind(&first)
-                .bind(seed_schema_of(&first))
+                .bind(crate::sim::admin::seed_schema(&first))
                 .fetch_one(&c.pg)
                 .await
                 .unwrap()
@@ -212,7 +212,4 @@ mod tests {
         give_back(d, &[], false);
     }
 
-    fn seed_schema_of(schema: &str) -> String {
-        format!("{schema}_seed")
-    }
 }
