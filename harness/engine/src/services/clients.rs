@@ -16,6 +16,10 @@ use sqlx::{ConnectOptions, PgPool};
 
 use super::{redact, Endpoints};
 
+/// How long the SQS client keeps an idle keep-alive connection for reuse: 20 s, well below
+/// the 60 s after which LocalStack's gateway closes an idle connection (see the module doc).
+pub const SQS_POOL_IDLE: Duration = Duration::from_secs(20);
+
 /// The AWS region used against emulators when `AWS_REGION` is not set.
 pub const DEFAULT_REGION: &str = "us-east-1";
 
@@ -81,9 +85,19 @@ fn sqs_config(endpoint: &str) -> aws_sdk_sqs::config::Builder {
         .region(Region::new(env("AWS_REGION", DEFAULT_REGION)))
         .credentials_provider(creds)
         .endpoint_url(endpoint)
+        .http_client(http_client())
         .retry_config(RetryConfig::disabled())
         .timeout_config(TimeoutConfig::disabled())
         .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+}
+
+/// The SDK's default HTTPS-capable client (rustls with aws-lc), with [`SQS_POOL_IDLE`].
+fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+    aws_smithy_http_client::Builder::new()
+        .pool_idle_timeout(SQS_POOL_IDLE)
+        .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
+        .build_https()
 }
 
 /// A multiplexed Redis connection to `url`, without redis-rs's own timeouts (500 ms per
