@@ -237,7 +237,7 @@ impl Workload for OwnHandler {
     }
 
     fn queues(&self) -> Vec<QueueSpec> {
-        vec![QueueSpec { name: QUEUE, label: "m", visibility_timeout_s: 30 }]
+        vec![QueueSpec::new(QUEUE, "m")]
     }
 
     fn roles(&self) -> Vec<RoleSpec> {

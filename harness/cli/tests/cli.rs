@@ -1,5 +1,6 @@
 //! The `crashpoint` binary as a user runs it: doctor, up/down, Ctrl-C in the middle of a run,
-//! a missing binary, and the containers provider (skipped with its reason without Docker).
+//! a service killed in the middle of a run, a missing binary, and the containers provider
+//! (skipped with its reason without Docker).
 
 use std::collections::BTreeSet;
 use std::process::{Command, Output, Stdio};
@@ -89,43 +90,190 @@ fn up_then_down_leaves_no_process_behind() {
     assert!(!state_file.exists());
 }
 
+/// The three service processes a `run` started, once all are up: (pid, command line) each.
+/// Panics when the run ends first or they are not up within 120 s.
+fn services_of(run: &mut std::process::Child) -> Vec<(i32, String)> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let seen = children(run.id());
+        let names: BTreeSet<&str> = seen.iter().filter_map(|(_, c)| SERVICES.into_iter().find(|n| c.contains(n))).collect();
+        if names.len() == 3 {
+            return seen;
+        }
+        assert!(run.try_wait().unwrap().is_none(), "run ended before its services were all up");
+        assert!(Instant::now() < deadline, "services did not start: {seen:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The command-line names of the three native services.
+const SERVICES: [&str; 3] = ["postgres", "redis-server", "localstack"];
+
+/// Asserts that nothing `seen` still runs, that the run's services directory (found from
+/// PostgreSQL's `-D`) is gone, and that the reports exist with `error` starting with `error`.
+fn assert_cleaned_up_with_reports(seen: &[(i32, String)], reports: &std::path::Path, error: &str) {
+    let data_dir = seen
+        .iter()
+        .find_map(|(_, c)| c.split_whitespace().skip_while(|w| *w != "-D").nth(1).map(str::to_string))
+        .expect("postgres -D argument");
+    let left: Vec<_> = seen.iter().filter(|(p, _)| alive(*p)).collect();
+    assert!(left.is_empty(), "left running: {left:?}");
+    let services_dir = std::path::Path::new(&data_dir).ancestors().nth(2).unwrap().to_path_buf();
+    assert!(!services_dir.exists(), "{} left behind", services_dir.display());
+    for f in ["junit.xml", "report.json", "summary.md"] {
+        assert!(reports.join(f).is_file(), "{f} missing");
+    }
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(reports.join("report.json")).unwrap()).unwrap();
+    assert!(json["error"].as_str().unwrap_or_default().starts_with(error), "{}", json["error"]);
+}
+
 #[test]
 fn sigint_in_the_middle_of_run_stops_everything_it_started() {
     let reports = tempfile::tempdir().unwrap();
     let mut child =
         crashpoint().arg("run").arg("--report-dir").arg(reports.path()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut seen: Vec<(i32, String)>;
-    loop {
-        seen = children(child.id());
-        let names: BTreeSet<&str> = seen
-            .iter()
-            .filter_map(|(_, c)| ["postgres", "redis-server", "localstack"].into_iter().find(|n| c.contains(n)))
-            .collect();
-        if names.len() == 3 {
-            break;
-        }
-        assert!(child.try_wait().unwrap().is_none(), "run ended before its services were all up");
-        assert!(Instant::now() < deadline, "services did not start: {seen:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let data_dir = seen
-        .iter()
-        .find_map(|(_, c)| c.split_whitespace().skip_while(|w| *w != "-D").nth(1).map(str::to_string))
-        .expect("postgres -D argument");
+    let seen = services_of(&mut child);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "exit status {status:?}");
-    let left: Vec<_> = seen.iter().filter(|(p, _)| alive(*p)).collect();
-    assert!(left.is_empty(), "left running: {left:?}");
-    let services_dir = std::path::Path::new(&data_dir).ancestors().nth(2).unwrap().to_path_buf();
-    assert!(!services_dir.exists(), "{} left behind", services_dir.display());
     // The reports are complete and say why the run ended.
-    for f in ["junit.xml", "report.json", "summary.md"] {
-        assert!(reports.path().join(f).is_file(), "{f} missing after the interrupt");
+    assert_cleaned_up_with_reports(&seen, reports.path(), "interrupted by signal 2");
+}
+
+/// A run that gets SIGINT (and is waited for) when dropped still running: a failed assertion
+/// leaves no run and no service behind.
+struct Interrupted(std::process::Child);
+
+impl Drop for Interrupted {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGINT);
+            let _ = self.0.wait();
+        }
     }
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(reports.path().join("report.json")).unwrap()).unwrap();
-    assert!(json["error"].as_str().unwrap_or_default().starts_with("interrupted by signal 2"), "{}", json["error"]);
+}
+
+/// Issue 16: a service that dies under a running exploration ends the run with exit 2 within
+/// 10 s, naming the service, with its reports written and nothing left behind.
+#[test]
+fn a_service_killed_mid_run_ends_it_with_exit_2_naming_the_service() {
+    for (process, named) in [("postgres", "PostgreSQL"), ("localstack", "SQS"), ("redis-server", "Redis")] {
+        let reports = tempfile::tempdir().unwrap();
+        // stderr goes to a file: a pipe nobody reads could fill and stall the run.
+        let stderr = tempfile::NamedTempFile::new().unwrap();
+        let mut child = Interrupted(
+            crashpoint()
+                .args(["run", "payout/explore", "--schedules", "100000", "--jobs", "1", "--report-dir"])
+                .arg(reports.path())
+                .stdout(Stdio::null())
+                .stderr(stderr.reopen().unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let child = &mut child.0;
+        let seen = services_of(child);
+        // Let the services come up and schedules run before the kill.
+        std::thread::sleep(Duration::from_secs(15));
+        assert!(child.try_wait().unwrap().is_none(), "run ended before {process} was killed");
+        let (pid, _) = seen.iter().find(|(_, c)| c.contains(process)).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+        let killed = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(killed.elapsed() < Duration::from_secs(10), "run still going 10 s after {process} was killed");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        eprintln!("{process} killed: the run ended {:.1} s later", killed.elapsed().as_secs_f64());
+        let err = std::fs::read_to_string(stderr.path()).unwrap();
+        assert_eq!(status.code(), Some(2), "{process} killed: exit {status:?}\n{err}");
+        assert!(err.contains(named), "{process} killed: stderr does not name {named}:\n{err}");
+        assert_cleaned_up_with_reports(&seen, reports.path(), "");
+        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(reports.path().join("report.json")).unwrap()).unwrap();
+        assert!(json["error"].as_str().is_some_and(|e| e.contains(named)), "{process}: {}", json["error"]);
+    }
+}
+
+/// Issue 16: a report directory that cannot be written ends the run with exit 2 before a
+/// service starts or a schedule runs, naming the directory.
+#[test]
+fn an_unwritable_report_directory_is_exit_2_before_any_schedule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let dir = file.join("reports");
+    let started = Instant::now();
+    let o = crashpoint().args(["run", "seed/crash-after-commit", "--report-dir"]).arg(&dir).output().unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(err.contains(&format!("creating the report directory {}", dir.display())), "{err}");
+    assert!(!out.contains("== seed/crash-after-commit"), "a schedule ran:\n{out}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}: services were started", started.elapsed());
+}
+
+/// Issue 16 §5: passwords in the service URLs and the AWS secret key appear in no output of a
+/// run: stdout, stderr with debug logs, the reports and the timeline of a failure, and the
+/// error of a run whose PostgreSQL cannot be reached.
+#[test]
+fn passwords_in_service_urls_appear_in_no_output() {
+    const PG_PASSWORD: &str = "pg-s3cr3t-pw";
+    const AWS_SECRET: &str = "aws-s3cr3t-key";
+    let state = tempfile::tempdir().unwrap();
+    let state_file = state.path().join("up.json");
+    let up = crashpoint().arg("up").env("CRASHPOINT_STATE_FILE", &state_file).output().unwrap();
+    let (out, err) = text(&up);
+    assert_eq!(up.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let var = |k: &str| out.lines().find_map(|l| l.strip_prefix(&format!("export {k}="))).unwrap().to_string();
+    // The native PostgreSQL trusts local connections, so the password is sent and ignored.
+    let database_url = var("DATABASE_URL").replacen("postgres://postgres@", &format!("postgres://postgres:{PG_PASSWORD}@"), 1);
+    assert!(database_url.contains(PG_PASSWORD), "{database_url}");
+    let with_secrets = |c: &mut Command, db: &str| {
+        c.env("DATABASE_URL", db)
+            .env("SQS_ENDPOINT_URL", var("SQS_ENDPOINT_URL"))
+            .env("REDIS_URL", var("REDIS_URL"))
+            .env("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+            .env("RUST_LOG", "debug");
+    };
+    let reports = tempfile::tempdir().unwrap();
+    let mut failing = crashpoint();
+    failing.args(["repro", "seed/crash-after-commit", "--system", "no-dedup", "--report-dir"]).arg(reports.path());
+    failing.args(["--schedule", "p:lock p:send c1:recv c1:crash@after_commit tick:31s"]);
+    with_secrets(&mut failing, &database_url);
+    let failed = failing.output().unwrap();
+    let unreachable_db = format!("postgres://postgres:{PG_PASSWORD}@127.0.0.1:1/postgres");
+    let mut erring = crashpoint();
+    erring.args(["run", "seed/crash-after-commit", "--report-dir"]).arg(reports.path().join("error"));
+    with_secrets(&mut erring, &unreachable_db);
+    let errored = erring.output().unwrap();
+    let down = crashpoint().arg("down").env("CRASHPOINT_STATE_FILE", &state_file).output().unwrap();
+    assert_eq!(down.status.code(), Some(0), "{:?}", text(&down));
+    assert_eq!(failed.status.code(), Some(1), "{:?}", text(&failed));
+    assert_eq!(errored.status.code(), Some(2), "{:?}", text(&errored));
+    let mut outputs: Vec<(String, String)> = Vec::new();
+    for (name, o) in [("repro", &failed), ("unreachable run", &errored)] {
+        let (out, err) = text(o);
+        outputs.push((format!("{name} stdout"), out));
+        outputs.push((format!("{name} stderr"), err));
+    }
+    let mut files = vec![reports.path().to_path_buf()];
+    while let Some(f) = files.pop() {
+        if f.is_dir() {
+            files.extend(std::fs::read_dir(&f).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            outputs.push((f.display().to_string(), String::from_utf8_lossy(&std::fs::read(&f).unwrap()).into_owned()));
+        }
+    }
+    let names: Vec<&str> = outputs.iter().map(|(n, _)| n.as_str()).collect();
+    for kind in ["junit.xml", "report.json", "summary.md", "timeline-"] {
+        assert!(names.iter().any(|n| n.contains(kind)), "no {kind} among {names:?}");
+    }
+    assert!(outputs.iter().any(|(_, t)| t.contains("DEBUG")), "no debug log line in any output");
+    for (name, t) in &outputs {
+        for secret in [PG_PASSWORD, AWS_SECRET] {
+            assert!(!t.contains(secret), "{name} shows {secret}:\n{t}");
+        }
+    }
 }
 
 #[test]

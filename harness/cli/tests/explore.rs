@@ -48,6 +48,22 @@ fn reference_passes_generated_schedules_and_each_runs_twice_identically() {
     assert!(report.stats.calls.pg > 0 && report.stats.calls.sqs > 0 && report.stats.calls.redis > 0);
 }
 
+/// Issue 15: the reference survives lost COMMIT replies and reset connections anywhere a
+/// generated schedule puts them (`[explore] pg_faults = true`), and the faults do occur.
+#[test]
+fn reference_passes_generated_schedules_with_postgresql_outcome_faults() {
+    let mut s = common::scenario("payout/explore");
+    s.explore.as_mut().unwrap().pg_faults = true;
+    let opts = Options { schedules: Some(60), time: None, seed: 15, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
+    let report = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
+    if let Some(f) = &report.failure {
+        panic!("reference failed: schedule {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);
+    }
+    for kind in ["pg:commit-response-lost", "pg:connection-reset"] {
+        assert!(report.stats.faults.get(kind).copied().unwrap_or(0) > 0, "{kind} never generated: {:?}", report.stats.faults);
+    }
+}
+
 #[test]
 fn check_determinism_passes_for_20_seeds() {
     let s = common::scenario("payout/explore");

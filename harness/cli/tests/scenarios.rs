@@ -87,6 +87,49 @@ fn a_handler_without_dedup_is_caught_paying_twice() {
     assert_eq!(v.detail, "payment p1 has 2 payouts");
 }
 
+// ---- Message retention, in logical time ----
+
+#[test]
+fn a_message_processed_inside_its_queues_retention_is_paid_once() {
+    window("aws/retention", &["clock +3d", "c1   recv                                    → m1 (receive 1)"]);
+}
+
+/// Issue 15: this schedule used to pass, but SQS deletes a message after its queue's
+/// retention (4 days by default) whether or not anyone processed it.
+#[test]
+fn a_message_left_past_its_queues_retention_is_reported_expired_unprocessed() {
+    let o = run("reference", "aws/retention", Some("p:lock p:send tick:15d c1:recv"));
+    assert!(o.trace.contains("m1 outlived the message retention of payments (4d): SQS deleted it unprocessed"), "{}", o.trace);
+    assert!(o.trace.contains("c1   recv                                    → empty"), "{}", o.trace);
+    let v = o.verdicts.iter().find(|v| v.invariant == crashpoint::checker::NOTHING_EXPIRED).unwrap();
+    assert!(!v.holds, "{}", o.trace);
+    assert_eq!(v.detail, "m1 (e1) on payments expired unprocessed: the queue's retention is 4d");
+    let payout = o.verdicts.iter().find(|v| v.invariant == "exactly one payout per payment").unwrap();
+    assert_eq!(payout.detail, "payment p1 has no payout");
+}
+
+// ---- PostgreSQL outcome faults ----
+
+#[test]
+fn a_lost_commit_reply_leaves_the_message_and_the_redelivery_finds_the_claim() {
+    window("payout/commit-response-lost", &["its reply was lost", "e1 already processed: duplicate, no effect"]);
+}
+
+/// The same lost reply pays twice without a dedup claim: the handler took the error for a
+/// rollback, and the redelivery pays again.
+#[test]
+fn a_lost_commit_reply_makes_a_handler_without_dedup_pay_twice() {
+    let schedule = "p:lock p:send c1:recv c1:begin c1:insert_payout c1:insert_outbox pg:commit-response-lost c1:commit";
+    let o = run("no-dedup", "payout/commit-response-lost", Some(schedule));
+    let v = o.verdicts.iter().find(|v| v.invariant == "exactly one payout per payment").unwrap();
+    assert_eq!(v.detail, "payment p1 has 2 payouts", "{}", o.trace);
+}
+
+#[test]
+fn a_connection_reset_rolls_the_claim_back_and_the_redelivery_pays_once() {
+    window("payout/connection-reset", &["c1   insert_payout", "the server rolled back the open transaction"]);
+}
+
 // ---- AWS behaviours that LocalStack does not produce, injected by the nemesis ----
 
 #[test]

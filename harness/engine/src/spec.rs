@@ -10,10 +10,19 @@ use uuid::Uuid;
 /// workload (e.g. `after_commit`), used in schedules (`c1:crash@after_commit`) and traces.
 pub type CrashPoint = &'static str;
 
+/// SQS's default message retention period: 4 days, in s (`MessageRetentionPeriod`, 60 s to
+/// 1,209,600 s = 14 days; AWS SQS Developer Guide, "Amazon SQS queue types" and
+/// `SetQueueAttributes`).
+pub const DEFAULT_RETENTION_S: u64 = 345_600;
+
 /// One SQS queue of the workload. The engine creates it fresh for every schedule
-/// (`<namespace>-<name>`), with a real visibility timeout of 3600 s: only the logical clock
-/// expires messages.
+/// (`<namespace>-<name>`), with a real visibility timeout of 3600 s and the real retention at
+/// its 14-day maximum: only the logical clock expires messages and deletes them unprocessed.
+///
+/// Build it with [`QueueSpec::new`]: the struct is `#[non_exhaustive]`, so that a field added
+/// later (as `retention_s` was) does not break a team's workload crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QueueSpec {
     /// Its name within the workload, e.g. `payments`; handlers receive from it by this name.
     pub name: &'static str,
@@ -22,6 +31,31 @@ pub struct QueueSpec {
     /// Visibility timeout, logical s (AWS default 30 s; seed 000 configures 120). A scenario's
     /// `[config] visibility_timeout_s` overrides it for every queue.
     pub visibility_timeout_s: u64,
+    /// Message retention, logical s ([`DEFAULT_RETENTION_S`] unless the system sets its
+    /// queue's `MessageRetentionPeriod`). When the logical clock passes a message's enqueue
+    /// time plus this, the harness deletes it, as SQS does, whether or not anyone processed it.
+    pub retention_s: u64,
+}
+
+impl QueueSpec {
+    /// Queue `name` with message label prefix `label`, SQS's defaults: a 30 s visibility
+    /// timeout and a 4-day retention ([`DEFAULT_RETENTION_S`]), both logical.
+    pub const fn new(name: &'static str, label: &'static str) -> QueueSpec {
+        QueueSpec { name, label, visibility_timeout_s: 30, retention_s: DEFAULT_RETENTION_S }
+    }
+
+    /// The same queue with a visibility timeout of `s` logical seconds.
+    pub const fn visibility_timeout_s(mut self, s: u64) -> QueueSpec {
+        self.visibility_timeout_s = s;
+        self
+    }
+
+    /// The same queue with a message retention of `s` logical seconds (SQS accepts 60 to
+    /// 1,209,600).
+    pub const fn retention_s(mut self, s: u64) -> QueueSpec {
+        self.retention_s = s;
+        self
+    }
 }
 
 /// What a role does, which decides how the engine runs and drains its workers.

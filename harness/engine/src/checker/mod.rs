@@ -6,11 +6,14 @@
 //! cannot decide (a query fails) says [`Verdict::unknown`], never "holds"; a run with an
 //! unknown verdict ends as a harness error (exit 2).
 //!
-//! Reusable invariants: [`Quiescence`] (the drain's liveness finding) and [`SqlInvariant`]
-//! (a query that returns the violating rows). A workload writes the rest against [`CheckCx`].
+//! Reusable invariants: [`Quiescence`] (the drain's liveness finding), [`NothingExpired`]
+//! (no message lost to its queue's retention) and [`SqlInvariant`] (a query that returns the
+//! violating rows). A workload writes the rest against [`CheckCx`].
 
+mod expired;
 mod sql;
 
+pub use expired::{NothingExpired, NOTHING_EXPIRED};
 pub use sql::SqlInvariant;
 
 use std::any::Any;
@@ -176,8 +179,12 @@ impl Invariant for Quiescence {
     }
 }
 
-/// `invariants`, with [`Quiescence`] appended when none of them is named like it.
+/// `invariants`, with the engine's own appended when none of them is named like it:
+/// [`NothingExpired`], then [`Quiescence`].
 pub fn with_quiescence(mut invariants: Vec<Box<dyn Invariant>>) -> Vec<Box<dyn Invariant>> {
+    if !invariants.iter().any(|i| i.name() == NOTHING_EXPIRED) {
+        invariants.push(Box::new(NothingExpired));
+    }
     if !invariants.iter().any(|i| i.name() == QUIESCENCE) {
         invariants.push(Box::new(Quiescence));
     }
@@ -195,6 +202,13 @@ pub fn check(
     effects: &[crate::provider::Effect],
     not_quiescent: Option<&str>,
 ) -> Vec<Verdict> {
+    // PostgreSQL that does not answer makes every verdict unknown at once, rather than each
+    // invariant waiting out the pool's acquire timeout in turn (a service killed mid-run).
+    if let Err(e) = admin.rt.block_on(sqlx::query("SELECT 1").execute(&admin.pg)) {
+        admin.pg_unreachable();
+        let why = format!("PostgreSQL does not answer the checker: {e}");
+        return invariants.iter().map(|i| Verdict::unknown(&i.name(), why.clone())).collect();
+    }
     let cx = CheckCx { admin, history, events, names, not_quiescent, effects, memo: RefCell::new(BTreeMap::new()) };
     invariants.iter().map(|i| i.check(&cx)).collect()
 }

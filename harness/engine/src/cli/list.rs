@@ -2,12 +2,14 @@
 
 use anyhow::Result;
 
+use crate::duration::format_duration_ms;
 use crate::error::EXIT_OK;
 use crate::scenario;
 use crate::workload::{Registry, RoleKind};
 
-/// Prints the scenarios, and for each workload its roles with their crash points, its faults,
-/// its providers and its systems, then the engine's fault kinds.
+/// Prints the scenarios, and for each workload its queues (visibility timeout and retention,
+/// logical), roles with their crash points, faults, providers, invariants and systems, then
+/// the engine's fault kinds and its own invariants.
 /// Errors: a scenario file that does not load (named with its line and field).
 pub fn list(registry: &Registry) -> Result<i32> {
     let dir = scenario::scenarios_dir();
@@ -17,6 +19,14 @@ pub fn list(registry: &Registry) -> Result<i32> {
     }
     for w in registry.all() {
         println!("\nworkload {}: {}", w.name(), w.about());
+        for q in w.queues() {
+            println!(
+                "  queue {:<30} visibility timeout {}, retention {}",
+                q.name,
+                format_duration_ms(q.visibility_timeout_s.saturating_mul(1000)),
+                format_duration_ms(q.retention_s.saturating_mul(1000))
+            );
+        }
         println!("  roles (worker names) and crash points:");
         for r in w.roles() {
             let kind = match r.kind {
@@ -34,6 +44,9 @@ pub fn list(registry: &Registry) -> Result<i32> {
         for p in w.providers() {
             println!("  provider {:<27} {}", p.name(), p.about());
         }
+        for i in w.invariants() {
+            println!("  invariant {}", i.name());
+        }
         println!("  systems (--system):");
         for s in w.systems() {
             println!("    {:<34} {}", s.name, s.about);
@@ -42,6 +55,10 @@ pub fn list(registry: &Registry) -> Result<i32> {
     println!("\nfaults (schedule text):");
     for (text, what) in crate::nemesis::KINDS {
         println!("  {text:<36} {what}");
+    }
+    println!("\nengine invariants (every scenario):");
+    for i in crate::checker::with_quiescence(Vec::new()) {
+        println!("  {}", i.name());
     }
     Ok(EXIT_OK)
 }

@@ -133,7 +133,8 @@ fn select(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenario>> {
 }
 
 /// Starts the services, checks that destroying schemas and queues is allowed there, runs `f`
-/// and stops them whatever happened.
+/// and stops them whatever happened. When `f` fails and a service no longer accepts
+/// connections, the error says which ([`Endpoints::unreachable`]).
 pub fn with_services<T>(
     rt: &tokio::runtime::Runtime,
     opts: &ServiceOptions,
@@ -142,7 +143,11 @@ pub fn with_services<T>(
     let services = rt.block_on(Services::start(opts))?;
     let result = services
         .check_destructive("creating and dropping schemas and queues")
-        .and_then(|_| f(&services.endpoints));
+        .and_then(|_| f(&services.endpoints))
+        .map_err(|e| match services.endpoints.unreachable() {
+            down if down.is_empty() => e,
+            down => e.context(format!("{} stopped accepting connections during the run", down.join(" and "))),
+        });
     crate::sim::pool::release();
     rt.block_on(services.stop());
     result

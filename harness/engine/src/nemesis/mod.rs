@@ -2,11 +2,21 @@
 //!
 //! Crashes, restarts and injected failures are applied by the scheduler at yield points;
 //! expiries by the logical clock. [`sqs`] holds the AWS behaviours LocalStack does not
-//! produce. A workload adds faults of its own ([`crate::workload::WorkloadFault`], e.g. the
+//! produce, [`pg`] the PostgreSQL outcome faults (a lost COMMIT reply, a reset connection). A workload adds faults of its own ([`crate::workload::WorkloadFault`], e.g. the
 //! failure-transport replay of seed 000), which the scheduler applies by name.
 
 pub mod net;
+pub mod pg;
 pub mod sqs;
+
+/// The fault of `all` whose name (`name`) is `s`, the text after `<prefix>:` in a schedule.
+/// Errors: `` `<prefix>:<s>` is not <what>; expected `` and every name.
+pub(crate) fn parse_named<F: Copy>(all: &[F], name: fn(F) -> &'static str, prefix: &str, what: &str, s: &str) -> Result<F, String> {
+    all.iter().copied().find(|f| name(*f) == s).ok_or_else(|| {
+        let names: Vec<String> = all.iter().map(|f| format!("`{prefix}:{}`", name(*f))).collect();
+        format!("`{prefix}:{s}` is not {what}; expected {}", names.join(", "))
+    })
+}
 
 /// The engine's fault kinds with their text form, for `crashpoint list` (a workload's own
 /// faults are listed with it).
@@ -21,6 +31,8 @@ pub const KINDS: &[(&str, &str)] = &[
     ("sqs:stale-delete-noop", "from now on, DeleteMessage with a stale receipt handle returns OK and deletes nothing (AWS allows it)"),
     ("sqs:redeliver-after-delete", "the next message deleted is delivered once more (AWS at-least-once delivery)"),
     ("sqs:receive-lost", "the next message received is in flight and counted, but never reaches its consumer"),
+    ("pg:commit-response-lost", "the next COMMIT is applied and its worker gets a connection error instead of the reply"),
+    ("pg:connection-reset", "the next statement is not applied: its connection resets and the open transaction rolls back"),
     ("net:drop-request@<p>", "the next request to provider <p> is lost on its way (turmoil partition_oneway)"),
     ("net:drop-response@<p>", "the next request to <p> is applied and its response lost"),
     ("net:delay@<p>:<duration>", "the next request to <p> arrives after its caller gave up, <duration> of logical time later"),

@@ -48,10 +48,7 @@ impl SqsFault {
 
     /// Parses the name after `sqs:`. Errors list the names.
     pub fn parse(s: &str) -> Result<SqsFault, String> {
-        SqsFault::ALL.into_iter().find(|f| f.as_str() == s).ok_or_else(|| {
-            let names: Vec<String> = SqsFault::ALL.iter().map(|f| format!("`sqs:{}`", f.as_str())).collect();
-            format!("`sqs:{s}` is not an SQS fault; expected {}", names.join(", "))
-        })
+        super::parse_named(&SqsFault::ALL, SqsFault::as_str, "sqs", "an SQS fault", s)
     }
 
     /// What the nemesis says in the trace when the schedule applies it.

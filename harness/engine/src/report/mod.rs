@@ -35,9 +35,13 @@ pub struct ReportDir {
 impl ReportDir {
     /// Creates `dir` (and its parents) and removes the report files a previous run left there
     /// (`junit.xml`, `report.json`, `summary.md`, `timeline-*.html`), so that nothing stale
-    /// mixes with this run. Other files are kept. Errors: the directory cannot be created.
+    /// mixes with this run. Other files are kept. Errors: the directory cannot be created, or
+    /// a file cannot be written in it (checked by writing and removing one), so that a run
+    /// fails before its first schedule rather than after its last.
     pub fn create(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating the report directory {}", dir.display()))?;
+        tempfile::NamedTempFile::new_in(dir)
+            .with_context(|| format!("the report directory {} is not writable", dir.display()))?;
         for e in std::fs::read_dir(dir)?.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             let ours = matches!(name.as_str(), "junit.xml" | "report.json" | "summary.md")

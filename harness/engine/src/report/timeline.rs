@@ -118,10 +118,12 @@ fn fault_label(f: &FaultEvent) -> String {
         FaultEvent::Skipped { .. } => "skip".into(),
         FaultEvent::Armed { .. } | FaultEvent::ArmedFires { .. } => "armed".into(),
         FaultEvent::VisibilityExpired { .. } | FaultEvent::LockExpired { .. } => "expire".into(),
+        FaultEvent::Expired { .. } => "retention".into(),
         FaultEvent::Workload { name, .. } => short(name, 8),
         FaultEvent::RedisRestart { .. } => "redis".into(),
         FaultEvent::Dispatch { .. } => "dispatch".into(),
         FaultEvent::Sqs { .. } | FaultEvent::Redelivered { .. } => "sqs".into(),
+        FaultEvent::Pg { .. } => "pg".into(),
         FaultEvent::Net { name, .. } => short(name.split(['@', ':']).nth(1).unwrap_or("net"), 8),
     }
 }

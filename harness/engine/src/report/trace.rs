@@ -76,10 +76,15 @@ pub fn fault_text(f: &FaultEvent) -> String {
         FaultEvent::Clock { ms, drain: true } => format!("drain: clock +{}", format_duration_ms(*ms)),
         FaultEvent::VisibilityExpired { msg, found: true } => format!("visibility timeout of {msg} expired: it can be received again"),
         FaultEvent::VisibilityExpired { msg, found: false } => format!("visibility timeout of {msg} expired (SQS no longer has it)"),
+        FaultEvent::Expired { msg, queue, retention_ms, found } => format!(
+            "{msg} outlived the message retention of {queue} ({}): {}",
+            format_duration_ms(*retention_ms),
+            if *found { "SQS deleted it unprocessed" } else { "SQS no longer had it" }
+        ),
         FaultEvent::LockExpired { key } => format!("lock {key} expired"),
         FaultEvent::RedisRestart { locks } => format!("redis restarted: {locks} lock(s) lost"),
         FaultEvent::Dispatch { producer, event } => format!("{producer} will dispatch {event} again"),
-        FaultEvent::Sqs { text, .. } | FaultEvent::Workload { text, .. } => text.clone(),
+        FaultEvent::Sqs { text, .. } | FaultEvent::Pg { text, .. } | FaultEvent::Workload { text, .. } => text.clone(),
         FaultEvent::Net { name, text } => format!("{name}: {text}"),
         FaultEvent::Redelivered { msg } => format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"),
         FaultEvent::DrainStart => "drain: restart crashed workers, run everyone until quiescent".into(),

@@ -5,6 +5,7 @@ use serde::Deserialize;
 
 use std::sync::Arc;
 
+use crate::schedule::text::DECISIONS_MAX;
 use crate::schedule::{self, Schedule, Vocabulary};
 use crate::workload::{role_of, Registry, Workload};
 
@@ -12,13 +13,18 @@ use crate::workload::{role_of, Registry, Workload};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExploreSpec {
-    /// Most decisions per generated schedule (default 24).
+    /// Most decisions per generated schedule (default 24; at most
+    /// [`crate::schedule::text::DECISIONS_MAX`], 10,000).
     #[serde(default = "default_decisions_max")]
     pub decisions_max: usize,
     /// Put the AWS-only SQS faults (`sqs:stale-delete-noop`, `sqs:redeliver-after-delete`,
     /// `sqs:receive-lost`) on the menu (default false).
     #[serde(default)]
     pub sqs_faults: bool,
+    /// Put the PostgreSQL outcome faults (`pg:commit-response-lost`, `pg:connection-reset`)
+    /// on the menu (default false; in-process workers only).
+    #[serde(default)]
+    pub pg_faults: bool,
     /// Calls whose applied-then-unanswered crash is on the menu (`crash@<call>:applied`,
     /// e.g. `["commit"]`; default none). For external workers: the call reaches PostgreSQL and
     /// takes effect, and the worker is killed before the reply reaches it.
@@ -51,9 +57,9 @@ fn default_decisions_max() -> usize {
 #[serde(deny_unknown_fields)]
 struct Raw {
     #[serde(default)]
-    workload: Option<String>,
+    workload: Option<toml::Spanned<String>>,
     description: String,
-    workers: String,
+    workers: toml::Spanned<String>,
     #[serde(default)]
     schedule: Option<toml::Spanned<String>>,
     #[serde(default)]
@@ -65,9 +71,9 @@ struct Raw {
     #[serde(default)]
     config: toml::Table,
     #[serde(default)]
-    events: Vec<toml::Table>,
+    events: Vec<toml::Spanned<toml::Table>>,
     #[serde(default)]
-    invariants: Vec<InvariantSpec>,
+    invariants: Vec<toml::Spanned<InvariantSpec>>,
     #[serde(default)]
     external: std::collections::BTreeMap<String, crate::sim::wire::ExternalRaw>,
 }
@@ -173,16 +179,21 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The 1-based line of byte `offset` of `text`.
 fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
 }
 
+/// The visibility timeouts a scenario may set, logical s: SQS's range above 0, up to 12 h.
+const VISIBILITY_TIMEOUT_MAX_S: i64 = 43_200;
+
 /// Loads `path` (a file under `root`) for the workload it names (see [`Scenario::workload`]).
-/// Errors name the file, line and field, and say what was expected. (`Ok(None)` is reserved
-/// for files to skip; none is skipped today.)
+/// Errors name the file, line and field, and say what was expected; they never panic, whatever
+/// the bytes of the file. (`Ok(None)` is reserved for files to skip; none is skipped today.)
 pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scenario>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut raw: Raw = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = utf8(path, bytes)?;
+    let mut raw: Raw = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
     let name = path
         .strip_prefix(root)
         .unwrap_or(path)
@@ -191,11 +202,12 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
         .replace('\\', "/");
     let group = name.split('/').next().unwrap_or_default();
     let workload = match &raw.workload {
-        Some(w) => registry.get(w).ok_or_else(|| {
+        Some(w) => registry.get(w.get_ref()).ok_or_else(|| {
             anyhow!(
-                "{}:{}: field `workload`: unknown workload `{w}`; expected one of {}",
+                "{}:{}: field `workload`: unknown workload `{}`; expected one of {}",
                 path.display(),
-                field_line(&text, "workload"),
+                line_of(&text, w.span().start),
+                w.get_ref(),
                 registry.names().join(", ")
             )
         })?,
@@ -211,72 +223,123 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
         Some(spanned) => parse_schedule(&text, path, spanned, &vocabulary)?,
         None if raw.explore.is_some() => Schedule::default(),
         None => bail!(
-            "{}: field `schedule`: expected a schedule (or an [explore] table for generated schedules)",
+            "{}:1: field `schedule`: expected a schedule (or an [explore] table for generated schedules)",
             path.display()
         ),
     };
-    let workers: Vec<String> = raw.workers.split_whitespace().map(str::to_string).collect();
-    for w in &workers {
+    let workers_line = line_of(&text, raw.workers.span().start);
+    let mut workers: Vec<String> = Vec::new();
+    for w in raw.workers.get_ref().split_whitespace() {
         if role_of(&vocabulary.roles, w).is_none() {
             let prefixes: Vec<String> = vocabulary.roles.iter().map(|r| format!("{} ({})", r.prefix, r.about)).collect();
             bail!(
-                "{}:{}: field `workers`: `{w}` is not a worker name of workload `{}`; expected a role prefix, \
+                "{}:{workers_line}: field `workers`: `{w}` is not a worker name of workload `{}`; expected a role prefix, \
                  optionally followed by a number: {}",
                 path.display(),
-                field_line(&text, "workers"),
                 workload.name(),
                 prefixes.join(", ")
             );
         }
+        if workers.iter().any(|x| x == w) {
+            bail!("{}:{workers_line}: field `workers`: `{w}` is named twice; expected each worker once", path.display());
+        }
+        workers.push(w.to_string());
+    }
+    if let Some(ex) = &raw.exhaustive {
+        if let Some(w) = ex.workers.split_whitespace().find(|w| !workers.iter().any(|x| x == w)) {
+            bail!(
+                "{}:{}: field `exhaustive.workers`: `{w}` is not one of the scenario's workers ({})",
+                path.display(),
+                line_of_field(&text, "exhaustive.workers"),
+                workers.join(" ")
+            );
+        }
+    }
+    if let Some(ex) = &raw.explore {
+        if ex.decisions_max > DECISIONS_MAX {
+            bail!(
+                "{}:{}: field `explore.decisions_max`: expected at most {DECISIONS_MAX} decisions per schedule, found {}",
+                path.display(),
+                line_of_field(&text, "explore.decisions_max"),
+                ex.decisions_max
+            );
+        }
+        if let Some(op) = ex.applied.iter().find(|op| op.is_empty() || !op.chars().all(|c| c.is_ascii_lowercase() || c == '_')) {
+            bail!(
+                "{}:{}: field `explore.applied`: `{op}` is not a call name; expected lower-case letters and `_`, e.g. \"commit\"",
+                path.display(),
+                line_of_field(&text, "explore.applied")
+            );
+        }
     }
     if raw.events.is_empty() {
-        bail!("{}: field `events`: expected at least one [[events]] table", path.display());
+        bail!(
+            "{}:{}: field `events`: expected at least one [[events]] table",
+            path.display(),
+            line_of_field(&text, "events")
+        );
     }
+    let event_lines: Vec<usize> = raw.events.iter().map(|e| line_of(&text, e.span().start)).collect();
+    let events: Vec<toml::Table> = raw.events.into_iter().map(toml::Spanned::into_inner).collect();
     let mut event_names = Vec::new();
-    for (i, e) in raw.events.iter().enumerate() {
+    for (i, e) in events.iter().enumerate() {
         match e.get("name").and_then(|n| n.as_str()) {
             Some(n) if !n.is_empty() => event_names.push(n.to_string()),
-            _ => bail!("{}: events[{i}]: field `name`: expected a label such as \"e1\"", path.display()),
+            _ => bail!("{}:{}: field `events[{i}].name`: expected a label such as \"e1\"", path.display(), event_lines[i]),
         }
+    }
+    if let Some(spanned) = &raw.schedule {
+        check_names(&text, path, spanned, &schedule, &workers, &event_names)?;
     }
     // The workload checks its fields now, so that a bad file fails before any service starts.
     let mut names = crate::sim::names::Names::default();
-    workload
-        .events(&raw.events, uuid::Uuid::nil(), &mut names)
-        .map_err(|e| anyhow!("{}: field `events`: {e}", path.display()))?;
+    workload.events(&events, uuid::Uuid::nil(), &mut names).map_err(|e| {
+        // The workload's message starts with `events[i]` when it names a table.
+        let i = e.strip_prefix("events[").and_then(|r| r.split(']').next()).and_then(|i| i.parse::<usize>().ok());
+        let line = i.and_then(|i| event_lines.get(i)).unwrap_or(&event_lines[0]);
+        anyhow!("{}: field `events`: {e} (line {line})", path.display())
+    })?;
     let visibility_timeout_s = match raw.config.remove("visibility_timeout_s") {
         None => None,
-        Some(toml::Value::Integer(n)) if n > 0 => Some(n as u64),
+        Some(toml::Value::Integer(n)) if (1..=VISIBILITY_TIMEOUT_MAX_S).contains(&n) => Some(n as u64),
         Some(v) => bail!(
-            "{}:{}: field `config.visibility_timeout_s`: expected a positive number of seconds, found {v}",
+            "{}:{}: field `config.visibility_timeout_s`: expected a positive number of seconds, at most \
+             {VISIBILITY_TIMEOUT_MAX_S} (SQS's maximum, 12 h), found {v}",
             path.display(),
-            field_line(&text, "visibility_timeout_s")
+            line_of_field(&text, "config.visibility_timeout_s")
         ),
     };
     workload
         .config(raw.config.clone())
-        .map_err(|e| anyhow!("{}:{}: field `config`: {e}", path.display(), field_line(&text, "[config]")))?;
+        .map_err(|e| anyhow!("{}:{}: field `config`: {e}", path.display(), line_of_field(&text, "config")))?;
     let mut sql_invariants = Vec::new();
-    for (i, inv) in raw.invariants.iter().enumerate() {
+    for (i, spanned) in raw.invariants.iter().enumerate() {
+        let line = line_of(&text, spanned.span().start);
+        let inv = spanned.get_ref();
         let kind = match inv.kind.as_deref() {
             None | Some("excess") => crate::checker::CulpritKind::Excess,
             Some("missing") => crate::checker::CulpritKind::Missing,
             Some(other) => bail!(
-                "{}: invariants[{i}] ({}): field `kind`: expected `excess` or `missing`, found `{other}`",
+                "{}:{line}: field `invariants[{i}].kind` ({}): expected `excess` or `missing`, found `{other}`",
                 path.display(),
                 inv.name
             ),
         };
         if inv.sql.trim().is_empty() {
-            bail!("{}: invariants[{i}] ({}): field `sql`: expected a query returning the violating rows", path.display(), inv.name);
+            bail!(
+                "{}:{line}: field `invariants[{i}].sql` ({}): expected a query returning the violating rows",
+                path.display(),
+                inv.name
+            );
         }
         sql_invariants.push(crate::checker::SqlInvariant { name: inv.name.clone(), sql: inv.sql.clone(), kind });
     }
     let root_dir = root.canonicalize().ok().and_then(|r| r.parent().map(Path::to_path_buf)).unwrap_or_else(|| PathBuf::from("."));
     let mut external = Vec::new();
     for (role, ext) in std::mem::take(&mut raw.external) {
-        let ext = crate::sim::wire::External::resolve(&role, ext, &vocabulary.roles, &root_dir)
-            .map_err(|e| anyhow!("{}:{}: [external.{role}]: {e}", path.display(), field_line(&text, &format!("[external.{role}]"))))?;
+        let ext = crate::sim::wire::External::resolve(&role, ext, &vocabulary.roles, &root_dir).map_err(|e| {
+            anyhow!("{}:{}: [external.{role}]: {e}", path.display(), line_of_field(&text, &format!("external.{role}")))
+        })?;
         external.push(Arc::new(ext));
     }
     Ok(Some(Scenario {
@@ -291,38 +354,183 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
         expect_trace: raw.expect_trace,
         config: raw.config,
         visibility_timeout_s,
-        events: raw.events,
+        events,
         event_names,
         sql_invariants,
         external,
     }))
 }
 
-fn parse_schedule(text: &str, path: &Path, spanned: &toml::Spanned<String>, vocabulary: &Vocabulary) -> Result<Schedule> {
-    let span = spanned.span();
-    let mut start = span.start;
-    let lit = &text[span.clone()];
-    if lit.starts_with("\"\"\"") || lit.starts_with("'''") {
-        start += 3;
-        if text[start..].starts_with('\n') {
-            start += 1;
-        }
-    } else {
-        start += 1;
-    }
-    let first_line = line_of(text, start);
-    schedule::parse(spanned.get_ref(), vocabulary).map_err(|e| {
-        anyhow!(
-            "{}:{}: field `schedule`: `{}`: {}",
-            path.display(),
-            first_line + e.line - 1,
-            e.token,
-            e.message
-        )
+/// The text of a scenario file. Errors: its first byte that is not UTF-8, by line and column
+/// (and the field it is in, when a key line precedes it).
+fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let before = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+        let line = line_of(before, before.len());
+        let column = before.rsplit('\n').next().unwrap_or_default().chars().count() + 1;
+        let field = field_at(before, before.len(), true).map(|f| format!(" field `{f}`:")).unwrap_or_default();
+        anyhow!("{}:{line}:{column}:{field} byte 0x{:02x} is not UTF-8; expected a UTF-8 text file", path.display(), bytes[valid])
     })
 }
 
-fn field_line(text: &str, field: &str) -> usize {
-    text.lines().position(|l| l.trim_start().starts_with(field)).map(|i| i + 1).unwrap_or(1)
+/// A TOML error of scenario file `path` (text `text`): toml's own message, with the line and
+/// column (toml gives every error of a document a span), and before it the field, when one
+/// can be told. A file that is not TOML names the field only when the error is on a
+/// `key = …` line, or in a table.
+fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> anyhow::Error {
+    let syntax = text.parse::<toml::Table>().is_err();
+    let field = e.span().and_then(|span| {
+        let missing = e.message().strip_prefix("missing field `").and_then(|m| m.split_once('`')).map(|(f, _)| f);
+        match missing {
+            // The span is the table's: its header, or the top of the file for the root table.
+            Some(f) => {
+                let line = text.lines().nth(line_of(text, span.start) - 1).unwrap_or_default();
+                Some(header_of(line).map(|t| format!("{t}.{f}")).unwrap_or_else(|| f.to_string()))
+            }
+            None => field_at(text, span.start, !syntax),
+        }
+    });
+    match field {
+        Some(f) => anyhow!("{}: field `{f}`: {e}", path.display()),
+        None => anyhow!("{}: {e}", path.display()),
+    }
 }
 
+/// Where a scripted schedule's text sits in its file, to turn its lines into the file's.
+struct ScheduleSource {
+    /// The file's line holding the schedule's first line.
+    first_line: usize,
+    /// The schedule's lines are the file's: a literal string, or a basic one without escapes.
+    /// (An escape such as `\n` or a line-ending `\` moves lines: every line is then reported
+    /// as the first.)
+    exact: bool,
+}
+
+impl ScheduleSource {
+    fn of(text: &str, spanned: &toml::Spanned<String>) -> ScheduleSource {
+        let span = spanned.span();
+        let literal = text.get(span.clone()).unwrap_or_default();
+        let mut start = span.start;
+        if literal.starts_with("\"\"\"") || literal.starts_with("'''") {
+            // A newline right after the opening quotes is not part of the string.
+            start += 3;
+            let rest = text.get(start..).unwrap_or_default();
+            start += if rest.starts_with("\r\n") { 2 } else { usize::from(rest.starts_with('\n')) };
+        }
+        ScheduleSource { first_line: line_of(text, start), exact: literal.starts_with('\'') || !literal.contains('\\') }
+    }
+
+    /// The file's line of line `line` (1-based) of the schedule.
+    fn line(&self, line: usize) -> usize {
+        if self.exact {
+            self.first_line + line - 1
+        } else {
+            self.first_line
+        }
+    }
+}
+
+fn parse_schedule(text: &str, path: &Path, spanned: &toml::Spanned<String>, vocabulary: &Vocabulary) -> Result<Schedule> {
+    let source = ScheduleSource::of(text, spanned);
+    schedule::parse(spanned.get_ref(), vocabulary).map_err(|e| {
+        anyhow!("{}:{}: field `schedule`: `{}`: {}", path.display(), source.line(e.line), e.token, e.message)
+    })
+}
+
+/// Checks that each decision of the scripted `schedule` names only `workers` and `events`.
+/// Errors: the first that names another, with its line (the engine would only find out when
+/// the schedule reaches it).
+fn check_names(
+    text: &str,
+    path: &Path,
+    spanned: &toml::Spanned<String>,
+    schedule: &Schedule,
+    workers: &[String],
+    events: &[String],
+) -> Result<()> {
+    let source = ScheduleSource::of(text, spanned);
+    // `parse` made one decision of each token, in order.
+    for (token, d) in schedule::text::tokens(spanned.get_ref()).zip(&schedule.decisions) {
+        let one = Schedule { decisions: vec![d.clone()] };
+        if let Some(why) = one.unknown_names(workers, events).into_iter().next() {
+            bail!("{}:{}: field `schedule`: {why}", path.display(), source.line(token.line));
+        }
+    }
+    Ok(())
+}
+
+/// The 1-based line of field `name` (dotted, e.g. `config.visibility_timeout_s`): the first
+/// table header or `key = …` line whose dotted name is `name` or lies under it, else the first
+/// whose name contains it (an inline table), else 1. Line-based: it reads files as people
+/// write them, one key per line.
+fn line_of_field(text: &str, name: &str) -> usize {
+    let mut table = String::new();
+    let mut outer = None;
+    for (i, line) in text.lines().enumerate() {
+        let path = match (header_of(line), key_of(line)) {
+            (Some(h), _) => {
+                table = h.clone();
+                h
+            }
+            (None, Some(k)) if table.is_empty() => k,
+            (None, Some(k)) => format!("{table}.{k}"),
+            (None, None) => continue,
+        };
+        if path == name || path.starts_with(&format!("{name}.")) {
+            return i + 1;
+        }
+        if outer.is_none() && name.starts_with(&format!("{path}.")) {
+            outer = Some(i + 1);
+        }
+    }
+    outer.unwrap_or(1)
+}
+
+/// The dotted name of the field at byte `offset` of `text`: the key of the line it is on or,
+/// with `walk_back` (a value spanning lines, such as an array), of the nearest key line above
+/// it, under the table header above that. `None` when there is no key or header to name.
+fn field_at(text: &str, offset: usize, walk_back: bool) -> Option<String> {
+    let line = line_of(text, offset);
+    let lines: Vec<&str> = text.lines().take(line).collect();
+    let mut key = None;
+    for (i, l) in lines.iter().enumerate().rev() {
+        if let Some(table) = header_of(l) {
+            return Some(match key {
+                Some(k) => format!("{table}.{k}"),
+                None => table,
+            });
+        }
+        if key.is_none() && (walk_back || i + 1 == line) {
+            key = key_of(l);
+        }
+    }
+    key
+}
+
+/// The dotted name of a table header line (`[config]`, `[[events]]`, `[external.c]`).
+fn header_of(line: &str) -> Option<String> {
+    let t = line.trim_start();
+    let (name, after) = match t.strip_prefix("[[") {
+        Some(r) => r.split_once("]]")?,
+        None => t.strip_prefix('[')?.split_once(']')?,
+    };
+    let after = after.trim_start();
+    (after.is_empty() || after.starts_with('#')).then(|| dotted(name)).flatten()
+}
+
+/// The dotted key of a `key = …` line (`workers`, `config.retries`).
+fn key_of(line: &str) -> Option<String> {
+    dotted(line.trim_start().split_once('=')?.0)
+}
+
+/// `a . "b"` as `a.b`; `None` unless every part is a bare or quoted key.
+fn dotted(name: &str) -> Option<String> {
+    let parts: Vec<&str> = name.split('.').map(str::trim).collect();
+    let key = |p: &&str| {
+        let quoted = p.len() >= 2 && ((p.starts_with('"') && p.ends_with('"')) || (p.starts_with('\'') && p.ends_with('\'')));
+        quoted || (!p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+    };
+    parts.iter().all(key).then(|| parts.iter().map(|p| p.trim_matches(|c| c == '"' || c == '\'')).collect::<Vec<_>>().join("."))
+}

@@ -26,6 +26,8 @@
 //! Errors name the file, the line and the field, and say what was expected.
 
 mod file;
+#[cfg(test)]
+mod fuzz;
 mod run;
 
 pub use file::{discover, load, scenarios_dir, ExhaustiveSpec, ExploreSpec, Scenario};

@@ -18,17 +18,22 @@
 //! | `sqs:stale-delete-noop` | from now on a DeleteMessage with a stale receipt handle deletes nothing |
 //! | `sqs:redeliver-after-delete` | the next message deleted is delivered once more |
 //! | `sqs:receive-lost` | the next message received never reaches its consumer |
+//! | `pg:commit-response-lost` | the next COMMIT is applied and its reply lost: the worker sees a connection error |
+//! | `pg:connection-reset` | the next statement finds its connection reset: not applied, the transaction rolled back |
 //! | `net:drop-response@gateway`, `provider:5xx-after@gateway`, … | a network or provider fault ([`crate::nemesis::net`]) |
 
 mod strategy;
 pub(crate) mod text;
+#[cfg(test)]
+pub(crate) mod fuzz;
 
-pub use strategy::{decision, schedules, Menu};
+pub use strategy::{clock_max_ms, decision, schedules, Menu};
 pub use text::{format_duration_ms, parse, ParseError, Vocabulary};
 
 use std::fmt;
 
 use crate::nemesis::net::NetFault;
+use crate::nemesis::pg::PgFault;
 use crate::nemesis::sqs::SqsFault;
 use crate::spec::CrashPoint;
 
@@ -58,6 +63,8 @@ pub enum Decision {
     RedisRestart,
     /// An AWS behaviour that emulators do not produce (see [`crate::nemesis::sqs`]).
     Sqs(SqsFault),
+    /// A PostgreSQL outcome fault (see [`crate::nemesis::pg`]).
+    Pg(PgFault),
     /// A network or provider fault aimed at one of the workload's providers.
     Net(NetFault),
 }
@@ -78,6 +85,7 @@ impl Decision {
             Decision::Dispatch { .. } => "dispatch".into(),
             Decision::RedisRestart => "redis:restart".into(),
             Decision::Sqs(f) => f.to_string(),
+            Decision::Pg(f) => f.to_string(),
             Decision::Net(f) => {
                 let text = f.to_string();
                 let name = text.split('@').next().unwrap_or(&text);
@@ -102,6 +110,7 @@ impl fmt::Display for Decision {
             Decision::Dispatch { event } => write!(f, "dispatch:{event}"),
             Decision::RedisRestart => write!(f, "redis:restart"),
             Decision::Sqs(fault) => write!(f, "{fault}"),
+            Decision::Pg(fault) => write!(f, "{fault}"),
             Decision::Net(fault) => write!(f, "{fault}"),
         }
     }

@@ -9,6 +9,7 @@ use proptest::sample::select;
 use proptest::strategy::Union;
 
 use super::{Decision, Schedule, Vocabulary};
+use crate::nemesis::pg::PgFault;
 use crate::nemesis::sqs::SqsFault;
 use crate::spec::{role_of, CrashPoint, RoleKind};
 
@@ -27,10 +28,24 @@ pub struct Menu {
     pub decisions_max: usize,
     /// Whether the AWS-only SQS faults (`sqs:…`) are on the menu.
     pub sqs_faults: bool,
+    /// Whether the PostgreSQL outcome faults (`pg:…`) are on the menu.
+    pub pg_faults: bool,
     /// Calls `X` for which `crash@X:applied` is on the menu (none: the menu is as before).
     pub applied: Vec<String>,
     /// The workload's roles, crash points and faults.
     pub vocabulary: Vocabulary,
+    /// The most logical time a generated schedule's ticks add up to, ms
+    /// ([`clock_max_ms`] of the queues' shortest retention): a tick that would pass it is
+    /// left out, so that exploration never holds a message past its queue's retention,
+    /// which no handler survives. A scripted `tick:` is never capped.
+    pub clock_max_ms: u64,
+}
+
+/// The most logical time generated ticks may add up to for queues whose shortest retention is
+/// `retention_ms`: a day less than it, leaving the drain time to finish (its jumps are
+/// visibility deadlines of at most 12 h and leases), or half of it when it is under two days.
+pub fn clock_max_ms(retention_ms: u64) -> u64 {
+    retention_ms.saturating_sub(86_400_000).max(retention_ms / 2)
 }
 
 impl Menu {
@@ -92,6 +107,10 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
         let sqs = select(SqsFault::ALL.to_vec()).prop_map(Decision::Sqs);
         s = prop_oneof![12 => s, 1 => sqs].boxed();
     }
+    if menu.pg_faults {
+        let pg = select(PgFault::ALL.to_vec()).prop_map(Decision::Pg);
+        s = prop_oneof![12 => s, 1 => pg].boxed();
+    }
     if !menu.vocabulary.providers.is_empty() {
         let net = select(crate::nemesis::net::NetFault::menu(&menu.vocabulary.providers)).prop_map(Decision::Net);
         s = prop_oneof![6 => s, 1 => net].boxed();
@@ -107,9 +126,26 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
 
 /// Schedules of 0 to `decisions_max` decisions.
 pub fn schedules(menu: &Menu) -> BoxedStrategy<Schedule> {
+    let clock_max_ms = menu.clock_max_ms;
     proptest::collection::vec(decision(menu), 0..=menu.decisions_max)
-        .prop_map(|decisions| Schedule { decisions })
+        .prop_map(move |decisions| Schedule { decisions: cap_ticks(decisions, clock_max_ms) })
         .boxed()
+}
+
+/// `decisions` without the ticks that would carry the sum of ticks past `clock_max_ms`.
+fn cap_ticks(decisions: Vec<Decision>, clock_max_ms: u64) -> Vec<Decision> {
+    let mut clock = 0u64;
+    decisions
+        .into_iter()
+        .filter(|d| match d {
+            Decision::Tick { ms } if clock.saturating_add(*ms) > clock_max_ms => false,
+            Decision::Tick { ms } => {
+                clock += ms;
+                true
+            }
+            _ => true,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -123,8 +159,10 @@ mod tests {
             events: vec!["e1".into(), "e2".into()],
             decisions_max: 30,
             sqs_faults: true,
+            pg_faults: true,
             applied: vec!["commit".into()],
             vocabulary: crate::schedule::text::tests::vocabulary(),
+            clock_max_ms: clock_max_ms(crate::spec::DEFAULT_RETENTION_S * 1000),
         }
     }
 
@@ -151,12 +189,30 @@ mod tests {
             prop_assert_eq!(crate::schedule::parse(&text, &menu().vocabulary).unwrap(), s);
         }
 
+        /// Generated ticks never add up past the menu's cap, even with a day-long tick on
+        /// the menu (a workload with providers) and a small cap; the other decisions stay.
+        #[test]
+        fn generated_ticks_stay_inside_the_clock_cap(decisions in proptest::collection::vec(any_decision(), 0..40)) {
+            let cap = 2 * PAST_KEY_RETENTION_MS;
+            let kept = cap_ticks(decisions.clone(), cap);
+            let ticks: u64 = kept.iter().map(|d| if let Decision::Tick { ms } = d { *ms } else { 0 }).sum();
+            prop_assert!(ticks <= cap);
+            let others = |ds: &[Decision]| ds.iter().filter(|d| !matches!(d, Decision::Tick { .. })).count();
+            prop_assert_eq!(others(&kept), others(&decisions));
+        }
+
         /// parse ∘ print = id on every decision form.
         #[test]
         fn every_decision_form_round_trips(ds in proptest::collection::vec(any_decision(), 0..40)) {
             let s = Schedule { decisions: ds };
             prop_assert_eq!(crate::schedule::parse(&s.to_string(), &menu().vocabulary).unwrap(), s);
         }
+    }
+
+    #[test]
+    fn the_clock_cap_is_a_day_short_of_the_retention_or_half_of_a_short_one() {
+        assert_eq!(clock_max_ms(345_600_000), 259_200_000);
+        assert_eq!(clock_max_ms(60_000), 30_000);
     }
 
     #[test]

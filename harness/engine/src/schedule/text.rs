@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::{Decision, Schedule};
+use crate::duration::LOGICAL_TIME_MAX_MS;
 pub use crate::duration::{format_duration_ms, parse_duration_ms};
 use crate::spec::{role_of, CrashPoint, RoleKind, RoleSpec};
 
@@ -48,13 +49,18 @@ impl Vocabulary {
     }
 }
 
+/// The most decisions a schedule may have. A scripted schedule is written by hand and a
+/// generated one has at most `[explore] decisions_max`, which the scenario loader keeps under
+/// this too; the limit stops a runaway file early, with a position.
+pub const DECISIONS_MAX: usize = 10_000;
+
 /// A token that is not a decision, with its position (1-based line and column within the
 /// schedule text) and what was expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseError {
     /// Line within the schedule text, 1-based.
     pub line: usize,
-    /// Column within that line, 1-based.
+    /// Column within that line, 1-based, in characters.
     pub column: usize,
     /// The offending token.
     pub token: String,
@@ -71,25 +77,71 @@ impl fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 /// Parses a schedule's text form (see the module docs of [`crate::schedule`]).
-/// Errors: the first token that is not a decision, with its line and column.
+/// Errors: the first token that is not a decision, the decision past [`DECISIONS_MAX`], or the
+/// tick that carries the sum of ticks past [`LOGICAL_TIME_MAX_MS`] (`36500d`), each with its
+/// line and column.
 pub fn parse(text: &str, vocabulary: &Vocabulary) -> Result<Schedule, ParseError> {
     let mut decisions = Vec::new();
-    for (ln, line) in text.lines().enumerate() {
-        let code = line.split('#').next().unwrap_or("");
-        let mut col = 0;
-        for token in code.split_whitespace() {
-            col = code[col..].find(token).map(|i| i + col).unwrap_or(col);
-            let d = parse_token(token, vocabulary).map_err(|message| ParseError {
-                line: ln + 1,
-                column: col + 1,
-                token: token.to_string(),
-                message,
-            })?;
-            decisions.push(d);
-            col += token.len();
+    let mut clock_ms: u64 = 0;
+    for token in tokens(text) {
+        let at = |message: String| ParseError { line: token.line, column: token.column(), token: token.text.to_string(), message };
+        if decisions.len() == DECISIONS_MAX {
+            return Err(at(format!("a schedule has at most {DECISIONS_MAX} decisions; this is decision {}", DECISIONS_MAX + 1)));
         }
+        let d = parse_token(token.text, vocabulary).map_err(at)?;
+        if let Decision::Tick { ms } = d {
+            // Each tick is at most LOGICAL_TIME_MAX_MS, and so is the sum so far: no overflow.
+            clock_ms += ms;
+            if clock_ms > LOGICAL_TIME_MAX_MS {
+                return Err(at(format!(
+                    "the ticks up to here add up to more than {}, the logical clock's limit",
+                    format_duration_ms(LOGICAL_TIME_MAX_MS)
+                )));
+            }
+        }
+        decisions.push(d);
     }
     Ok(Schedule { decisions })
+}
+
+/// One whitespace-separated token of a schedule's text, outside comments, with its place.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Token<'t> {
+    /// Line within the schedule text, 1-based.
+    pub line: usize,
+    /// The token.
+    pub text: &'t str,
+    /// Its line without the comment.
+    code: &'t str,
+    /// Its byte offset within `code`.
+    start: usize,
+}
+
+impl Token<'_> {
+    /// Column within its line, 1-based, in characters (counted only when asked: an error).
+    pub fn column(&self) -> usize {
+        self.code[..self.start].chars().count() + 1
+    }
+}
+
+/// The tokens of a schedule's text, in order: what [`parse`] reads, one decision each.
+pub(crate) fn tokens(text: &str) -> impl Iterator<Item = Token<'_>> {
+    text.lines().enumerate().flat_map(|(i, line)| {
+        let code = line.split('#').next().unwrap_or("");
+        let mut start = 0;
+        std::iter::from_fn(move || {
+            let rest = &code[start..];
+            start += rest.len() - rest.trim_start().len();
+            let rest = &code[start..];
+            if rest.is_empty() {
+                return None;
+            }
+            let len = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            let token = Token { line: i + 1, text: &rest[..len], code, start };
+            start += len;
+            Some(token)
+        })
+    })
 }
 
 fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String> {
@@ -109,6 +161,7 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
         ("dispatch", Some(e)) if !e.is_empty() => return Ok(Decision::Dispatch { event: e.to_string() }),
         ("dispatch", _) => return Err("expected `dispatch:<event>`, e.g. `dispatch:e1`".into()),
         ("sqs", Some(f)) => return crate::nemesis::sqs::SqsFault::parse(f).map(Decision::Sqs),
+        ("pg", Some(f)) => return crate::nemesis::pg::PgFault::parse(f).map(Decision::Pg),
         ("sqs", None) => return Err("expected `sqs:<fault>`, e.g. `sqs:stale-delete-noop`".into()),
         (family @ ("net" | "provider"), Some(f)) => {
             return crate::nemesis::net::NetFault::parse(family, f, &vocabulary.providers).map(Decision::Net)

@@ -61,6 +61,27 @@ pub struct Endpoints {
     pub redis_url: String,
 }
 
+impl Endpoints {
+    /// The services that do not accept a TCP connection within 1 s (1000 ms), as
+    /// `PostgreSQL at 127.0.0.1:5432`, in the order PostgreSQL, SQS, Redis (URLs redacted).
+    /// Used after a run failed, to name a service that died under it.
+    pub fn unreachable(&self) -> Vec<String> {
+        let services = [("PostgreSQL", &self.database_url), ("SQS", &self.sqs_endpoint_url), ("Redis", &self.redis_url)];
+        services
+            .into_iter()
+            .filter_map(|(name, url)| {
+                let u = url::Url::parse(url).ok()?;
+                let addr = format!("{}:{}", u.host_str()?, u.port_or_known_default()?);
+                let reachable = std::net::ToSocketAddrs::to_socket_addrs(&addr)
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_millis(1000)).is_ok());
+                (!reachable).then(|| format!("{name} at {addr}"))
+            })
+            .collect()
+    }
+}
+
 
 /// Options shared by every command that needs services.
 #[derive(Debug, Clone, Default)]

@@ -43,11 +43,15 @@ pub struct Admin {
     snapshot: Option<Snapshot>,
     /// What it was made for, as [`crate::sim::pool`] tells namespaces apart.
     pub(super) shape: String,
+    /// Set when PostgreSQL stopped answering ([`Admin::pg_unreachable`]): removing the
+    /// namespace then skips the schema instead of waiting out the pool's timeout again.
+    pg_gone: std::sync::atomic::AtomicBool,
 }
 
 impl Admin {
     /// Connects, creates schema `ns` with `ddl` and one queue `<ns>-<name>` per queue spec
-    /// (VisibilityTimeout 3600 s: only the logical clock expires messages). Errors: a service
+    /// (VisibilityTimeout 3600 s, MessageRetentionPeriod 14 days: only the logical clock
+    /// expires messages). Errors: a service
     /// unreachable, the DDL failing (with PostgreSQL's message), CreateQueue failing.
     ///
     /// With `sql_clock`, the schema also gets the logical clock as SQL: a one-row table
@@ -62,9 +66,12 @@ impl Admin {
             let bootstrap = PgPoolOptions::new().max_connections(1).connect_with(opts.clone()).await?;
             sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")).execute(&bootstrap).await?;
             bootstrap.close().await;
+            // 5 s to get a connection: the harness uses its two one at a time, so a wait that
+            // long means PostgreSQL stopped answering (sqlx retries a refused connect until
+            // then), and the run should end with that error soon after.
             let pg = PgPoolOptions::new()
                 .max_connections(2)
-                .acquire_timeout(Duration::from_secs(30))
+                .acquire_timeout(Duration::from_secs(5))
                 .connect_with(opts.options([("search_path", schema.as_str())]))
                 .await?;
             sqlx::raw_sql(ddl).execute(&pg).await.context("creating the system's schema")?;
@@ -78,6 +85,7 @@ impl Admin {
                     .create_queue()
                     .queue_name(format!("{}-{}", schema.replace('_', "-"), q.name))
                     .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "3600")
+                    .attributes(aws_sdk_sqs::types::QueueAttributeName::MessageRetentionPeriod, "1209600")
                     .send()
                     .await
                     .map_err(|e| anyhow::anyhow!("CreateQueue: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
@@ -87,7 +95,13 @@ impl Admin {
             let snapshot = snapshot(&pg, &schema).await.context("taking the schema's snapshot for its reset")?;
             anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls }, snapshot))
         })?;
-        Ok(Admin { rt, pg, sqs, redis, schema, queues, sqs_calls, snapshot, shape: String::new() })
+        Ok(Admin { rt, pg, sqs, redis, schema, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default() })
+    }
+
+    /// Records that PostgreSQL did not answer (the checker's probe timed out): a later
+    /// [`Admin::destroy`] leaves the schema rather than wait 5 s more for a connection.
+    pub fn pg_unreachable(&self) {
+        self.pg_gone.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Sets `crashpoint_now()` to the logical time `now_ms` (ms since the epoch of
@@ -138,6 +152,49 @@ impl Admin {
         self.rt.block_on(async {
             let r = self.sqs.change_message_visibility().queue_url(url).receipt_handle(receipt).visibility_timeout(0).send().await;
             Ok(r.is_ok())
+        })
+    }
+
+    /// Deletes message `message_id` from queue `q` because it outlived the queue's retention,
+    /// as SQS does. With `receipt` (the message is in flight) a DeleteMessage with it; without,
+    /// the harness receives from the queue (10 at a time, at most 10 times) until it finds the
+    /// message, deletes it, and makes every other message it received visible again
+    /// (ChangeMessageVisibility to 0; their receive count stays one higher, as on AWS after
+    /// any receive). `Ok(false)` when SQS no longer had it. Errors: a call failing other than
+    /// by refusing the receipt.
+    pub fn expire_message(&self, q: &str, message_id: &str, receipt: Option<&str>) -> Result<bool> {
+        let url = self.queues.url(q).to_string();
+        self.rt.block_on(async {
+            if let Some(r) = receipt {
+                return Ok(self.sqs.delete_message().queue_url(&url).receipt_handle(r).send().await.is_ok());
+            }
+            let (mut found, mut others) = (false, Vec::new());
+            for _ in 0..10 {
+                let out = self.sqs.receive_message().queue_url(&url).max_number_of_messages(10).visibility_timeout(super::cx::REAL_VISIBILITY_S).send().await
+                    .map_err(|e| anyhow::anyhow!("ReceiveMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                let got = out.messages.unwrap_or_default();
+                if got.is_empty() {
+                    break;
+                }
+                for m in got {
+                    let handle = m.receipt_handle.unwrap_or_default();
+                    if m.message_id.as_deref() == Some(message_id) {
+                        self.sqs.delete_message().queue_url(&url).receipt_handle(&handle).send().await
+                            .map_err(|e| anyhow::anyhow!("DeleteMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                        found = true;
+                    } else {
+                        others.push(handle);
+                    }
+                }
+                if found {
+                    break;
+                }
+            }
+            for handle in others {
+                self.sqs.change_message_visibility().queue_url(&url).receipt_handle(handle).visibility_timeout(0).send().await
+                    .map_err(|e| anyhow::anyhow!("ChangeMessageVisibility: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+            }
+            Ok(found)
         })
     }
 
@@ -260,7 +317,7 @@ impl Admin {
     /// Drops the schema and deletes the queues and `keys`. Errors are logged, not returned:
     /// cleanup must not hide the verdict.
     pub fn destroy(self, keys: &[String]) {
-        let Admin { rt, pg, sqs, mut redis, schema, queues, .. } = self;
+        let Admin { rt, pg, sqs, mut redis, schema, queues, pg_gone, .. } = self;
         let seed = seed_schema(&schema);
         rt.block_on(async {
             for (_, url, _) in &queues.queues {
@@ -271,8 +328,19 @@ impl Admin {
             for k in keys {
                 let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(k).query_async(&mut redis).await;
             }
-            if let Err(e) = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema}, {seed} CASCADE")).execute(&pg).await {
-                tracing::warn!("DROP SCHEMA {schema}: {e}");
+            // A connection within 2 s, or PostgreSQL is taken to be gone (killed under the run):
+            // the pool would otherwise retry a refused connect for its whole 5 s.
+            let conn = match pg_gone.into_inner() {
+                true => None,
+                false => tokio::time::timeout(Duration::from_secs(2), pg.acquire()).await.ok().and_then(Result::ok),
+            };
+            match conn {
+                None => tracing::warn!("DROP SCHEMA {schema} skipped: PostgreSQL stopped answering"),
+                Some(mut c) => {
+                    if let Err(e) = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema}, {seed} CASCADE")).execute(&mut *c).await {
+                        tracing::warn!("DROP SCHEMA {schema}: {e}");
+                    }
+                }
             }
             pg.close().await;
         });

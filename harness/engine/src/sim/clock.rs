@@ -1,7 +1,8 @@
 //! The logical clock: the one authority on time. It tracks visibility deadlines of in-flight
-//! messages and TTLs of Redis locks, in logical ms, and says which are due when time advances.
-//! Real services are configured with long timeouts; the scheduler forces each due expiry
-//! (ChangeMessageVisibility to 0, DEL of the key).
+//! messages, the retention of every message not yet deleted, and TTLs of Redis locks, in
+//! logical ms, and says which are due when time advances. Real services are configured with
+//! long timeouts; the scheduler forces each due expiry (ChangeMessageVisibility to 0,
+//! DeleteMessage of a message past its queue's retention, DEL of the key).
 
 use std::collections::BTreeMap;
 
@@ -31,6 +32,11 @@ pub struct Clock {
     pub locks: BTreeMap<String, (u64, u64)>,
     /// Visibility timeout applied at receive, ms, by queue.
     pub visibility_ms: BTreeMap<&'static str, u64>,
+    /// Messages sent and not deleted, by label: their queue and when their queue's retention
+    /// deletes them (logical ms, from the send), with the order of registration.
+    pub stored: BTreeMap<String, (&'static str, u64, u64)>,
+    /// Message retention, ms, by queue (a queue not listed keeps messages forever).
+    pub retention_ms: BTreeMap<&'static str, u64>,
     /// Registrations so far. Keys embed per-run UUIDs, so ties between equal deadlines are
     /// broken by registration order (which follows the history), never by key.
     seq: u64,
@@ -43,13 +49,16 @@ pub enum Due {
     Visibility { msg: String, queue: &'static str, receipt: String },
     /// A lock's TTL expired.
     Lock { key: String },
+    /// A message outlived its queue's retention: SQS deletes it. `receipt` is the latest
+    /// receipt handle when it was in flight.
+    Retention { msg: String, queue: &'static str, receipt: Option<String> },
 }
 
 impl Clock {
     /// A clock at 0 with the given visibility timeouts (ms, by queue; a queue not listed
-    /// gets SQS's default of 30 s).
-    pub fn new(visibility_ms: BTreeMap<&'static str, u64>) -> Clock {
-        Clock { visibility_ms, ..Clock::default() }
+    /// gets SQS's default of 30 s) and message retentions (ms, by queue).
+    pub fn new(visibility_ms: BTreeMap<&'static str, u64>, retention_ms: BTreeMap<&'static str, u64>) -> Clock {
+        Clock { visibility_ms, retention_ms, ..Clock::default() }
     }
 
     /// Updates deadlines from a call's facts, at the current logical time.
@@ -57,28 +66,35 @@ impl Clock {
         match fact {
             Fact::Received { queue, msg, receipt, .. } => {
                 self.seq += 1;
-                let deadline_ms = self.now_ms + self.visibility_ms.get(queue).copied().unwrap_or(30_000);
+                let deadline_ms = self.now_ms.saturating_add(self.visibility_ms.get(queue).copied().unwrap_or(30_000));
                 self.in_flight
                     .insert(msg.clone(), InFlight { queue: *queue, receipt: receipt.clone(), deadline_ms, seq: self.seq });
             }
             Fact::VisibilityChanged { msg, secs, .. } => {
                 self.seq += 1;
                 if let Some(f) = self.in_flight.get_mut(msg) {
-                    f.deadline_ms = self.now_ms + secs * 1000;
+                    f.deadline_ms = self.now_ms.saturating_add(secs.saturating_mul(1000));
                     f.seq = self.seq;
                 }
             }
             Fact::Deleted { msg, .. } => {
                 self.in_flight.remove(msg);
+                self.stored.remove(msg);
+            }
+            Fact::Sent { queue, msg, .. } => {
+                if let Some(r) = self.retention_ms.get(queue) {
+                    self.seq += 1;
+                    self.stored.entry(msg.clone()).or_insert((*queue, self.now_ms.saturating_add(*r), self.seq));
+                }
             }
             Fact::LockTaken { key, ttl_ms } => {
                 self.seq += 1;
-                self.locks.insert(key.clone(), (self.now_ms + ttl_ms, self.seq));
+                self.locks.insert(key.clone(), (self.now_ms.saturating_add(*ttl_ms), self.seq));
             }
             Fact::LockReleased { key } => {
                 self.locks.remove(key);
             }
-            Fact::Sent { .. } | Fact::DependsOn { .. } | Fact::Dispatched { .. } => {}
+            Fact::DependsOn { .. } | Fact::Dispatched { .. } => {}
         }
     }
 
@@ -88,6 +104,19 @@ impl Clock {
         self.now_ms = self.now_ms.max(now_ms);
         let mut due: Vec<(u64, u64, Due)> = Vec::new();
         let now = self.now_ms;
+        let mut gone = Vec::new();
+        self.stored.retain(|msg, (queue, at, seq)| {
+            if *at <= now {
+                gone.push((msg.clone(), *queue, *at, *seq));
+                false
+            } else {
+                true
+            }
+        });
+        for (msg, queue, at, seq) in gone {
+            let receipt = self.in_flight.remove(&msg).map(|f| f.receipt);
+            due.push((at, seq, Due::Retention { msg, queue, receipt }));
+        }
         self.in_flight.retain(|msg, f| {
             if f.deadline_ms <= now {
                 let d = Due::Visibility { msg: msg.clone(), queue: f.queue, receipt: f.receipt.clone() };
@@ -126,7 +155,7 @@ mod tests {
 
     #[test]
     fn equal_deadlines_come_due_in_registration_order_whatever_the_keys() {
-        let mut c = Clock::new([("q", 30_000)].into());
+        let mut c = Clock::new([("q", 30_000)].into(), BTreeMap::new());
         c.apply(&Fact::LockTaken { key: "zzz".into(), ttl_ms: 10_000 });
         c.apply(&Fact::LockTaken { key: "aaa".into(), ttl_ms: 10_000 });
         assert_eq!(c.advance_to(10_000), vec![Due::Lock { key: "zzz".into() }, Due::Lock { key: "aaa".into() }]);
@@ -134,7 +163,7 @@ mod tests {
 
     #[test]
     fn expiries_come_due_in_deadline_order() {
-        let mut c = Clock::new([("q", 30_000)].into());
+        let mut c = Clock::new([("q", 30_000)].into(), BTreeMap::new());
         c.apply(&Fact::LockTaken { key: "k".into(), ttl_ms: 10_000 });
         c.apply(&Fact::Received { queue: "q", msg: "m1".into(), receive_count: 1, receipt: "r".into() });
         assert!(c.advance_to(9_999).is_empty());
@@ -146,5 +175,20 @@ mod tests {
         c.apply(&Fact::Received { queue: "q", msg: "m1".into(), receive_count: 2, receipt: "r2".into() });
         c.apply(&Fact::Deleted { queue: "q", msg: "m1".into() });
         assert_eq!(c.next_visibility_deadline(), None);
+    }
+
+    #[test]
+    fn a_message_not_deleted_within_its_queues_retention_comes_due_once_with_its_receipt() {
+        let mut c = Clock::new([("q", 30_000)].into(), [("q", 345_600_000)].into());
+        c.apply(&Fact::Sent { queue: "q", msg: "m1".into(), identity: uuid::Uuid::nil() });
+        c.apply(&Fact::Sent { queue: "q", msg: "m2".into(), identity: uuid::Uuid::nil() });
+        c.apply(&Fact::Deleted { queue: "q", msg: "m2".into() });
+        c.advance_to(1_000);
+        c.apply(&Fact::Received { queue: "q", msg: "m1".into(), receive_count: 1, receipt: "r".into() });
+        assert!(c.advance_to(345_599_999).iter().all(|d| matches!(d, Due::Visibility { .. })));
+        c.apply(&Fact::Received { queue: "q", msg: "m1".into(), receive_count: 2, receipt: "r2".into() });
+        assert_eq!(c.advance_to(345_600_000), vec![Due::Retention { msg: "m1".into(), queue: "q", receipt: Some("r2".into()) }]);
+        assert_eq!(c.next_visibility_deadline(), None, "an expired message is no longer in flight");
+        assert!(c.advance_to(2 * 345_600_000).is_empty());
     }
 }

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::history::{Fact, Outcome, Service, Step};
 use super::world::{SharedWorld, Status};
+use crate::nemesis::pg::PgFault;
 use crate::spec::CrashPoint;
 
 /// Real visibility timeout given to SQS, s. Long, so that only the logical clock expires
@@ -276,14 +277,37 @@ impl Cx {
     /// A statement without parameters that opens (`in_tx_after`) or closes a transaction. An
     /// injected failure leaves the transaction state as it was: the statement was not sent.
     async fn simple(&mut self, op: &'static str, sql: &str, in_tx_after: bool) -> Result<(), CallError> {
-        self.gate(op).await?;
-        self.count(1, 0, 0);
-        self.set_in_pg(true);
+        self.pg_gate(op).await?;
         let r = sqlx::raw_sql(sql).execute(&mut self.pg).await;
         // COMMIT and ROLLBACK end the transaction even when they report an error.
         self.in_tx = in_tx_after && r.is_ok();
+        if r.is_ok() && sql == "COMMIT" && self.world.borrow_mut().pg.take(PgFault::CommitResponseLost) {
+            let message = crate::nemesis::pg::COMMIT_REPLY_LOST.to_string();
+            self.complete(op, Service::Postgres, Outcome::Error { message: message.clone() }, vec![]);
+            return Err(CallError::Service(message));
+        }
         self.complete(op, Service::Postgres, pg_outcome(r.as_ref().map(|_| Outcome::Done)), vec![]);
         r.map(|_| ()).map_err(Into::into)
+    }
+
+    /// The gate of a PostgreSQL call `op`, then an armed `pg:connection-reset`: the statement
+    /// is not sent, the worker's open transaction is rolled back (as the server does when a
+    /// connection drops; the ROLLBACK is the harness's, not counted as the worker's call) and
+    /// the call fails with [`crate::nemesis::pg::CONNECTION_RESET`].
+    async fn pg_gate(&mut self, op: &'static str) -> Result<(), CallError> {
+        self.gate(op).await?;
+        if self.world.borrow_mut().pg.take(PgFault::ConnectionReset) {
+            if self.in_tx {
+                let _ = sqlx::raw_sql("ROLLBACK").execute(&mut self.pg).await;
+                self.in_tx = false;
+            }
+            let message = crate::nemesis::pg::CONNECTION_RESET.to_string();
+            self.complete(op, Service::Postgres, Outcome::Error { message: message.clone() }, vec![]);
+            return Err(CallError::Service(message));
+        }
+        self.count(1, 0, 0);
+        self.set_in_pg(true);
+        Ok(())
     }
 
     /// Runs `sql` with `vals` and returns at most one row (`RETURNING …`). A yield point named
@@ -294,9 +318,7 @@ impl Cx {
         sql: &str,
         vals: &[Val],
     ) -> Result<Option<PgRow>, CallError> {
-        self.gate(op).await?;
-        self.count(1, 0, 0);
-        self.set_in_pg(true);
+        self.pg_gate(op).await?;
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_optional(&mut self.pg).await;
         let outcome = r.as_ref().map(|o| Outcome::Returned { row: o.is_some() });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
@@ -305,9 +327,7 @@ impl Cx {
 
     /// Runs `sql` with `vals` and returns all rows. A yield point named `op`.
     pub async fn fetch_all(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<Vec<PgRow>, CallError> {
-        self.gate(op).await?;
-        self.count(1, 0, 0);
-        self.set_in_pg(true);
+        self.pg_gate(op).await?;
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_all(&mut self.pg).await;
         let outcome = r.as_ref().map(|rows| Outcome::Fetched { n: rows.len() as u64 });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
@@ -316,9 +336,7 @@ impl Cx {
 
     /// Runs `sql` with `vals` and returns the number of rows affected. A yield point named `op`.
     pub async fn execute(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<u64, CallError> {
-        self.gate(op).await?;
-        self.count(1, 0, 0);
-        self.set_in_pg(true);
+        self.pg_gate(op).await?;
         let r = bind(sqlx::query(sql), vals, self.now()).execute(&mut self.pg).await;
         let outcome = r.as_ref().map(|d| Outcome::Affected { n: d.rows_affected() });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);

@@ -169,6 +169,9 @@ pub enum FaultEvent {
     Clock { ms: u64, drain: bool },
     /// A visibility timeout expired; `found` is false when SQS no longer had the message.
     VisibilityExpired { msg: String, found: bool },
+    /// `msg` outlived its queue's retention (`retention_ms`, logical) and SQS deleted it;
+    /// `found` is false when SQS no longer had it.
+    Expired { msg: String, queue: &'static str, retention_ms: u64, found: bool },
     /// A lock's TTL expired (key with ids replaced by labels).
     LockExpired { key: String },
     /// Redis restarted without persistence, losing `locks` locks.
@@ -177,6 +180,8 @@ pub enum FaultEvent {
     Dispatch { producer: String, event: String },
     /// An AWS-only SQS behaviour was armed (`sqs:<name>`), announced as `text`.
     Sqs { name: String, text: String },
+    /// A PostgreSQL outcome fault (`pg:<name>`) was armed, announced as `text`.
+    Pg { name: String, text: String },
     /// `msg` was delivered once more after its delete (`sqs:redeliver-after-delete`).
     Redelivered { msg: String },
     /// A network or provider fault (`net:…@<p>`, `provider:…@<p>`), announced as `text`.

@@ -53,6 +53,11 @@ impl Names {
         self.labels.get(&id.to_string()).cloned()
     }
 
+    /// The id labelled `label` (e.g. the SQS MessageId of `m1`), if any.
+    pub fn id_of(&self, label: &str) -> Option<&str> {
+        self.labels.iter().find(|(_, l)| l.as_str() == label).map(|(id, _)| id.as_str())
+    }
+
     /// The label of a UUID, or its first 8 hex digits when unknown.
     pub fn uuid(&self, id: &Uuid) -> String {
         self.get(id).unwrap_or_else(|| id.simple().to_string()[..8].to_string())

@@ -109,7 +109,7 @@ mod tests {
         INSERT INTO jobs (what) VALUES ('seeded by the DDL'); SELECT nextval('tickets');";
 
     fn specs() -> Vec<QueueSpec> {
-        vec![QueueSpec { name: "work", label: "w", visibility_timeout_s: 30 }]
+        vec![QueueSpec::new("work", "w")]
     }
 
     fn rows(a: &Admin) -> (Vec<(i32, String)>, i64, i64) {

@@ -119,6 +119,8 @@ pub struct World {
     pub to_dispatch: std::collections::VecDeque<Event>,
     /// The SQS nemesis: armed AWS-only behaviours, latest receipt handles, bodies.
     pub sqs: crate::nemesis::sqs::SqsNemesis,
+    /// The PostgreSQL nemesis: armed lost COMMIT replies and connection resets.
+    pub pg: crate::nemesis::pg::PgNemesis,
     /// Receives of each message label so far (SQS `ApproximateReceiveCount`), for workers whose
     /// receives do not ask SQS for it (Symfony Messenger 5.4).
     pub receive_counts: BTreeMap<String, u32>,
@@ -140,6 +142,7 @@ impl World {
             calls: CallCounts::default(),
             to_dispatch: Default::default(),
             sqs: Default::default(),
+            pg: Default::default(),
             receive_counts: BTreeMap::new(),
             net: Default::default(),
         }))

@@ -87,7 +87,7 @@ impl Workload for Counter {
     }
 
     fn queues(&self) -> Vec<QueueSpec> {
-        vec![QueueSpec { name: ORDERS, label: "m", visibility_timeout_s: 30 }]
+        vec![QueueSpec::new(ORDERS, "m")]
     }
 
     fn roles(&self) -> Vec<RoleSpec> {

@@ -92,8 +92,8 @@ impl Workload for Payout {
 
     fn queues(&self) -> Vec<QueueSpec> {
         vec![
-            QueueSpec { name: queues::PAYMENTS, label: "m", visibility_timeout_s: 30 },
-            QueueSpec { name: queues::PAYOUTS, label: "x", visibility_timeout_s: 30 },
+            QueueSpec::new(queues::PAYMENTS, "m"),
+            QueueSpec::new(queues::PAYOUTS, "x"),
         ]
     }
 

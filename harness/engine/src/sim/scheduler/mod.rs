@@ -22,7 +22,7 @@ mod network;
 use super::admin::Admin;
 use super::clock::Clock;
 use super::fleet::{self, HostSpec};
-use super::history::{Entry, Fact, FaultEvent, History, WorkerRole};
+use super::history::{Entry, Fact, FaultEvent, History, Service, WorkerRole};
 use super::world::{CallCounts, Names, SharedWorld, Slot, Status, World};
 use crate::schedule::Decision;
 use crate::services::Endpoints;
@@ -187,11 +187,12 @@ impl<'a> Run<'a> {
         let sim = fleet::build(&setup.workers, spec)?;
         let history = History { entries: Vec::new(), roles: worker_roles(&setup.workers, &roles) };
         let visibility_ms = setup.queues.iter().map(|q| (q.name, q.visibility_timeout_s * 1000)).collect();
+        let retention_ms = setup.queues.iter().map(|q| (q.name, q.retention_s.saturating_mul(1000))).collect();
         let mut run = Run {
             sim,
             world,
             admin,
-            clock: Clock::new(visibility_ms),
+            clock: Clock::new(visibility_ms, retention_ms),
             workers: setup.workers,
             roles,
             identity,
@@ -309,6 +310,16 @@ impl<'a> Run<'a> {
             Decision::Dispatch { event } => self.dispatch(event),
             Decision::RedisRestart => self.redis_restart(),
             Decision::Net(fault) => self.net_fault(*fault),
+            Decision::Pg(fault) => {
+                if self.has_external() {
+                    return Err(inapplicable(format!(
+                        "{fault} applies to in-process workers; this scenario has external workers (their PostgreSQL proxy does not inject it yet)"
+                    )));
+                }
+                self.world.borrow_mut().pg.apply(*fault);
+                self.fault(FaultEvent::Pg { name: fault.to_string(), text: fault.announcement().to_string() }, vec![]);
+                Ok(())
+            }
             Decision::Sqs(fault) => {
                 self.world.borrow_mut().sqs.apply(*fault);
                 self.fault(FaultEvent::Sqs { name: fault.to_string(), text: fault.announcement().to_string() }, vec![]);
@@ -600,7 +611,9 @@ impl<'a> Run<'a> {
                     }
                 }
                 let busy = !self.with_slot(&w, |s| s.idle);
-                if busy && (step.op == "commit" || step.op == "rollback") {
+                // A failed statement may have ended its transaction too (pg:connection-reset).
+                let failed_pg = step.service == Service::Postgres && step.outcome.failed();
+                if busy && (step.op == "commit" || step.op == "rollback" || failed_pg) {
                     self.polls.db_changed();
                 }
                 tracing::debug!(worker = %step.worker, op = %step.op, at = ?step.at, outcome = ?step.outcome, t_ms = step.t_ms, "step");

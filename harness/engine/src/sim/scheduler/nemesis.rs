@@ -70,7 +70,7 @@ impl Run<'_> {
 
     /// Advances the logical clock and forces every expiry that became due.
     pub(super) fn tick(&mut self, ms: u64) -> Result<()> {
-        let to = self.clock.now_ms + ms;
+        let to = self.clock.now_ms.saturating_add(ms);
         self.fault(FaultEvent::Clock { ms, drain: false }, vec![]);
         self.advance_clock(to)
     }
@@ -89,6 +89,13 @@ impl Run<'_> {
                         self.polls.message_visible(queue, &msg);
                     }
                     self.fault(FaultEvent::VisibilityExpired { msg, found: ok }, vec![]);
+                }
+                Due::Retention { msg, queue, receipt } => {
+                    let id = self.world.borrow().names.id_of(&msg).map(str::to_string).unwrap_or_default();
+                    let found = self.admin.expire_message(queue, &id, receipt.as_deref())?;
+                    self.polls.message_taken(queue, &msg);
+                    let retention_ms = self.clock.retention_ms.get(queue).copied().unwrap_or_default();
+                    self.fault(FaultEvent::Expired { msg, queue, retention_ms, found }, vec![]);
                 }
                 Due::Lock { key } => {
                     self.admin.expire_key(&key)?;

@@ -1,0 +1,122 @@
+//! PostgreSQL outcome faults (issue 15): what a client sees when its connection breaks around
+//! a statement. PostgreSQL rolls back the open transaction of a connection that drops (its docs,
+//! "Client Connection Defaults" and the frontend/backend protocol: a lost connection aborts
+//! the session), and a COMMIT whose reply is lost may have committed: the client cannot tell.
+//!
+//! | fault | text | what happens |
+//! |---|---|---|
+//! | [`PgFault::CommitResponseLost`] | `pg:commit-response-lost` | the next COMMIT a worker sends is applied, and the worker gets a connection error instead of the reply |
+//! | [`PgFault::ConnectionReset`] | `pg:connection-reset` | the next statement a worker sends is not applied: its connection resets first, the server rolls back the worker's open transaction, and the worker gets a connection error |
+//!
+//! Both are one-shot and apply to in-process workers, whose calls go through
+//! [`crate::sim::cx::Cx`]. The worker's next statement finds a working connection, as it would
+//! from a pool that reconnects.
+
+use std::fmt;
+
+/// A PostgreSQL outcome fault injected by the nemesis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PgFault {
+    /// The next COMMIT is applied and its reply lost.
+    CommitResponseLost,
+    /// The next statement finds its connection reset.
+    ConnectionReset,
+}
+
+impl PgFault {
+    /// Every fault, in text order.
+    pub const ALL: [PgFault; 2] = [PgFault::CommitResponseLost, PgFault::ConnectionReset];
+
+    /// The name after `pg:` in schedules, e.g. `commit-response-lost`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PgFault::CommitResponseLost => "commit-response-lost",
+            PgFault::ConnectionReset => "connection-reset",
+        }
+    }
+
+    /// Parses the name after `pg:`. Errors list the names.
+    pub fn parse(s: &str) -> Result<PgFault, String> {
+        super::parse_named(&PgFault::ALL, PgFault::as_str, "pg", "a PostgreSQL fault", s)
+    }
+
+    /// What the nemesis says in the trace when the schedule arms it.
+    pub fn announcement(self) -> &'static str {
+        match self {
+            PgFault::CommitResponseLost => {
+                "pg:commit-response-lost armed: the next COMMIT is applied and its worker gets a connection error instead of the reply"
+            }
+            PgFault::ConnectionReset => {
+                "pg:connection-reset armed: the next statement finds its connection reset: not applied, the open transaction rolled back"
+            }
+        }
+    }
+}
+
+impl fmt::Display for PgFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pg:{}", self.as_str())
+    }
+}
+
+/// The error text a worker gets from an armed `pg:commit-response-lost`.
+pub const COMMIT_REPLY_LOST: &str =
+    "connection reset by peer after COMMIT was sent (pg:commit-response-lost): the transaction committed, its reply was lost";
+
+/// The error text a worker gets from an armed `pg:connection-reset`.
+pub const CONNECTION_RESET: &str =
+    "connection reset by peer (pg:connection-reset): the statement was not sent and the server rolled back the open transaction";
+
+/// The PostgreSQL nemesis' state within one schedule: how many of each fault are armed.
+#[derive(Debug, Default)]
+pub struct PgNemesis {
+    /// COMMITs still to lose their reply.
+    pub commit_response_lost: u32,
+    /// Statements still to find their connection reset.
+    pub connection_reset: u32,
+}
+
+impl PgNemesis {
+    /// Arms `fault` once more.
+    pub fn apply(&mut self, fault: PgFault) {
+        match fault {
+            PgFault::CommitResponseLost => self.commit_response_lost += 1,
+            PgFault::ConnectionReset => self.connection_reset += 1,
+        }
+    }
+
+    /// Takes one armed `fault`: true when it was armed.
+    pub fn take(&mut self, fault: PgFault) -> bool {
+        let n = match fault {
+            PgFault::CommitResponseLost => &mut self.commit_response_lost,
+            PgFault::ConnectionReset => &mut self.connection_reset,
+        };
+        let armed = *n > 0;
+        *n = n.saturating_sub(1);
+        armed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_list_the_known_ones() {
+        for f in PgFault::ALL {
+            assert_eq!(PgFault::parse(f.as_str()), Ok(f));
+            assert_eq!(f.to_string(), format!("pg:{}", f.as_str()));
+        }
+        let e = PgFault::parse("commit-lost").unwrap_err();
+        assert!(e.contains("`pg:commit-response-lost`") && e.contains("`pg:connection-reset`"), "{e}");
+    }
+
+    #[test]
+    fn each_arming_is_taken_once() {
+        let mut n = PgNemesis::default();
+        n.apply(PgFault::CommitResponseLost);
+        assert!(!n.take(PgFault::ConnectionReset));
+        assert!(n.take(PgFault::CommitResponseLost));
+        assert!(!n.take(PgFault::CommitResponseLost));
+    }
+}
