@@ -2,6 +2,7 @@
 //! reproduces with the same trace; the reference passes generated schedules, deterministically.
 
 use crashpoint::explore::{self, Options};
+use crashpoint::nemesis::pg;
 use crashpoint::scenario::run_scenario;
 mod common;
 use crashpoint::testkit;
@@ -62,6 +63,17 @@ fn reference_passes_generated_schedules_with_postgresql_outcome_faults() {
     for kind in ["pg:commit-response-lost", "pg:connection-reset"] {
         assert!(report.stats.faults.get(kind).copied().unwrap_or(0) > 0, "{kind} never generated: {:?}", report.stats.faults);
     }
+    // Generated is not fired (a fault armed after the last statement does nothing): rerun the
+    // generated schedules that arm one until each has taken a statement, as the trace shows.
+    let mut fired = [(pg::COMMIT_REPLY_LOST, false), (pg::CONNECTION_RESET, false)];
+    let armed = (0..60u64)
+        .map(|i| explore::generate(&s, explore::case_seed(opts.seed, i)).unwrap())
+        .filter(|g| g.decisions.iter().any(|d| matches!(d, crashpoint::schedule::Decision::Pg(_))));
+    for g in armed.take(20) {
+        let o = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, Some(&g)).unwrap();
+        fired.iter_mut().for_each(|(text, seen)| *seen |= o.trace.contains(*text));
+    }
+    assert!(fired.iter().all(|(_, seen)| *seen), "not every fault took a statement: {fired:?}");
 }
 
 #[test]

@@ -47,7 +47,9 @@ impl Invariant for NothingExpired {
                     _ => {}
                 }
             }
-            if let Entry::Fault { fault: FaultEvent::Expired { msg, queue, retention_ms, .. }, .. } = e {
+            // `found: false`: SQS no longer had it (deleted by a delete the history did not
+            // see as such, e.g. with a stale receipt handle): nothing expired.
+            if let Entry::Fault { fault: FaultEvent::Expired { msg, queue, retention_ms, found: true }, .. } = e {
                 let id = identity.get(msg.as_str()).copied();
                 if id.is_some_and(|id| acknowledged.contains(&id)) {
                     continue;

@@ -181,7 +181,7 @@ impl Invariant for Quiescence {
 
 /// `invariants`, with the engine's own appended when none of them is named like it:
 /// [`NothingExpired`], then [`Quiescence`].
-pub fn with_quiescence(mut invariants: Vec<Box<dyn Invariant>>) -> Vec<Box<dyn Invariant>> {
+pub fn with_engine_invariants(mut invariants: Vec<Box<dyn Invariant>>) -> Vec<Box<dyn Invariant>> {
     if !invariants.iter().any(|i| i.name() == NOTHING_EXPIRED) {
         invariants.push(Box::new(NothingExpired));
     }

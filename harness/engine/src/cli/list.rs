@@ -57,7 +57,7 @@ pub fn list(registry: &Registry) -> Result<i32> {
         println!("  {text:<36} {what}");
     }
     println!("\nengine invariants (every scenario):");
-    for i in crate::checker::with_quiescence(Vec::new()) {
+    for i in crate::checker::with_engine_invariants(Vec::new()) {
         println!("  {}", i.name());
     }
     Ok(EXIT_OK)

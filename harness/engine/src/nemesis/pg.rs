@@ -85,6 +85,14 @@ impl PgNemesis {
         }
     }
 
+    /// Whether `fault` is armed.
+    pub fn armed(&self, fault: PgFault) -> bool {
+        match fault {
+            PgFault::CommitResponseLost => self.commit_response_lost > 0,
+            PgFault::ConnectionReset => self.connection_reset > 0,
+        }
+    }
+
     /// Takes one armed `fault`: true when it was armed.
     pub fn take(&mut self, fault: PgFault) -> bool {
         let n = match fault {
@@ -115,8 +123,10 @@ mod tests {
     fn each_arming_is_taken_once() {
         let mut n = PgNemesis::default();
         n.apply(PgFault::CommitResponseLost);
+        assert!(n.armed(PgFault::CommitResponseLost) && !n.armed(PgFault::ConnectionReset));
         assert!(!n.take(PgFault::ConnectionReset));
         assert!(n.take(PgFault::CommitResponseLost));
         assert!(!n.take(PgFault::CommitResponseLost));
+        assert!(!n.armed(PgFault::CommitResponseLost));
     }
 }

@@ -81,7 +81,10 @@ fn read(history: &History) -> Reading {
                     }
                 }
                 if (s.op == "commit" || s.op == "rollback") && tx.0 {
-                    eff = s.op == "commit" && s.outcome == Outcome::Done && tx.1;
+                    // A COMMIT whose reply was lost (pg:commit-response-lost) committed too.
+                    let committed = s.outcome == Outcome::Done
+                        || matches!(&s.outcome, Outcome::Error { message } if message == crate::nemesis::pg::COMMIT_REPLY_LOST);
+                    eff = s.op == "commit" && committed && tx.1;
                     *tx = (false, false);
                 }
             }

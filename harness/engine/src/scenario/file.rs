@@ -135,7 +135,7 @@ impl Scenario {
     pub fn invariants(&self) -> Vec<Box<dyn crate::checker::Invariant>> {
         let mut all = self.workload.invariants();
         all.extend(self.sql_invariants.iter().cloned().map(|i| Box::new(i) as Box<dyn crate::checker::Invariant>));
-        crate::checker::with_quiescence(all)
+        crate::checker::with_engine_invariants(all)
     }
 }
 

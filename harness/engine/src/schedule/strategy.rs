@@ -42,10 +42,11 @@ pub struct Menu {
 }
 
 /// The most logical time generated ticks may add up to for queues whose shortest retention is
-/// `retention_ms`: a day less than it, leaving the drain time to finish (its jumps are
-/// visibility deadlines of at most 12 h and leases), or half of it when it is under two days.
+/// `retention_ms`: half of it (2 days for SQS's default 4), leaving the other half to the
+/// drain, whose clock jumps are visibility deadlines (at most 12 h each, once per retry) and
+/// leases.
 pub fn clock_max_ms(retention_ms: u64) -> u64 {
-    retention_ms.saturating_sub(86_400_000).max(retention_ms / 2)
+    retention_ms / 2
 }
 
 impl Menu {
@@ -210,8 +211,8 @@ mod tests {
     }
 
     #[test]
-    fn the_clock_cap_is_a_day_short_of_the_retention_or_half_of_a_short_one() {
-        assert_eq!(clock_max_ms(345_600_000), 259_200_000);
+    fn the_clock_cap_is_half_the_retention() {
+        assert_eq!(clock_max_ms(345_600_000), 172_800_000);
         assert_eq!(clock_max_ms(60_000), 30_000);
     }
 

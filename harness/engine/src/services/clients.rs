@@ -3,6 +3,14 @@
 //! The SQS client has the SDK's timeouts, retries and stalled-stream protection switched off:
 //! inside a turmoil host tokio's clock races ahead during real I/O (GUIDE.md §5), so any SDK
 //! timer would fire spuriously. The scheduler's logical clock decides every expiry instead.
+//!
+//! Its HTTP connection pool drops a connection idle for [`SQS_POOL_IDLE`], below the server's
+//! own idle timeout. Otherwise a client reuses a keep-alive connection that the server is
+//! closing at that moment, and the call fails with hyper's `IncompleteMessage` ("connection
+//! closed before message completed"). That happened to an admin client that sat in the
+//! namespace pool for more than a minute: hyper keeps idle connections 90 s by default, and
+//! LocalStack's gateway closes them after 60 s (measured: a keep-alive socket closed by the
+//! server 59.5 s after its last reply).
 
 use std::time::{Duration, Instant};
 

@@ -71,7 +71,12 @@ impl Endpoints {
             .into_iter()
             .filter_map(|(name, url)| {
                 let u = url::Url::parse(url).ok()?;
-                let addr = format!("{}:{}", u.host_str()?, u.port_or_known_default()?);
+                let default_port = match u.scheme() {
+                    "postgres" | "postgresql" => Some(5432),
+                    "redis" => Some(6379),
+                    _ => u.port_or_known_default(),
+                };
+                let addr = format!("{}:{}", u.host_str()?, u.port().or(default_port)?);
                 let reachable = std::net::ToSocketAddrs::to_socket_addrs(&addr)
                     .ok()
                     .and_then(|mut a| a.next())

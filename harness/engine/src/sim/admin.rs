@@ -157,42 +157,50 @@ impl Admin {
 
     /// Deletes message `message_id` from queue `q` because it outlived the queue's retention,
     /// as SQS does. With `receipt` (the message is in flight) a DeleteMessage with it; without,
-    /// the harness receives from the queue (10 at a time, at most 10 times) until it finds the
-    /// message, deletes it, and makes every other message it received visible again
-    /// (ChangeMessageVisibility to 0; their receive count stays one higher, as on AWS after
-    /// any receive). `Ok(false)` when SQS no longer had it. Errors: a call failing other than
-    /// by refusing the receipt.
+    /// the harness receives from the queue (10 at a time, at most 100 messages) until it finds
+    /// the message, deletes it, and makes every other message it received visible again
+    /// (ChangeMessageVisibility to 0). Those others' receive count stays one higher, which AWS
+    /// retention does not do: a handler that decides by receive count may see it.
+    /// `Ok(false)` when SQS no longer had it (the receipt was refused, or the queue ran out).
+    /// Errors: a call failing other than by refusing the receipt; the message not among the
+    /// first 100 visible.
     pub fn expire_message(&self, q: &str, message_id: &str, receipt: Option<&str>) -> Result<bool> {
+        use aws_sdk_sqs::error::{DisplayErrorContext, SdkError};
         let url = self.queues.url(q).to_string();
         self.rt.block_on(async {
             if let Some(r) = receipt {
-                return Ok(self.sqs.delete_message().queue_url(&url).receipt_handle(r).send().await.is_ok());
+                return match self.sqs.delete_message().queue_url(&url).receipt_handle(r).send().await {
+                    Ok(_) => Ok(true),
+                    Err(SdkError::ServiceError(_)) => Ok(false),
+                    Err(e) => Err(anyhow::anyhow!("DeleteMessage: {}", DisplayErrorContext(&e))),
+                };
             }
-            let (mut found, mut others) = (false, Vec::new());
+            let (mut found, mut exhausted, mut others) = (false, false, Vec::new());
             for _ in 0..10 {
                 let out = self.sqs.receive_message().queue_url(&url).max_number_of_messages(10).visibility_timeout(super::cx::REAL_VISIBILITY_S).send().await
-                    .map_err(|e| anyhow::anyhow!("ReceiveMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                    .map_err(|e| anyhow::anyhow!("ReceiveMessage: {}", DisplayErrorContext(&e)))?;
                 let got = out.messages.unwrap_or_default();
-                if got.is_empty() {
-                    break;
-                }
+                exhausted = got.is_empty();
                 for m in got {
                     let handle = m.receipt_handle.unwrap_or_default();
                     if m.message_id.as_deref() == Some(message_id) {
                         self.sqs.delete_message().queue_url(&url).receipt_handle(&handle).send().await
-                            .map_err(|e| anyhow::anyhow!("DeleteMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                            .map_err(|e| anyhow::anyhow!("DeleteMessage: {}", DisplayErrorContext(&e)))?;
                         found = true;
                     } else {
                         others.push(handle);
                     }
                 }
-                if found {
+                if found || exhausted {
                     break;
                 }
             }
             for handle in others {
                 self.sqs.change_message_visibility().queue_url(&url).receipt_handle(handle).visibility_timeout(0).send().await
-                    .map_err(|e| anyhow::anyhow!("ChangeMessageVisibility: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                    .map_err(|e| anyhow::anyhow!("ChangeMessageVisibility: {}", DisplayErrorContext(&e)))?;
+            }
+            if !found && !exhausted {
+                bail!("retention of a message on {q}: it is not among the first 100 visible messages of the queue");
             }
             Ok(found)
         })

@@ -278,16 +278,26 @@ impl Cx {
     /// injected failure leaves the transaction state as it was: the statement was not sent.
     async fn simple(&mut self, op: &'static str, sql: &str, in_tx_after: bool) -> Result<(), CallError> {
         self.pg_gate(op).await?;
+        // An armed `pg:commit-response-lost` takes a COMMIT that commits: in an aborted
+        // transaction (where any statement fails, 25P02) COMMIT rolls back, and the fault
+        // waits for the next COMMIT. The probe is the harness's, not counted as the worker's.
+        let lose_reply = sql == "COMMIT"
+            && self.world.borrow().pg.armed(PgFault::CommitResponseLost)
+            && sqlx::raw_sql("SELECT 1").execute(&mut self.pg).await.is_ok();
         let r = sqlx::raw_sql(sql).execute(&mut self.pg).await;
         // COMMIT and ROLLBACK end the transaction even when they report an error.
         self.in_tx = in_tx_after && r.is_ok();
-        if r.is_ok() && sql == "COMMIT" && self.world.borrow_mut().pg.take(PgFault::CommitResponseLost) {
-            let message = crate::nemesis::pg::COMMIT_REPLY_LOST.to_string();
-            self.complete(op, Service::Postgres, Outcome::Error { message: message.clone() }, vec![]);
-            return Err(CallError::Service(message));
+        if r.is_ok() && lose_reply && self.world.borrow_mut().pg.take(PgFault::CommitResponseLost) {
+            return Err(self.pg_fault_error(op, crate::nemesis::pg::COMMIT_REPLY_LOST));
         }
         self.complete(op, Service::Postgres, pg_outcome(r.as_ref().map(|_| Outcome::Done)), vec![]);
         r.map(|_| ()).map_err(Into::into)
+    }
+
+    /// Completes `op` with the connection error `message` of a PostgreSQL fault.
+    fn pg_fault_error(&mut self, op: &'static str, message: &str) -> CallError {
+        self.complete(op, Service::Postgres, Outcome::Error { message: message.to_string() }, vec![]);
+        CallError::Service(message.to_string())
     }
 
     /// The gate of a PostgreSQL call `op`, then an armed `pg:connection-reset`: the statement
@@ -301,9 +311,7 @@ impl Cx {
                 let _ = sqlx::raw_sql("ROLLBACK").execute(&mut self.pg).await;
                 self.in_tx = false;
             }
-            let message = crate::nemesis::pg::CONNECTION_RESET.to_string();
-            self.complete(op, Service::Postgres, Outcome::Error { message: message.clone() }, vec![]);
-            return Err(CallError::Service(message));
+            return Err(self.pg_fault_error(op, crate::nemesis::pg::CONNECTION_RESET));
         }
         self.count(1, 0, 0);
         self.set_in_pg(true);

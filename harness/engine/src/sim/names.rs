@@ -12,6 +12,8 @@ use uuid::Uuid;
 #[derive(Debug, Default)]
 pub struct Names {
     labels: BTreeMap<String, String>,
+    /// The id each label was last given to (a redelivered copy takes its original's label).
+    latest: BTreeMap<String, String>,
     counters: BTreeMap<&'static str, u32>,
 }
 
@@ -33,6 +35,7 @@ impl Names {
     /// Registers a fixed label.
     pub fn set(&mut self, id: impl ToString, label: &str) {
         self.labels.insert(id.to_string(), label.to_string());
+        self.latest.insert(label.to_string(), id.to_string());
     }
 
     /// The label of `id`, assigning `<prefix><n>` on first sight.
@@ -44,7 +47,8 @@ impl Names {
         let n = self.counters.entry(prefix).or_insert(0);
         *n += 1;
         let l = format!("{prefix}{n}");
-        self.labels.insert(id, l.clone());
+        self.labels.insert(id.clone(), l.clone());
+        self.latest.insert(l.clone(), id);
         l
     }
 
@@ -53,9 +57,10 @@ impl Names {
         self.labels.get(&id.to_string()).cloned()
     }
 
-    /// The id labelled `label` (e.g. the SQS MessageId of `m1`), if any.
+    /// The id most recently labelled `label` (e.g. the SQS MessageId of `m1`, or of its
+    /// redelivered copy), if any.
     pub fn id_of(&self, label: &str) -> Option<&str> {
-        self.labels.iter().find(|(_, l)| l.as_str() == label).map(|(id, _)| id.as_str())
+        self.latest.get(label).map(String::as_str)
     }
 
     /// The label of a UUID, or its first 8 hex digits when unknown.
