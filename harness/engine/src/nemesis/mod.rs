@@ -2,7 +2,8 @@
 //!
 //! Crashes, restarts and injected failures are applied by the scheduler at yield points;
 //! expiries by the logical clock. [`sqs`] holds the AWS behaviours LocalStack does not
-//! produce, [`pg`] the PostgreSQL outcome faults (a lost COMMIT reply, a reset connection). A workload adds faults of its own ([`crate::workload::WorkloadFault`], e.g. the
+//! produce, [`pg`] the PostgreSQL outcome faults (a lost COMMIT reply, a reset connection). A
+//! workload adds faults of its own ([`crate::workload::WorkloadFault`], e.g. the
 //! failure-transport replay of seed 000), which the scheduler applies by name.
 
 pub mod net;

@@ -67,41 +67,32 @@ pub const COMMIT_REPLY_LOST: &str =
 pub const CONNECTION_RESET: &str =
     "connection reset by peer (pg:connection-reset): the statement was not sent and the server rolled back the open transaction";
 
-/// The PostgreSQL nemesis' state within one schedule: how many of each fault are armed.
+/// The PostgreSQL nemesis' state within one schedule: how many times each fault is armed.
 #[derive(Debug, Default)]
 pub struct PgNemesis {
-    /// COMMITs still to lose their reply.
-    pub commit_response_lost: u32,
-    /// Statements still to find their connection reset.
-    pub connection_reset: u32,
+    armed: std::collections::BTreeMap<PgFault, u32>,
 }
 
 impl PgNemesis {
     /// Arms `fault` once more.
     pub fn apply(&mut self, fault: PgFault) {
-        match fault {
-            PgFault::CommitResponseLost => self.commit_response_lost += 1,
-            PgFault::ConnectionReset => self.connection_reset += 1,
-        }
+        *self.armed.entry(fault).or_default() += 1;
     }
 
     /// Whether `fault` is armed.
     pub fn armed(&self, fault: PgFault) -> bool {
-        match fault {
-            PgFault::CommitResponseLost => self.commit_response_lost > 0,
-            PgFault::ConnectionReset => self.connection_reset > 0,
-        }
+        self.armed.get(&fault).is_some_and(|n| *n > 0)
     }
 
     /// Takes one armed `fault`: true when it was armed.
     pub fn take(&mut self, fault: PgFault) -> bool {
-        let n = match fault {
-            PgFault::CommitResponseLost => &mut self.commit_response_lost,
-            PgFault::ConnectionReset => &mut self.connection_reset,
-        };
-        let armed = *n > 0;
-        *n = n.saturating_sub(1);
-        armed
+        match self.armed.get_mut(&fault) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 }
 

@@ -290,10 +290,7 @@ impl Admin {
     /// Deletes a Redis key (a lock whose logical TTL passed).
     pub fn expire_key(&self, key: &str) -> Result<()> {
         let mut r = self.redis.clone();
-        self.rt.block_on(async {
-            let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut r).await?;
-            Ok(())
-        })
+        self.rt.block_on(async { Ok(delete_keys(&mut r, &[key]).await?) })
     }
 
     /// Whether [`Admin::reset`] can put the schema back as the DDL left it.
@@ -314,11 +311,7 @@ impl Admin {
                 bail!("the schedule changed the relations of schema {} (the DDL made {:?}, now {:?})", self.schema, snapshot.relations, now);
             }
             sqlx::raw_sql(&snapshot.sql).execute(&self.pg).await.with_context(|| format!("resetting schema {}", self.schema))?;
-            let mut r = self.redis.clone();
-            for k in keys {
-                let _: i64 = redis::cmd("DEL").arg(k).query_async(&mut r).await?;
-            }
-            Ok(())
+            Ok(delete_keys(&mut self.redis.clone(), keys).await?)
         })
     }
 
@@ -333,8 +326,8 @@ impl Admin {
                     tracing::warn!("DeleteQueue {url}: {e}");
                 }
             }
-            for k in keys {
-                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(k).query_async(&mut redis).await;
+            if let Err(e) = delete_keys(&mut redis, keys).await {
+                tracing::warn!("DEL of the schedule's Redis keys: {e}");
             }
             // A connection within 2 s, or PostgreSQL is taken to be gone (killed under the run):
             // the pool would otherwise retry a refused connect for its whole 5 s.
@@ -353,6 +346,15 @@ impl Admin {
             pg.close().await;
         });
     }
+}
+
+/// Deletes `keys` with one `DEL` (none when there are no keys).
+async fn delete_keys<K: redis::ToRedisArgs>(redis: &mut redis::aio::MultiplexedConnection, keys: &[K]) -> redis::RedisResult<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let _: i64 = redis::cmd("DEL").arg(keys).query_async(redis).await?;
+    Ok(())
 }
 
 /// The side schema that keeps the rows the DDL inserted, for [`Admin::reset`].

@@ -102,38 +102,19 @@ impl Clock {
     /// then by order of registration.
     pub fn advance_to(&mut self, now_ms: u64) -> Vec<Due> {
         self.now_ms = self.now_ms.max(now_ms);
-        let mut due: Vec<(u64, u64, Due)> = Vec::new();
         let now = self.now_ms;
-        let mut gone = Vec::new();
-        self.stored.retain(|msg, (queue, at, seq)| {
-            if *at <= now {
-                gone.push((msg.clone(), *queue, *at, *seq));
-                false
-            } else {
-                true
-            }
-        });
-        for (msg, queue, at, seq) in gone {
+        let mut due: Vec<(u64, u64, Due)> = Vec::new();
+        // Retention first: an expired message is gone, so its visibility does not expire.
+        for (msg, (queue, at, seq)) in take_due(&mut self.stored, |s| s.1 <= now) {
             let receipt = self.in_flight.remove(&msg).map(|f| f.receipt);
             due.push((at, seq, Due::Retention { msg, queue, receipt }));
         }
-        self.in_flight.retain(|msg, f| {
-            if f.deadline_ms <= now {
-                let d = Due::Visibility { msg: msg.clone(), queue: f.queue, receipt: f.receipt.clone() };
-                due.push((f.deadline_ms, f.seq, d));
-                false
-            } else {
-                true
-            }
-        });
-        self.locks.retain(|key, (at, seq)| {
-            if *at <= now {
-                due.push((*at, *seq, Due::Lock { key: key.clone() }));
-                false
-            } else {
-                true
-            }
-        });
+        for (msg, f) in take_due(&mut self.in_flight, |f| f.deadline_ms <= now) {
+            due.push((f.deadline_ms, f.seq, Due::Visibility { msg, queue: f.queue, receipt: f.receipt }));
+        }
+        for (key, (at, seq)) in take_due(&mut self.locks, |l| l.0 <= now) {
+            due.push((at, seq, Due::Lock { key }));
+        }
         due.sort_by_key(|(at, seq, _)| (*at, *seq));
         due.into_iter().map(|(_, _, d)| d).collect()
     }
@@ -147,6 +128,12 @@ impl Clock {
     pub fn next_visibility_deadline(&self) -> Option<u64> {
         self.in_flight.values().map(|f| f.deadline_ms).min()
     }
+}
+
+/// Removes from `map` and returns, in key order, the entries for which `is_due` holds.
+fn take_due<V>(map: &mut BTreeMap<String, V>, is_due: impl Fn(&V) -> bool) -> Vec<(String, V)> {
+    let keys: Vec<String> = map.iter().filter(|(_, v)| is_due(v)).map(|(k, _)| k.clone()).collect();
+    keys.into_iter().filter_map(|k| map.remove_entry(&k)).collect()
 }
 
 #[cfg(test)]

@@ -629,7 +629,6 @@ impl<'a> Run<'a> {
     /// Stops every host (closing their connections) and hands over the history and the admin
     /// connections.
     pub fn finish(self) -> Finished {
-
         let Run { sim, world, admin, history, keys, providers, steps, .. } = self;
         drop(sim);
         let effects = providers.iter().flat_map(|p| p.effects()).collect();
@@ -639,4 +638,3 @@ impl<'a> Run<'a> {
         Finished { history, admin, calls: w.calls, passed, keys: keys.into_iter().collect(), names, effects, steps }
     }
 }
-
