@@ -2,7 +2,8 @@
 
 It receives PaymentCaptured from SQS (boto3) and, in one PostgreSQL transaction (psycopg 3),
 claims the event in processed_message, creates the merchant payout and writes the
-MerchantPayoutCreated outbox row; then it releases the producer's dispatch lock in Redis
+MerchantPayoutCreated outbox row; then it releases the producer's dispatch lock in Redis (a
+compare-and-delete of the token its message carries)
 (redis-py) and deletes the message. On an error it rolls back, then either makes the message
 visible again later (retry with backoff) or parks it in failed_message.
 
@@ -91,7 +92,21 @@ def parse(body):
     if type(d["amount_minor"]) is not int or type(d["currency"]) is not str:
         raise ValueError("amount_minor must be an integer and currency a string")
     ids = {k: uuid.UUID(d[k]) for k in ("event_id", "payment_id", "merchant_id")}
-    return dict(ids, amount_minor=d["amount_minor"], currency=d["currency"])
+    return dict(ids, amount_minor=d["amount_minor"], currency=d["currency"], lock_token=d.get("lock_token"))
+
+
+# Releases a dispatch lock, (key, token): only while the key still holds the token the producer
+# stored and the message carries (Redis documentation, "Distributed locks with Redis"), so a lock
+# that expired and was taken by a later dispatch stays with it; a plain DEL without a token.
+COMPARE_AND_DELETE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
+
+
+def release(s, lock):
+    key, token = lock
+    if token is None:
+        s.redis.delete(key)
+    else:
+        s.redis.eval(COMPARE_AND_DELETE, 1, key, token)
 
 
 def receive_count(m):
@@ -153,7 +168,7 @@ def park(s, m, reason, lock):
     finally:
         s.db.autocommit = False
     if lock:
-        s.redis.delete(lock)
+        release(s, lock)
     s.delete(m)
     return f"parked: {reason}"
 
@@ -180,7 +195,7 @@ def ack_before_commit(s, m, ev, lock):
             pay(s, ev, guarded=True)
         s.delete(m)
         s.db.commit()
-        s.redis.delete(lock)
+        release(s, lock)
     except Exception as e:
         return fail(s, m, e, lock)
     return ("payout created" if claimed else "duplicate, no effect") + " (deleted before commit)"
@@ -193,14 +208,14 @@ def on_delivery(s, m):
         if SYSTEM != "reference":
             raise  # the mutants leave a malformed message to be redelivered
         return park(s, m, f"malformed PaymentCaptured: {e}", None)
-    lock = f"payment-captured.{ev['event_id']}"  # the producer's DeduplicateStamp key
+    lock = (f"payment-captured.{ev['event_id']}", ev["lock_token"])  # the producer's DeduplicateStamp
     if SYSTEM == "ack-before-commit":
         return ack_before_commit(s, m, ev, lock)
     try:
         result = (check_then_insert if SYSTEM == "check-then-insert" else handle)(s, ev)
     except Exception as e:
         return fail(s, m, e, lock)
-    s.redis.delete(lock)
+    release(s, lock)
     s.delete(m)
     return result
 

@@ -221,6 +221,40 @@ fn an_unwritable_report_directory_is_exit_2_before_any_schedule() {
     }
 }
 
+/// Issue 16 §5: every command that creates or destroys something on the services (the
+/// operations `crashpoint::services::safety::DESTRUCTIVE` lists) refuses endpoints that are not
+/// on loopback, before it connects to them, and says how to allow it.
+#[test]
+fn every_destructive_command_refuses_a_remote_host_before_connecting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reports = tmp.path().join("reports");
+    let reports = reports.to_str().unwrap();
+    let commands: [&[&str]; 5] = [
+        &["run", "seed/crash-after-commit", "--report-dir", reports],
+        &["repro", "seed/crash-after-commit", "--report-dir", reports],
+        &["catalogue", "counter", "--budget", "1", "--report-dir", reports],
+        &["bench", "--schedules", "1"],
+        &["doctor", "--calibrate"],
+    ];
+    for args in commands {
+        let started = Instant::now();
+        let o = Command::new(BIN)
+            .args(args)
+            .env("DATABASE_URL", "postgres://app:pw@db.example.invalid:5432/app")
+            .env("SQS_ENDPOINT_URL", "http://127.0.0.1:4566")
+            .env("REDIS_URL", "redis://127.0.0.1:6379")
+            .env_remove("DOCKER_HOST")
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        let cmd = args.join(" ");
+        assert_eq!(o.status.code(), Some(2), "{cmd}: stdout:\n{out}\nstderr:\n{err}");
+        assert!(err.contains("refusing") && err.contains("db.example.invalid") && err.contains("--allow-remote"), "{cmd}: {err}");
+        assert!(!out.contains("=="), "{cmd}: a scenario ran:\n{out}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{cmd} took {:?}", started.elapsed());
+    }
+}
+
 /// Issue 16 §5: passwords in the service URLs and the AWS secret key appear in no output of a
 /// run: stdout, stderr with debug logs, the reports and the timeline of a failure, and the
 /// error of a run whose PostgreSQL cannot be reached.

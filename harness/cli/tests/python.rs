@@ -19,6 +19,8 @@ fn scripted_windows_pass_on_the_python_worker_and_repeat_byte_for_byte() {
         "python/crash-after-commit",
         "python/lock-expiry",
         "python/commit-applied",
+        "python/commit-response-lost",
+        "python/connection-reset",
     ]);
 }
 

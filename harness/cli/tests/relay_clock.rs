@@ -11,7 +11,7 @@ use crashpoint::scenario::run_scenario;
 use crashpoint::{testkit, CallError, Cx, Delivery, Handler, Program, System, Val};
 use crashpoint_payout::messages::PaymentCaptured;
 use crashpoint_payout::reference::consumer::{claim, insert_payout, CONSUMER};
-use crashpoint_payout::reference::{acknowledge, lock_key};
+use crashpoint_payout::reference::{acknowledge, DispatchLock};
 
 mod common;
 
@@ -37,7 +37,7 @@ impl Handler for DeferredOutbox {
             cx.commit().await
         }
         .await;
-        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), handled).await
+        acknowledge(cx, CONSUMER, &d, &DispatchLock::of(&ev), handled).await
     }
 }
 

@@ -196,3 +196,47 @@ fn without_upstream_retry_the_suppressed_dispatch_is_reported_lost() {
     let payout = o.verdicts.iter().find(|v| v.invariant == "exactly one payout per payment").unwrap();
     assert_eq!(payout.detail, "payment p1 has no payout");
 }
+
+// ---- Issue 15: a relay with a watermark ----
+
+/// The transaction that began first commits last: the reference relay asks for every
+/// unpublished row and publishes c1's late row too.
+#[test]
+fn a_row_committed_after_a_newer_one_is_published_by_the_reference_relay() {
+    window("payout/watermark-relay", &["r1   send           [relay_after_select]     → x1 (ob2)", "→ x2 (ob1)"]);
+}
+
+/// The same schedule loses c1's row with a relay that selects only rows created after the
+/// last one it published: its watermark passed ob2 before ob1 committed below it.
+#[test]
+fn a_watermark_relay_never_publishes_a_row_that_commits_below_its_watermark() {
+    let o = run("relay-watermark", "payout/watermark-relay", None);
+    let v = o.verdicts.iter().find(|v| v.invariant == "every outbox event published at least once").unwrap();
+    assert_eq!((v.holds, v.detail.as_str()), (false, "outbox row ob1 (from e1) was never sent"), "{}", o.trace);
+    assert!(o.trace.contains("r1   send           [relay_after_select]     → x1 (ob2)"), "{}", o.trace);
+}
+
+// ---- Issue 15: lock ownership ----
+
+/// A consumer whose dispatch lock expired and was taken by a later dispatch releases it: the
+/// reference's compare-and-delete of its message's token deletes nothing.
+#[test]
+fn a_consumer_whose_lock_expired_does_not_release_the_later_dispatchs_lock() {
+    window("payout/lock-ownership", &["c1   unlock         [after_commit]           → not held", "c2   unlock         [after_commit]           → released"]);
+}
+
+/// The same schedule with a plain DEL deletes the later dispatch's lock, and the engine's
+/// history invariant names who released whose lock.
+#[test]
+fn a_plain_del_of_a_lock_taken_by_a_later_dispatch_is_caught() {
+    let o = run("lock-without-token", "payout/lock-ownership", None);
+    let v = o.verdicts.iter().find(|v| v.invariant == "a lock is released only by its holder").unwrap();
+    assert_eq!(
+        (v.holds, v.detail.as_str()),
+        (false, "c1, handling m1, released payment-captured.e1 which p took at 21.000s for m2"),
+        "{}",
+        o.trace
+    );
+    let others: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds && v.invariant != "a lock is released only by its holder").map(|v| v.invariant.as_str()).collect();
+    assert!(others.is_empty(), "only the lock invariant should break: {others:?}");
+}

@@ -14,6 +14,7 @@ fn seed_windows_pass_on_the_symfony_handler_and_repeat_byte_for_byte() {
         "symfony/crash-after-commit",
         "symfony/lock-expiry",
         "symfony/commit-applied",
+        "symfony/commit-response-lost",
     ]);
 }
 

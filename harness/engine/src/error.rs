@@ -25,3 +25,9 @@ pub struct MissingBinary {
     /// Where it was looked for, for the message.
     pub searched: String,
 }
+
+/// The text of a panic's payload (`panic!("…")` gives a `&str` or a `String`), for the
+/// harness error that a panic in a workload's code becomes; "a panic" for any other payload.
+pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into())
+}

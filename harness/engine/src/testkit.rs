@@ -14,6 +14,7 @@ extern "C" fn stop_at_exit() {
     let _ = std::panic::catch_unwind(crate::sim::pool::release);
     let taken = SERVICES.lock().map(|mut s| s.take()).unwrap_or(None);
     drop(taken);
+    crate::sim::wire::process::remove_logs_dir();
     crate::services::native::process::cleanup_all();
 }
 

@@ -18,12 +18,14 @@ use Symfony\Component\Messenger\Stamp\ReceivedStamp;
  *
  * - dispatch (no ReceivedStamp): `SET key 1 NX PX ttl`; when the key exists the message is
  *   dropped (not sent);
- * - consumption: after the handler succeeded, `DEL key`; when it failed the lock is kept for
- *   Messenger's retries, and released (`DEL key`) when the message is abandoned, i.e. the
- *   failed event says it will not be retried (it went to the failure transport).
+ * - consumption: after the handler succeeded, release the lock; when it failed the lock is
+ *   kept for Messenger's retries, and released when the message is abandoned, i.e. the failed
+ *   event says it will not be retried (it went to the failure transport).
  *
- * Symfony's lock store would release with a token-checking script (EVAL), not DEL; crashpoint
- * names `SET … NX` `lock` and `DEL` `unlock`, as its in-process producer and consumer do.
+ * The release is a compare-and-delete of the token the message carries (an EVAL, as Symfony's
+ * RedisStore releases), so a lock that expired and was taken by a later dispatch stays with
+ * it; a plain `DEL` only for a message without a token. crashpoint names `SET … NX` `lock`
+ * and both releases `unlock`, as its in-process producer and consumer do.
  */
 final class DeduplicateMiddleware implements MiddlewareInterface, EventSubscriberInterface
 {
@@ -72,12 +74,18 @@ final class DeduplicateMiddleware implements MiddlewareInterface, EventSubscribe
         return [WorkerMessageFailedEvent::class => ['onMessageFailed', -200]];
     }
 
+    /** Deletes KEYS[1] only while it holds ARGV[1] (Redis documentation, "Distributed locks"). */
+    private const COMPARE_AND_DELETE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+
     private function release(DeduplicateStamp $stamp): void
     {
-        if (false === $this->redis->del($stamp->key)) {
+        $released = null === $stamp->token
+            ? $this->redis->del($stamp->key)
+            : $this->redis->eval(self::COMPARE_AND_DELETE, [$stamp->key, $stamp->token], 1);
+        if (false === $released) {
             $error = $this->redis->getLastError() ?? 'no reply';
             $this->redis->clearLastError();
-            throw new \RuntimeException(sprintf('Redis DEL %s failed: %s', $stamp->key, $error));
+            throw new \RuntimeException(sprintf('Redis release of %s failed: %s', $stamp->key, $error));
         }
     }
 }

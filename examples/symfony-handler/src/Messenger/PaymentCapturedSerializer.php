@@ -13,11 +13,12 @@ use Symfony\Component\Messenger\Transport\Serialization\SerializerInterface;
 /**
  * PaymentCaptured as plain JSON on the queue (the producer is not a Messenger app, so there is
  * no Messenger envelope and no type header): `{"event_id", "payment_id", "merchant_id",
- * "amount_minor", "currency"}`, as crashpoint's Rust producer writes it.
+ * "amount_minor", "currency", "lock_token"}`, as crashpoint's Rust producer writes it.
  *
  * decode() adds the DeduplicateStamp the producer's dispatch carried (key
- * `payment-captured.<event_id>`), as Symfony 7.3 would have carried it in the envelope's
- * headers. A body that is not a valid PaymentCaptured decodes to a MalformedMessage (parked by
+ * `payment-captured.<event_id>` and the lock's token), as Symfony 7.3 would have carried it in
+ * the envelope's headers; encode() writes the token back, so that a message parked in the
+ * failure transport and replayed still releases only its own lock. A body that is not a valid PaymentCaptured decodes to a MalformedMessage (parked by
  * its handler) instead of throwing: Messenger's receiver would delete it without a trace.
  */
 final class PaymentCapturedSerializer implements SerializerInterface
@@ -37,7 +38,9 @@ final class PaymentCapturedSerializer implements SerializerInterface
             return new Envelope(new MalformedMessage($body, $e->getMessage()));
         }
 
-        return new Envelope($message, [new DeduplicateStamp('payment-captured.'.$message->eventId, $this->lockTtl)]);
+        $token = json_decode($body, true)['lock_token'] ?? null;
+
+        return new Envelope($message, [new DeduplicateStamp('payment-captured.'.$message->eventId, $this->lockTtl, \is_string($token) ? $token : null)]);
     }
 
     public function encode(Envelope $envelope): array
@@ -50,7 +53,7 @@ final class PaymentCapturedSerializer implements SerializerInterface
                 'merchant_id' => $message->merchantId,
                 'amount_minor' => $message->amountInMinorUnits,
                 'currency' => $message->currency,
-            ], \JSON_THROW_ON_ERROR),
+            ] + array_filter(['lock_token' => $envelope->last(DeduplicateStamp::class)?->token]), \JSON_THROW_ON_ERROR),
             $message instanceof MalformedMessage => $message->body,
             default => throw new InvalidArgumentException(sprintf('%s cannot encode %s', self::class, get_debug_type($message))),
         };

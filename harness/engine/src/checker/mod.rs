@@ -7,13 +7,16 @@
 //! unknown verdict ends as a harness error (exit 2).
 //!
 //! Reusable invariants: [`Quiescence`] (the drain's liveness finding), [`NothingExpired`]
-//! (no message lost to its queue's retention) and [`SqlInvariant`] (a query that returns the
+//! (no message lost to its queue's retention), [`ReleasedByHolder`] (no lock deleted by a worker
+//! that did not hold it) and [`SqlInvariant`] (a query that returns the
 //! violating rows). A workload writes the rest against [`CheckCx`].
 
 mod expired;
+mod locks;
 mod sql;
 
 pub use expired::{NothingExpired, NOTHING_EXPIRED};
+pub use locks::{ReleasedByHolder, RELEASED_BY_HOLDER};
 pub use sql::SqlInvariant;
 
 use std::any::Any;
@@ -85,6 +88,9 @@ pub enum CulpritKind {
     Missing,
     /// Work left in flight after the drain.
     Stuck,
+    /// The step at this index of the history's entries did it (a lock deleted by a worker
+    /// that did not hold it).
+    At(usize),
 }
 
 /// One problem an invariant found: its text (with labels) and what it is about.
@@ -180,10 +186,13 @@ impl Invariant for Quiescence {
 }
 
 /// `invariants`, with the engine's own appended when none of them is named like it:
-/// [`NothingExpired`], then [`Quiescence`].
+/// [`NothingExpired`], [`ReleasedByHolder`], then [`Quiescence`].
 pub fn with_engine_invariants(mut invariants: Vec<Box<dyn Invariant>>) -> Vec<Box<dyn Invariant>> {
     if !invariants.iter().any(|i| i.name() == NOTHING_EXPIRED) {
         invariants.push(Box::new(NothingExpired));
+    }
+    if !invariants.iter().any(|i| i.name() == RELEASED_BY_HOLDER) {
+        invariants.push(Box::new(ReleasedByHolder));
     }
     if !invariants.iter().any(|i| i.name() == QUIESCENCE) {
         invariants.push(Box::new(Quiescence));

@@ -46,6 +46,10 @@ pub async fn doctor(opts: &ServiceOptions, args: &DoctorArgs) -> Result<i32> {
     }
     let services = Services::start(opts).await?;
     let result = async {
+        if args.calibrate {
+            // Before any connection: a remote endpoint is refused, not probed.
+            services.check_destructive("creating and deleting calibration queues")?;
+        }
         let clients = services.connect().await?;
         let lat = clients.ping().await?;
         let e = &services.endpoints;
@@ -55,7 +59,6 @@ pub async fn doctor(opts: &ServiceOptions, args: &DoctorArgs) -> Result<i32> {
         println!("  redis     {:>7} µs  {}", lat.redis_us, redact::url(&e.redis_url));
         println!("all three services reachable");
         if args.calibrate {
-            services.check_destructive("creating and deleting calibration queues")?;
             let cal = calibrate::calibrate(&clients.sqs, &redact::url(&e.sqs_endpoint_url)).await?;
             print!("{}", cal.table());
         }

@@ -102,6 +102,7 @@ pub fn main(registry: Registry) -> i32 {
         Command::Bench(args) => bench::bench(&rt, &opts, &args, &registry),
     };
     drop(rt);
+    crate::sim::wire::process::remove_logs_dir();
     if let Some(sig) = crate::services::native::process::interrupted() {
         // The signal thread stopped the services; the reports (if any) are written.
         return 128 + sig;

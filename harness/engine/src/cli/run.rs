@@ -80,6 +80,11 @@ pub struct RunArgs {
     /// schema, queues). Default: two per core. Output and reports do not depend on it.
     #[arg(long, default_value_t = crate::explore::default_jobs())]
     pub jobs: usize,
+    /// Put every engine fault on the exploration menus, whatever the scenario files say: the
+    /// SQS faults and the PostgreSQL outcome faults ([`Scenario::with_all_faults`]). What
+    /// `ci/soak.sh` runs.
+    #[arg(long)]
+    pub all_faults: bool,
 }
 
 impl RunArgs {
@@ -113,6 +118,9 @@ pub struct ReproArgs {
     /// `reports/latest/`, so that a repro never replaces the reports of the run it came from.
     #[arg(long, default_value = "reports/repro")]
     pub report_dir: PathBuf,
+    /// With `--seed`: regenerate the schedule from the menu of a run that had `--all-faults`.
+    #[arg(long)]
+    pub all_faults: bool,
 }
 
 fn select(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenario>> {
@@ -141,9 +149,11 @@ pub fn with_services<T>(
     f: impl FnOnce(&Endpoints) -> Result<T>,
 ) -> Result<T> {
     let services = rt.block_on(Services::start(opts))?;
-    let result = services
-        .check_destructive("creating and dropping schemas and queues")
-        .and_then(|_| f(&services.endpoints))
+    if let Err(refused) = services.check_destructive("creating and dropping schemas and queues") {
+        rt.block_on(services.stop());
+        return Err(refused);
+    }
+    let result = f(&services.endpoints)
         .map_err(|e| match services.endpoints.unreachable() {
             down if down.is_empty() => e,
             down => e.context(format!("{} stopped accepting connections during the run", down.join(" and "))),
@@ -285,6 +295,9 @@ impl Job<'_> {
 /// directory that cannot be written.
 pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs, registry: &Registry) -> Result<i32> {
     let mut chosen = select(scenario::discover(&scenario::scenarios_dir(), registry)?, &args.scenarios)?;
+    if args.all_faults {
+        chosen = chosen.into_iter().map(Scenario::with_all_faults).collect();
+    }
     let system = args.system.clone();
     let known = |s: &Scenario| s.workload.systems().iter().any(|i| i.name == system);
     if args.scenarios.is_empty() {
@@ -362,6 +375,9 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
         .into_iter()
         .find(|s| s.name == args.scenario)
         .ok_or_else(|| anyhow!("`{}` is a group; name one scenario", args.scenario))?;
+    if args.all_faults {
+        s = s.with_all_faults();
+    }
     let schedule = match (&args.schedule, args.seed) {
         (Some(text), _) => {
             let vocabulary = crate::schedule::Vocabulary::of(s.workload.as_ref());

@@ -21,9 +21,8 @@ use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 pub use shard::{for_shard, Shard};
-pub(crate) use slots::panic_text;
 pub use slots::default_jobs;
-pub use stats::{Case, Coverage, Stats};
+pub use stats::{schedule_id, Case, Coverage, Stats};
 
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
 use crate::schedule::{schedules, Menu, Schedule};
@@ -213,7 +212,7 @@ pub fn explore(
     let mut failure = None;
     let system = ex.system.clone();
     slots::run_cases(endpoints, &system, s, opts, started, |ran| {
-        ex.stats.cases.push(Case { index: ran.index, case_seed: ran.seed });
+        ex.stats.cases.push(Case { index: ran.index, case_seed: ran.seed, schedule: stats::schedule_id(&ran.schedule) });
         ex.stats.record(&ran.outcome);
         progress(&ex.stats);
         if ran.outcome.passed() && ran.divergence.is_none() {

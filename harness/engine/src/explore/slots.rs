@@ -87,7 +87,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
             };
             Ok(Ran { index, seed, schedule, outcome, divergence })
         }))
-        .unwrap_or_else(|p| Err(anyhow!("case {index} (case seed {seed}) panicked: {}", panic_text(&*p))));
+        .unwrap_or_else(|p| Err(anyhow!("case {index} (case seed {seed}) panicked: {}", crate::error::panic_text(&*p))));
         if ran.as_ref().map_or(true, Ran::stops) {
             shared.stop_at.fetch_min(index, Ordering::Relaxed);
         }
@@ -170,11 +170,6 @@ pub(super) fn run_cases(
         }
     });
     order.done.unwrap_or(Ok(()))
-}
-
-/// The text of a panic's payload.
-pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into())
 }
 
 /// The number of slots a machine can feed: two per core, since a slot waits on the services

@@ -26,6 +26,16 @@ pub struct Case {
     pub index: u64,
     /// Case seed.
     pub case_seed: u64,
+    /// The generated schedule's id: a UUID v5 of its text ([`schedule_id`]), equal for equal
+    /// schedules, so that runs over many seeds can count the distinct schedules they tried.
+    pub schedule: uuid::Uuid,
+}
+
+/// The id of a schedule: a name-based UUID (v5, RFC 9562) of its text in a fixed namespace, so
+/// the same schedule has the same id in every run and on every machine.
+pub fn schedule_id(schedule: &crate::schedule::Schedule) -> uuid::Uuid {
+    const NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6372_6173_6870_6f69_6e74_2d73_6368_6564);
+    uuid::Uuid::new_v5(&NAMESPACE, schedule.to_string().as_bytes())
 }
 
 /// Totals over the schedules run.

@@ -8,9 +8,11 @@
 //! | [`PgFault::CommitResponseLost`] | `pg:commit-response-lost` | the next COMMIT a worker sends is applied, and the worker gets a connection error instead of the reply |
 //! | [`PgFault::ConnectionReset`] | `pg:connection-reset` | the next statement a worker sends is not applied: its connection resets first, the server rolls back the worker's open transaction, and the worker gets a connection error |
 //!
-//! Both are one-shot and apply to in-process workers, whose calls go through
-//! [`crate::sim::cx::Cx`]. The worker's next statement finds a working connection, as it would
-//! from a pool that reconnects.
+//! Both are one-shot. In-process workers ([`crate::sim::cx::Cx`]) get the error and find a
+//! working connection for their next statement, as from a pool that reconnects. An external
+//! worker's PostgreSQL proxy closes the worker's connection (after forwarding the COMMIT, or
+//! after rolling back its transaction without forwarding the statement), so the worker sees
+//! what its driver says of a dropped connection, and must connect again.
 
 use std::fmt;
 

@@ -234,13 +234,16 @@ fn all_hold(s: &Scenario) -> Vec<InvariantResult> {
         .collect()
 }
 
-/// The commands that reproduce `schedule` of scenario `scenario` on `system` (and, with a
-/// case seed, the schedule as generated before shrinking).
-pub fn repro_commands(scenario: &str, system: &str, schedule: &Schedule, case_seed: Option<u64>) -> Vec<String> {
+/// The commands that reproduce `schedule` of scenario `s` on `system` (and, with a case seed,
+/// the schedule as generated before shrinking; with `--all-faults` when the run had it, since
+/// the menu, and so the generated schedule, depends on it).
+pub fn repro_commands(s: &Scenario, system: &str, schedule: &Schedule, case_seed: Option<u64>) -> Vec<String> {
+    let scenario = &s.name;
     let sys = if system == "reference" { String::new() } else { format!(" --system {system}") };
     let mut out = vec![format!("crashpoint repro {scenario}{sys} --schedule '{schedule}'")];
     if let Some(c) = case_seed {
-        out.push(format!("crashpoint repro {scenario}{sys} --seed {c}"));
+        let all = if s.explore.as_ref().is_some_and(|e| e.all_faults) { " --all-faults" } else { "" };
+        out.push(format!("crashpoint repro {scenario}{sys}{all} --seed {c}"));
     }
     out
 }
@@ -259,7 +262,7 @@ fn failure_of(s: &Scenario, system: &str, o: &ScenarioOutcome, original: &Schedu
         divergence: None,
         breaking_step: super::violation::breaking_line(o).map(|l| l.trim().to_string()),
         trace: o.trace.clone(),
-        repro: repro_commands(&s.name, system, &o.schedule, case_seed),
+        repro: repro_commands(s, system, &o.schedule, case_seed),
         timeline: None,
     }
 }

@@ -36,7 +36,8 @@ pub fn capture(page: &Path, png: &Path, width: u32, height: u32) -> Result<()> {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let profile = tempfile::tempdir()?;
+    // Private, like every temp dir of the harness (issue 16 §5).
+    let profile = tempfile::Builder::new().permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700)).tempdir()?;
     let mut child = Command::new(chromium()?)
         .args(["--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars", "--no-first-run"])
         .arg(format!("--user-data-dir={}", profile.path().display()))

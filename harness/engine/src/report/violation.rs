@@ -111,8 +111,10 @@ pub fn breaking_entry(history: &History, verdict: &Verdict) -> Option<usize> {
     }
     let culprit = verdict.culprit.as_ref()?;
     let last = history.entries.len().checked_sub(1)?;
-    if culprit.kind == CulpritKind::Stuck {
-        return Some(last);
+    match culprit.kind {
+        CulpritKind::Stuck => return Some(last),
+        CulpritKind::At(i) => return Some(i.min(last)),
+        _ => {}
     }
     let wanted: BTreeSet<Uuid> = culprit.identities.iter().copied().collect();
     let r = read(history);

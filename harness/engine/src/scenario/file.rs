@@ -22,7 +22,7 @@ pub struct ExploreSpec {
     #[serde(default)]
     pub sqs_faults: bool,
     /// Put the PostgreSQL outcome faults (`pg:commit-response-lost`, `pg:connection-reset`)
-    /// on the menu (default false; in-process workers only).
+    /// on the menu (default false).
     #[serde(default)]
     pub pg_faults: bool,
     /// Calls whose applied-then-unanswered crash is on the menu (`crash@<call>:applied`,
@@ -30,6 +30,10 @@ pub struct ExploreSpec {
     /// takes effect, and the worker is killed before the reply reaches it.
     #[serde(default)]
     pub applied: Vec<String>,
+    /// Set by `--all-faults` ([`Scenario::with_all_faults`]), never by the file: every engine
+    /// fault the scenario's workers can take is on the menu, and repro commands say so.
+    #[serde(skip)]
+    pub all_faults: bool,
 }
 
 /// Exhaustive enumeration (`[exhaustive]` in a scenario file): after the scripted `schedule`
@@ -136,6 +140,18 @@ impl Scenario {
         let mut all = self.workload.invariants();
         all.extend(self.sql_invariants.iter().cloned().map(|i| Box::new(i) as Box<dyn crate::checker::Invariant>));
         crate::checker::with_engine_invariants(all)
+    }
+
+    /// This scenario with every engine fault on the exploration menu (`--all-faults`): the SQS
+    /// faults and the PostgreSQL outcome faults. The network and provider faults of a workload
+    /// with providers are on every menu already. A scripted scenario is returned unchanged.
+    pub fn with_all_faults(mut self) -> Scenario {
+        if let Some(e) = self.explore.as_mut() {
+            e.sqs_faults = true;
+            e.pg_faults = true;
+            e.all_faults = true;
+        }
+        self
     }
 }
 

@@ -7,7 +7,7 @@
 //! and every descendant, the exited ones included (`cutime`/`cstime` of their parent, which
 //! reaped them): PostgreSQL forks a backend per connection.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::Endpoints;
 
@@ -64,33 +64,15 @@ fn port_of(url: &str, default: u16) -> Option<u16> {
     Some(u.port().unwrap_or(default))
 }
 
-/// The pid of the process that listens on loopback or any address at `port`.
-fn listener(port: u16) -> Option<i32> {
-    let mut entries = procfs::net::tcp().unwrap_or_default();
-    entries.extend(procfs::net::tcp6().unwrap_or_default());
-    let inodes: BTreeSet<u64> = entries
-        .iter()
-        .filter(|e| e.state == procfs::net::TcpState::Listen && e.local_address.port() == port)
-        .map(|e| e.inode)
-        .collect();
-    if inodes.is_empty() {
-        return None;
-    }
-    procfs::process::all_processes().ok()?.flatten().find_map(|p| {
-        let holds = p.fd().ok()?.flatten().any(|fd| matches!(fd.target, procfs::process::FDTarget::Socket(i) if inodes.contains(&i)));
-        holds.then_some(p.pid)
-    })
-}
-
 impl CpuProbe {
     /// Finds the processes listening on the endpoints' ports (LocalStack 4566, PostgreSQL
     /// 5432, Redis 6379 by default). A service behind another machine, a Unix socket or a
     /// container's proxy is not found: its figures are `None`.
     pub fn new(endpoints: &Endpoints) -> CpuProbe {
         CpuProbe {
-            localstack: port_of(&endpoints.sqs_endpoint_url, 4566).and_then(listener),
-            postgres: port_of(&endpoints.database_url, 5432).and_then(listener),
-            redis: port_of(&endpoints.redis_url, 6379).and_then(listener),
+            localstack: port_of(&endpoints.sqs_endpoint_url, 4566).and_then(super::ports::listener_pid),
+            postgres: port_of(&endpoints.database_url, 5432).and_then(super::ports::listener_pid),
+            redis: port_of(&endpoints.redis_url, 6379).and_then(super::ports::listener_pid),
         }
     }
 
@@ -152,10 +134,7 @@ mod tests {
     }
 
     #[test]
-    fn this_process_spends_cpu_and_a_listener_is_found_by_port() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        assert_eq!(listener(port), Some(std::process::id() as i32));
+    fn this_process_spends_cpu() {
         let before = CpuProbe { localstack: None, postgres: None, redis: None }.read();
         let mut x = 0u64;
         let t = std::time::Instant::now();

@@ -18,6 +18,7 @@ pub mod cpu;
 pub mod docker;
 pub mod external;
 pub mod native;
+pub mod ports;
 pub mod redact;
 pub mod sqs_calls;
 pub mod safety;

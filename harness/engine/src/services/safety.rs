@@ -1,4 +1,12 @@
 //! The loopback guard for destructive operations.
+//!
+//! Every operation of the harness that creates or destroys something on the services, or
+//! deletes what a system put there, is listed in [`DESTRUCTIVE`]; a test finds each one in the
+//! source and fails on one that is not listed. All of them are reached only through endpoints
+//! that passed [`check_destructive`]: `cli::run::with_services` checks before `run`, `repro`,
+//! `catalogue` and `bench` do anything, `doctor --calibrate` before it connects, and the
+//! library entry points (`testkit`, `explore`) run on endpoints the harness itself started or
+//! a team named for its tests. A CLI test runs each command against a remote host.
 
 use std::net::IpAddr;
 
@@ -38,9 +46,74 @@ pub fn check_destructive(endpoints: &Endpoints, allow_remote: bool, what: &str) 
     Ok(())
 }
 
+/// The destructive operations in the engine's source: (file under `src/`, the operation as
+/// written there, what it destroys). Statements a workload's handlers run are not here: they
+/// run through [`crate::sim::cx::Cx`] in the schedule's own schema, queues and keys.
+pub const DESTRUCTIVE: &[(&str, &str, &str)] = &[
+    ("sim/admin.rs", "CREATE SCHEMA", "a schedule's schema and its template, named from a fresh UUID"),
+    ("sim/admin.rs", "DROP SCHEMA", "the schedule's schema and template at teardown"),
+    ("sim/admin.rs", "TRUNCATE", "the pooled schema's tables, to reset it for the next schedule"),
+    ("sim/admin.rs", ".create_queue()", "the schedule's queues, named from its namespace"),
+    ("sim/admin.rs", ".delete_queue()", "the schedule's queues at teardown"),
+    ("sim/admin.rs", ".delete_message()", "a message past its queue's retention, on the schedule's queue"),
+    ("sim/admin.rs", "cmd(\"DEL\")", "the schedule's Redis keys (lock expiry, reset, teardown)"),
+    ("sim/cx.rs", ".delete_message()", "a worker's DeleteMessage of its delivery"),
+    ("sim/cx.rs", "cmd(\"DEL\")", "a worker's plain unlock (`Cx::unlock_unchecked`): whoever holds the key"),
+    ("sim/cx.rs", "cmd(\"EVAL\")", "a worker's compare-and-delete unlock of the key it holds (`Cx::unlock`)"),
+    ("services/calibrate/probes.rs", ".create_queue()", "the calibration's probe queues"),
+    ("services/calibrate/probes.rs", ".delete_queue()", "the calibration's probe queues"),
+    ("services/calibrate/probes.rs", ".delete_message()", "probe messages"),
+];
+
+/// What counts as destructive when the source is searched (see [`DESTRUCTIVE`]).
+pub const DESTRUCTIVE_PATTERNS: &[&str] = &[
+    "CREATE SCHEMA", "DROP SCHEMA", "DROP TABLE", "DROP DATABASE", "TRUNCATE", "DELETE FROM",
+    ".create_queue()", ".delete_queue()", ".purge_queue()", ".delete_message()", ".delete_message_batch()",
+    "cmd(\"DEL\")", "cmd(\"UNLINK\")", "cmd(\"EVAL\")", "cmd(\"EVALSHA\")", "Script::new(", "FLUSHALL", "FLUSHDB",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 16 §5: every destructive operation in the source is in [`DESTRUCTIVE`], and every
+    /// entry of the list is still there; comments and tests are not operations.
+    #[test]
+    fn every_destructive_operation_in_the_source_is_listed() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = std::collections::BTreeSet::new();
+        let mut stack = vec![src.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                let rel = path.strip_prefix(&src).unwrap().to_string_lossy().to_string();
+                if path.extension().is_none_or(|e| e != "rs") || rel == "services/safety.rs" {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                // Code only: up to the unit tests, without comments and log or error texts.
+                let code = text.split("#[cfg(test)]").next().unwrap();
+                for line in code.lines().map(str::trim).filter(|l| !l.starts_with("//")) {
+                    let code_part = line.split("tracing::").next().unwrap().split("context(").next().unwrap();
+                    for p in DESTRUCTIVE_PATTERNS {
+                        if code_part.contains(p) {
+                            found.insert((rel.clone(), p.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        let listed: std::collections::BTreeSet<(String, String)> =
+            DESTRUCTIVE.iter().map(|(f, op, _)| (f.to_string(), op.to_string())).collect();
+        let unlisted: Vec<_> = found.difference(&listed).collect();
+        let stale: Vec<_> = listed.difference(&found).collect();
+        assert!(unlisted.is_empty(), "destructive operations not in safety::DESTRUCTIVE: {unlisted:?}");
+        assert!(stale.is_empty(), "listed in safety::DESTRUCTIVE but not found in the source: {stale:?}");
+    }
 
     fn eps(db: &str) -> Endpoints {
         Endpoints {

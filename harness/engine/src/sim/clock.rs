@@ -91,7 +91,7 @@ impl Clock {
                 self.seq += 1;
                 self.locks.insert(key.clone(), (self.now_ms.saturating_add(*ttl_ms), self.seq));
             }
-            Fact::LockReleased { key } => {
+            Fact::LockReleased { key, .. } => {
                 self.locks.remove(key);
             }
             Fact::DependsOn { .. } | Fact::Dispatched { .. } => {}

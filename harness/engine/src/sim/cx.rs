@@ -24,6 +24,12 @@ pub const REAL_VISIBILITY_S: i32 = 3600;
 /// Real TTL given to Redis locks, ms. Long, for the same reason.
 pub const REAL_LOCK_TTL_MS: u64 = 3_600_000;
 
+/// Compare-and-delete of a lock: `DEL` only when the key still holds the caller's token
+/// (Redis documentation, "Distributed locks with Redis": the release script). Returns the
+/// number of keys deleted, 0 or 1.
+pub const COMPARE_AND_DELETE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+
 /// The logical clock's epoch: logical time 0 is 2026-01-01T00:00:00Z.
 pub fn epoch() -> DateTime<Utc> {
     DateTime::from_timestamp(1_767_225_600, 0).expect("valid epoch")
@@ -542,14 +548,22 @@ impl Cx {
 
     // ---- Redis ----
 
-    /// `SET key 1 NX PX` with a logical TTL of `ttl_ms` (the real TTL is long; the logical
-    /// clock expires it). A yield point named `op`; true when the lock was taken.
-    pub async fn lock(&mut self, op: &'static str, key: &str, ttl_ms: u64) -> Result<bool, CallError> {
+    /// `SET key <token> NX PX` with a logical TTL of `ttl_ms` (the real TTL is long; the
+    /// logical clock expires it). A yield point named `op`. Returns the lock's token when it
+    /// was taken, `None` when the key was held: a value unique within the schedule
+    /// (`<worker>.<n>`), to be carried to whoever releases the lock (Symfony's DeduplicateStamp
+    /// carries its lock key with the token) and given to [`Cx::unlock`].
+    pub async fn lock(&mut self, op: &'static str, key: &str, ttl_ms: u64) -> Result<Option<String>, CallError> {
         self.gate(op).await?;
         self.count(0, 0, 1);
+        let token = {
+            let mut w = self.world.borrow_mut();
+            w.lock_tokens += 1;
+            format!("{}.{}", self.me, w.lock_tokens)
+        };
         let r: redis::RedisResult<Option<String>> = redis::cmd("SET")
             .arg(key)
-            .arg(1)
+            .arg(&token)
             .arg("NX")
             .arg("PX")
             .arg(REAL_LOCK_TTL_MS)
@@ -560,7 +574,7 @@ impl Cx {
                 let taken = v.is_some();
                 let facts = if taken { vec![Fact::LockTaken { key: key.to_string(), ttl_ms }] } else { vec![] };
                 self.complete(op, Service::Redis, Outcome::Locked { taken }, facts);
-                Ok(taken)
+                Ok(taken.then_some(token))
             }
             Err(e) => {
                 self.complete(op, Service::Redis, Outcome::Error { message: e.to_string() }, vec![]);
@@ -569,19 +583,41 @@ impl Cx {
         }
     }
 
-    /// `DEL key`. A yield point named `op`.
-    pub async fn unlock(&mut self, op: &'static str, key: &str) -> Result<(), CallError> {
+    /// Releases `key` only if it still holds `token` (compare-and-delete in one Lua script,
+    /// which Redis runs atomically; the pattern of the Redis documentation's "Distributed locks
+    /// with Redis" and of Symfony's RedisStore). A worker whose lock expired and was taken by
+    /// another deletes nothing. A yield point named `op`.
+    pub async fn unlock(&mut self, op: &'static str, key: &str, token: &str) -> Result<(), CallError> {
+        self.gate(op).await?;
+        self.count(0, 0, 1);
+        let r: redis::RedisResult<i64> =
+            redis::cmd("EVAL").arg(COMPARE_AND_DELETE).arg(1).arg(key).arg(token).query_async(&mut self.redis).await;
+        self.unlocked(op, key, true, r)
+    }
+
+    /// `DEL key`, whoever holds it now: a worker whose lock expired deletes the lock another
+    /// has taken since (what the invariant "a lock is released only by its holder" catches).
+    /// A yield point named `op`.
+    pub async fn unlock_unchecked(&mut self, op: &'static str, key: &str) -> Result<(), CallError> {
         self.gate(op).await?;
         self.count(0, 0, 1);
         let r: redis::RedisResult<i64> = redis::cmd("DEL").arg(key).query_async(&mut self.redis).await;
+        self.unlocked(op, key, false, r)
+    }
+
+    /// Completes an unlock (`checked`: a compare-and-delete) that deleted `n` keys:
+    /// [`Fact::LockReleased`] only when it deleted the lock, so that the logical clock keeps
+    /// expiring a lock that a refused compare-and-delete left in place.
+    fn unlocked(&mut self, op: &'static str, key: &str, checked: bool, r: redis::RedisResult<i64>) -> Result<(), CallError> {
         match r {
             Ok(n) => {
-                self.complete(op, Service::Redis, Outcome::Unlocked { held: n > 0 }, vec![Fact::LockReleased { key: key.to_string() }]);
+                let facts = if n > 0 { vec![Fact::LockReleased { key: key.to_string(), checked }] } else { vec![] };
+                self.complete(op, Service::Redis, Outcome::Unlocked { held: n > 0 }, facts);
                 Ok(())
             }
             Err(e) => {
                 self.complete(op, Service::Redis, Outcome::Error { message: e.to_string() }, vec![]);
-                Err(CallError::Service(format!("redis DEL: {e}")))
+                Err(CallError::Service(format!("redis unlock: {e}")))
             }
         }
     }

@@ -6,9 +6,11 @@
 //! invisible until its visibility expires). A restart is `Sim::bounce`: fresh software that
 //! connects again. Connections are created inside the host future so that a crash closes them.
 
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use sqlx::ConnectOptions;
 
 use super::cx::Cx;
@@ -62,7 +64,13 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
             let (name, spec) = (name.clone(), spec.clone());
             async move {
                 let program = spec.system.program(prefix).expect("checked when the fleet was built");
-                host_main(name, program, queue, spec).await.map_err(|e| format!("{e:#}").into())
+                // A panic in the workload's code is this worker's failure, a harness error
+                // that names it (issue 16), never a pass nor a torn-down process.
+                AssertUnwindSafe(host_main(name.clone(), program, queue, spec))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|p| Err(anyhow::anyhow!("worker {name} panicked: {}", crate::error::panic_text(&*p))))
+                    .map_err(|e| format!("{e:#}").into())
             }
         });
     }

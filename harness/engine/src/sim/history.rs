@@ -24,8 +24,10 @@ pub enum Fact {
     VisibilityChanged { queue: &'static str, msg: String, secs: u64 },
     /// A Redis lock was taken with a TTL (logical ms).
     LockTaken { key: String, ttl_ms: u64 },
-    /// A Redis lock was deleted.
-    LockReleased { key: String },
+    /// A Redis lock was deleted (recorded only when the call deleted it). `checked` when the
+    /// release proved it held the lock (a compare-and-delete of its token, which deletes
+    /// nothing otherwise); `false` for a plain `DEL`.
+    LockReleased { key: String, checked: bool },
     /// The call's outcome depends on an SQS behaviour that endpoints differ on; `behaviour` is
     /// the calibration probe's name (e.g. `stale-receipt-handle`).
     DependsOn { behaviour: String },

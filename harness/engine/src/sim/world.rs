@@ -127,6 +127,9 @@ pub struct World {
     /// The simulated network to the workload's providers: armed faults, partitions, held
     /// requests, the providers' lane lines.
     pub net: super::net::NetState,
+    /// Lock tokens handed out so far ([`crate::sim::cx::Cx::lock`]): the next is one more, so
+    /// tokens are unique within the schedule across worker restarts.
+    pub lock_tokens: u64,
 }
 
 /// The handle workers and the scheduler share.
@@ -145,6 +148,7 @@ impl World {
             pg: Default::default(),
             receive_counts: BTreeMap::new(),
             net: Default::default(),
+            lock_tokens: 0,
         }))
     }
 

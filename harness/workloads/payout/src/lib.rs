@@ -124,6 +124,7 @@ impl Workload for Payout {
                 merchant_id: derive_id(namespace, "merchant", &e.merchant),
                 amount_minor: e.amount_minor,
                 currency: e.currency.clone(),
+                lock_token: None,
             };
             names.set(ev.event_id, &e.name);
             names.set(ev.payment_id, &e.payment);

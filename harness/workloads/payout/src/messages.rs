@@ -20,6 +20,11 @@ pub struct PaymentCaptured {
     pub amount_minor: i64,
     /// ISO 4217 code, 3 letters.
     pub currency: String,
+    /// The token of the dispatch lock the producer took for this message (seed 000's
+    /// DeduplicateStamp carries the lock's key; Symfony's lock Key carries this token), so that
+    /// the consumer releases only that lock; absent when the producer sent none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_token: Option<String>,
 }
 
 /// `MerchantPayoutCreated`, written to the outbox by the consumer and published by the relay.

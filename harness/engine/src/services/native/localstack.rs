@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use nix::sys::signal::Signal;
 
 use super::binaries;
 use super::postgres::tail;
-use super::process::{free_port, ManagedChild};
+use super::process::ManagedChild;
+use crate::services::ports::{exit_error, free_port, listened_by_group, on_free_port};
 
 /// The pinned LocalStack version.
 pub const VERSION: &str = "4.13.1";
@@ -95,8 +96,17 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
 /// Starts the gateway on a free loopback port with only SQS, its files under `dir`, and waits
 /// until `/_localstack/health` reports sqs `available` or `running` (at most 90 s).
 pub async fn start(dir: &Path) -> Result<LocalStack> {
+    start_on(dir, free_port).await
+}
+
+/// Like [`start`], with the ports to try from `ports`: a port taken before the gateway binds
+/// it is given up for the next one ([`on_free_port`]).
+pub async fn start_on(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<LocalStack> {
     let python = tokio::task::spawn_blocking(ensure_venv).await??;
-    let port = free_port()?;
+    on_free_port(ports, |port| attempt(&python, dir, port)).await
+}
+
+async fn attempt(python: &Path, dir: &Path, port: u16) -> Result<LocalStack> {
     let listen = format!("127.0.0.1:{port}");
     let mut cmd = Command::new(python);
     cmd.args(["-m", "localstack.runtime.main"])
@@ -114,16 +124,18 @@ pub async fn start(dir: &Path) -> Result<LocalStack> {
         .env("SQS_DISABLE_CLOUDWATCH_METRICS", "1")
         .env("LS_LOG", "error")
         .current_dir(dir);
-    let log = dir.join("localstack.log");
+    let log = dir.join(format!("localstack-{port}.log"));
     let mut child = ManagedChild::spawn("localstack", cmd, &log, Signal::SIGTERM)?;
     let endpoint = format!("http://{listen}");
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        if health_ok(port).await {
+        // Only our own listener counts: the port may have been taken by another process.
+        if child.exited().is_none() && listened_by_group(port, child.pid()) && health_ok(port).await {
             return Ok(LocalStack { endpoint, child });
         }
         if let Some(status) = child.exited() {
-            bail!("LocalStack exited ({status}) before SQS was available:\n{}", tail(&log));
+            let log = tail(&log);
+            return Err(exit_error("localstack", port, &log, || anyhow!("LocalStack exited ({status}) before SQS was available:\n{log}")));
         }
         if let Some(sig) = super::process::interrupted() {
             bail!("interrupted by signal {sig} while waiting for it to start");

@@ -33,6 +33,12 @@ impl NativeServices {
     /// about 10 s; the first run also installs its venv, about 50 s). Whatever started is
     /// stopped again if another one fails.
     pub async fn start() -> Result<NativeServices> {
+        Self::start_with(&super::ports::free_port).await
+    }
+
+    /// Like [`NativeServices::start`], each service taking its ports from `ports` (a test
+    /// offers ports it holds, to see them given up for others).
+    pub async fn start_with(ports: &(dyn Fn() -> Result<u16> + Sync)) -> Result<NativeServices> {
         process::install_signal_cleanup();
         // Check binaries first so that a missing one fails at once, before anything starts.
         binaries::postgres_bindir()?;
@@ -43,8 +49,10 @@ impl NativeServices {
         // Install the LocalStack venv (once) before anything starts, so that readiness
         // deadlines do not include the install.
         tokio::task::spawn_blocking(localstack::ensure_venv).await??;
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::Builder::new()
             .prefix("crashpoint-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()
             .context("creating the services' temp dir")?
             .keep();
@@ -61,14 +69,21 @@ impl NativeServices {
             localstack: None,
             keep_dir: false,
         };
+        // Everything under it is private (mode 0700). When crashpoint runs
+        // as root, PostgreSQL runs as its own account and must reach its directory inside:
+        // that account then owns the top directory (root reaches everything anyway).
+        if let Some(u) = postgres::run_as() {
+            nix::unistd::chown(&dir, Some(u.uid), Some(u.gid)).context("chown of the services' temp dir")?;
+        }
         for sub in ["pg", "redis", "localstack"] {
-            std::fs::create_dir_all(dir.join(sub))?;
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(dir.join(sub))?;
         }
         let (pg_dir, redis_dir, ls_dir) = (dir.join("pg"), dir.join("redis"), dir.join("localstack"));
         let (pg, rd, ls) = tokio::join!(
-            postgres::start(&pg_dir),
-            redis::start(&redis_dir),
-            localstack::start(&ls_dir),
+            postgres::start_on(&pg_dir, ports),
+            redis::start_on(&redis_dir, ports),
+            localstack::start_on(&ls_dir, ports),
         );
         // Keep whatever started so that Drop stops it if another failed.
         let (pg, rd, ls) = (pg.map(|p| me.pg.insert(p).url.clone()),
@@ -131,5 +146,53 @@ impl NativeServices {
 impl Drop for NativeServices {
     fn drop(&mut self) {
         self.stop_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    fn mode(p: &std::path::Path) -> u32 {
+        std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o777
+    }
+
+    /// Issue 16 §3 and §5: each service is first offered a port that this test holds (a port
+    /// taken between being chosen and the bind); each gives it up and starts on another, and
+    /// the services' temp dirs are private.
+    #[test]
+    fn a_port_taken_before_the_bind_is_given_up_for_another_and_temp_dirs_are_0700() {
+        let held: Vec<std::net::TcpListener> = (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        let taken: Vec<u16> = held.iter().map(|l| l.local_addr().unwrap().port()).collect();
+        let offer = Mutex::new(taken.clone());
+        let ports = || offer.lock().unwrap().pop().map_or_else(super::super::ports::free_port, Ok);
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let services = rt.block_on(NativeServices::start_with(&ports)).expect("services did not start on other ports");
+        let dir = services.dir.clone();
+        for url in [&services.endpoints.database_url, &services.endpoints.sqs_endpoint_url, &services.endpoints.redis_url] {
+            let port = url::Url::parse(url).unwrap().port().unwrap();
+            assert!(!taken.contains(&port), "{url} is on a port this test holds");
+        }
+        // Each held port was tried by some service, whose log of that attempt says the address
+        // was in use; each service started on its first port that was free.
+        let mut tried = 0;
+        for (sub, name) in [("pg", "postgres"), ("redis", "redis"), ("localstack", "localstack")] {
+            let failed: Vec<String> = taken.iter().map(|p| dir.join(sub).join(format!("{name}-{p}.log"))).filter(|l| l.exists()).map(|l| std::fs::read_to_string(l).unwrap()).collect();
+            for log in &failed {
+                assert!(crate::services::ports::says_address_in_use(log), "{name}'s failed attempt:\n{log}");
+            }
+            tried += failed.len();
+        }
+        assert_eq!(tried, taken.len(), "every held port is tried once");
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+        for sub in ["pg", "redis", "localstack"] {
+            assert_eq!(mode(&dir.join(sub)), 0o700, "{sub}");
+        }
+        services.stop();
+        assert!(!dir.exists(), "{} was left behind", dir.display());
+        drop(held);
     }
 }

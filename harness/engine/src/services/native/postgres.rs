@@ -1,15 +1,16 @@
 //! A throwaway PostgreSQL cluster: `initdb` into a temp dir, then `postgres` on a free port.
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use nix::sys::signal::Signal;
 
 use super::binaries;
-use super::process::{free_port, ManagedChild};
+use super::process::ManagedChild;
+use crate::services::ports::{exit_error, free_port, listened_by_group, on_free_port};
 
 /// Server settings for a throwaway test cluster: durability off (nothing here must survive a
 /// power cut) and `client_connection_check_interval` so that a crashed worker's backend
@@ -34,7 +35,7 @@ pub struct Postgres {
 
 /// The unprivileged account to run PostgreSQL as when crashpoint runs as root
 /// (`initdb` refuses root): `postgres` if it exists, else `nobody`.
-fn run_as() -> Option<nix::unistd::User> {
+pub(super) fn run_as() -> Option<nix::unistd::User> {
     if !nix::unistd::geteuid().is_root() {
         return None;
     }
@@ -51,13 +52,18 @@ fn as_user(cmd: &mut Command, user: &Option<nix::unistd::User>) {
 /// Waits until a connection succeeds (at most 60 s). Errors: no server binaries
 /// ([`crate::error::MissingBinary`]), initdb failing, the server exiting or not answering.
 pub async fn start(dir: &Path) -> Result<Postgres> {
+    start_on(dir, free_port).await
+}
+
+/// Like [`start`], with the ports to try from `ports`: a port taken before the server binds it
+/// is given up for the next one ([`on_free_port`]); `initdb` runs once.
+pub async fn start_on(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<Postgres> {
     let bindir = binaries::postgres_bindir()?;
     let user = run_as();
     let data = dir.join("data");
     if let Some(u) = &user {
         nix::unistd::chown(dir, Some(u.uid), Some(u.gid)).context("chown of the PostgreSQL dir")?;
     }
-    let log = dir.join("postgres.log");
     let mut initdb = Command::new(bindir.join("initdb"));
     initdb
         .args(["-D"])
@@ -73,36 +79,48 @@ pub async fn start(dir: &Path) -> Result<Postgres> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    let port = free_port()?;
+    on_free_port(ports, |port| serve(&bindir, dir, &data, &user, port)).await
+}
+
+/// Starts the server of the cluster in `data` on `port` and waits until it accepts connections.
+async fn serve(bindir: &Path, dir: &Path, data: &Path, user: &Option<nix::unistd::User>, port: u16) -> Result<Postgres> {
+    let log = dir.join(format!("postgres-{port}.log"));
     let mut cmd = Command::new(bindir.join("postgres"));
     cmd.arg("-D").arg(&data).arg("-p").arg(port.to_string()).arg("-k").arg(dir);
     for (k, v) in SETTINGS {
         cmd.arg("-c").arg(format!("{k}={v}"));
     }
-    as_user(&mut cmd, &user);
-    if let Some(u) = &user {
+    as_user(&mut cmd, user);
+    if let Some(u) = user {
         std::fs::File::create(&log)?;
         nix::unistd::chown(&log, Some(u.uid), Some(u.gid))?;
     }
     let mut child = ManagedChild::spawn("postgres", cmd, &log, Signal::SIGINT)?;
     let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-    wait_ready(&url, &mut child, &log).await?;
+    wait_ready(&url, port, &mut child, &log).await?;
     Ok(Postgres { url, child })
 }
 
-async fn wait_ready(url: &str, child: &mut ManagedChild, log: &PathBuf) -> Result<()> {
+async fn wait_ready(url: &str, port: u16, child: &mut ManagedChild, log: &Path) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let opts = crate::services::clients::pg_options(url)?;
     loop {
         use sqlx::ConnectOptions;
-        match opts.connect().await {
+        // Only our own listener counts: the port may have been taken by another process.
+        let ours = child.exited().is_none() && listened_by_group(port, child.pid());
+        let connected = match ours {
+            true => opts.connect().await.map_err(|e| e.to_string()),
+            false => Err(format!("nothing of ours listens on port {port} yet")),
+        };
+        match connected {
             Ok(c) => {
                 let _ = sqlx::Connection::close(c).await;
                 return Ok(());
             }
             Err(e) => {
                 if let Some(status) = child.exited() {
-                    bail!("postgres exited ({status}) before accepting connections:\n{}", tail(log));
+                    let log = tail(log);
+                    return Err(exit_error("postgres", port, &log, || anyhow!("postgres exited ({status}) before accepting connections:\n{log}")));
                 }
                 if let Some(sig) = super::process::interrupted() {
                     bail!("interrupted by signal {sig} while waiting for it to start");

@@ -191,9 +191,3 @@ pub fn install_signal_cleanup() {
         });
     });
 }
-
-/// A free TCP port on 127.0.0.1, found by binding port 0.
-pub fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
-    Ok(l.local_addr()?.port())
-}

@@ -311,11 +311,6 @@ impl<'a> Run<'a> {
             Decision::RedisRestart => self.redis_restart(),
             Decision::Net(fault) => self.net_fault(*fault),
             Decision::Pg(fault) => {
-                if self.has_external() {
-                    return Err(inapplicable(format!(
-                        "{fault} applies to in-process workers; this scenario has external workers (their PostgreSQL proxy does not inject it yet)"
-                    )));
-                }
                 self.world.borrow_mut().pg.apply(*fault);
                 self.fault(FaultEvent::Pg { name: fault.to_string(), text: fault.announcement().to_string() }, vec![]);
                 Ok(())

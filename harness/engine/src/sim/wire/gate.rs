@@ -19,6 +19,13 @@ pub enum Admit {
     /// Forward the call and read its whole reply, but never relay it: the call is applied and
     /// the worker is killed before it hears of it (`crash@commit:applied`).
     Withhold,
+    /// Forward the call, read its whole reply, and close the worker's connection instead of
+    /// relaying it: the statement is applied and the worker sees its connection drop
+    /// (`pg:commit-response-lost`).
+    LoseReply,
+    /// Do not forward the call: roll back the connection's open transaction, as the server does
+    /// when a connection drops, and close the worker's connection (`pg:connection-reset`).
+    Reset,
 }
 
 /// One PostgreSQL call as the proxy saw it: the client's messages up to the first Sync,
@@ -35,6 +42,9 @@ pub struct PgCall {
     /// that only prepares (Parse, Describe, Sync: libpq's `PQprepare`, asyncpg, JDBC) is not a
     /// call of its own: it passes ungated, and its text is remembered for the Execute.
     pub executes: bool,
+    /// The connection's transaction status before the call, from the last ReadyForQuery: `I`
+    /// idle, `T` in a transaction, `E` in a failed one (`None` before the first).
+    pub status: Option<u8>,
 }
 
 /// What the server answered to one [`PgCall`].
@@ -67,4 +77,8 @@ pub trait PgGate {
     async fn hold(&self, pid: i32, call: &PgCall) -> Admit;
     /// The reply of the admitted call `call` has been relayed to the worker.
     fn replied(&self, pid: i32, call: &PgCall, reply: PgReply);
+    /// The proxy closed the worker's connection for a PostgreSQL outcome fault
+    /// ([`Admit::LoseReply`], [`Admit::Reset`]): `call` ends with the connection error
+    /// `message`.
+    fn dropped(&self, pid: i32, call: &PgCall, message: &str);
 }

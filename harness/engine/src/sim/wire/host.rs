@@ -5,7 +5,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use tokio::net::TcpListener;
 
 use super::process::{tail, WorkerProcess};
@@ -34,14 +34,13 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
     tokio::task::spawn_local(redis::serve(redis_l, host_port(&e.redis_url, 6379)?, worker.clone()));
     let env = environment(&name, &spec, pg_port, sqs_port, redis_port)?;
     let env: Vec<(String, String)> = env.into_iter().chain(ext.env.clone()).collect();
-    let dir = std::env::temp_dir().join("crashpoint-workers");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let log = dir.join(format!("{}-{name}.log", spec.schema));
+    let log = super::process::logs_dir()?.join(format!("{}-{name}.log", spec.schema));
     let mut process = WorkerProcess::spawn(&ext.command, &ext.cwd, &env, log.clone())?;
     tracing::info!(worker = %name, pid = process.pid(), log = %log.display(), command = %ext.command.join(" "), "external worker started");
     loop {
         tokio::time::sleep(Duration::from_millis(EXIT_POLL_MS)).await;
         if let Some(status) = process.exited() {
+            process.keep_log();
             bail!("external worker {name} exited by itself ({status}); the last lines of {}:\n{}", log.display(), tail(&log, 15));
         }
     }

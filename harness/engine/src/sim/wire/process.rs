@@ -3,17 +3,48 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 /// A running worker process. Dropping it kills its process group with SIGKILL and reaps it, so
-/// a crash of the worker's turmoil host is a crash of the process.
+/// a crash of the worker's turmoil host is a crash of the process; its log is removed then,
+/// unless [`WorkerProcess::keep_log`] was called (an error names the log).
 pub struct WorkerProcess {
     child: Child,
-    /// Where its stdout and stderr go.
+    /// Where its stdout and stderr go (under [`logs_dir`]).
     pub log: PathBuf,
+    keep_log: bool,
+}
+
+/// This process's directory for external workers' logs (see [`logs_dir`]).
+static LOGS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// This process's directory for external workers' logs, `$TMPDIR/crashpoint-workers-XXXXXX`,
+/// created on first use with mode 0700 and removed by
+/// [`remove_logs_dir`]. Errors: the directory cannot be created.
+pub fn logs_dir() -> Result<&'static Path> {
+    let dir = LOGS.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let private = std::fs::Permissions::from_mode(0o700);
+        let dir = tempfile::Builder::new().prefix("crashpoint-workers-").permissions(private).tempdir().map_err(|e| format!("{e}"))?.keep();
+        crate::services::native::process::register_dir(dir.clone());
+        Ok(dir)
+    });
+    dir.as_deref().map_err(|e| anyhow::anyhow!("creating a directory for external workers' logs: {e}"))
+}
+
+/// Removes [`logs_dir`], if it was created, when it holds no log; a log kept because its
+/// worker failed (an error named it) stays, with its directory. Called at the end of
+/// `crashpoint`'s `main` and at the exit of a test process.
+pub fn remove_logs_dir() {
+    if let Some(Ok(dir)) = LOGS.get() {
+        // Removed, or kept for the logs an error named: either way no cleanup removes it later.
+        let _ = std::fs::remove_dir(dir);
+        crate::services::native::process::unregister_dir(dir);
+    }
 }
 
 impl WorkerProcess {
@@ -33,12 +64,17 @@ impl WorkerProcess {
             .process_group(0)
             .spawn()
             .with_context(|| format!("starting external worker `{}` in {}", command.join(" "), cwd.display()))?;
-        Ok(WorkerProcess { child, log })
+        Ok(WorkerProcess { child, log, keep_log: false })
     }
 
     /// Its pid (also its process group id).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Keeps its log when it is dropped (an error names it).
+    pub fn keep_log(&mut self) {
+        self.keep_log = true;
     }
 
     /// Its exit status, if it has exited.
@@ -52,6 +88,9 @@ impl Drop for WorkerProcess {
         let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if !self.keep_log {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 
@@ -60,4 +99,32 @@ pub fn tail(log: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// Issue 16 §5: the logs directory is private, a worker the harness stopped leaves no log
+    /// behind, and a worker whose log an error names keeps it.
+    #[test]
+    fn worker_logs_are_private_and_removed_unless_an_error_names_them() {
+        let dir = logs_dir().unwrap();
+        assert_eq!(std::fs::metadata(dir).unwrap().permissions().mode() & 0o777, 0o700, "{}", dir.display());
+        let sh = |name: &str| {
+            let cmd = ["sh".to_string(), "-c".into(), "echo started; sleep 30".into()];
+            WorkerProcess::spawn(&cmd, Path::new("/"), &[], dir.join(format!("test-{name}-{}.log", std::process::id()))).unwrap()
+        };
+        let (stopped, mut failed) = (sh("stopped"), sh("failed"));
+        let (a, b) = (stopped.log.clone(), failed.log.clone());
+        assert!(a.exists() && b.exists());
+        drop(stopped);
+        failed.keep_log();
+        drop(failed);
+        assert!(!a.exists(), "the log of a worker the harness stopped was left in {}", dir.display());
+        assert!(b.exists(), "the log an error names was removed");
+        std::fs::remove_file(b).unwrap();
+    }
 }

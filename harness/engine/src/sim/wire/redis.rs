@@ -161,10 +161,19 @@ async fn read_one(server: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(Reply, V
     }
 }
 
+/// Whether `EVAL script 1 key token` is a lock's compare-and-delete (its script reads the key
+/// and deletes it, as [`crate::sim::cx::COMPARE_AND_DELETE`] and Symfony's RedisStore do).
+fn is_compare_and_delete(name: &str, args: &[String]) -> bool {
+    let script = args.get(1).map(|s| s.to_ascii_lowercase()).unwrap_or_default();
+    let calls = |cmd: &str| script.contains(&format!("'{cmd}'")) || script.contains(&format!("\"{cmd}\""));
+    name == "EVAL" && args.get(2).is_some_and(|n| n == "1") && calls("get") && calls("del")
+}
+
 fn label(name: &str, args: &[String]) -> &'static str {
     match name {
         "SET" if args.iter().any(|a| a.eq_ignore_ascii_case("NX")) => "lock",
         "DEL" | "UNLINK" => "unlock",
+        "EVAL" if is_compare_and_delete(name, args) => "unlock",
         other => super::spec::intern(&other.to_ascii_lowercase()),
     }
 }
@@ -188,7 +197,25 @@ fn outcome(name: &str, args: &[String], reply: &Reply) -> (Outcome, Vec<Fact>) {
         }
         "DEL" | "UNLINK" => {
             let held = matches!(reply, Reply::Int(n) if *n > 0);
-            let facts = args.iter().skip(1).map(|k| Fact::LockReleased { key: k.clone() }).collect();
+            // Which of several keys went is not in the reply: only when all went are they all
+            // released (a key still held keeps its logical expiry).
+            let keys = &args[1.min(args.len())..];
+            let facts = match reply {
+                Reply::Int(n) if *n > 0 && *n as usize == keys.len() => {
+                    keys.iter().map(|k| Fact::LockReleased { key: k.clone(), checked: false }).collect()
+                }
+                Reply::Int(n) if *n > 0 => {
+                    tracing::warn!(deleted = n, keys = keys.len(), "a DEL of several keys deleted some: none is recorded as released");
+                    vec![]
+                }
+                _ => vec![],
+            };
+            (Outcome::Unlocked { held }, facts)
+        }
+        "EVAL" if is_compare_and_delete(name, args) => {
+            let held = matches!(reply, Reply::Int(n) if *n > 0);
+            let key = args.get(3).cloned().unwrap_or_default();
+            let facts = if held { vec![Fact::LockReleased { key, checked: true }] } else { vec![] };
             (Outcome::Unlocked { held }, facts)
         }
         _ => (Outcome::Done, vec![]),
@@ -215,7 +242,20 @@ mod tests {
         assert_eq!(label("SET", &set), "lock");
         let (o, f) = outcome("SET", &set, &Reply::Ok);
         assert_eq!((o, f), (Outcome::Locked { taken: true }, vec![Fact::LockTaken { key: "k".into(), ttl_ms: 20000 }]));
-        let (o, _) = outcome("DEL", &["DEL".into(), "k".into()], &Reply::Int(0));
-        assert_eq!(o, Outcome::Unlocked { held: false });
+        let (o, f) = outcome("DEL", &["DEL".into(), "k".into()], &Reply::Int(0));
+        assert_eq!((o, f), (Outcome::Unlocked { held: false }, vec![]));
+        let (o, f) = outcome("DEL", &["DEL".into(), "k".into()], &Reply::Int(1));
+        assert_eq!((o, f), (Outcome::Unlocked { held: true }, vec![Fact::LockReleased { key: "k".into(), checked: false }]));
+        let cad: Vec<String> = ["EVAL", crate::sim::cx::COMPARE_AND_DELETE, "1", "k", "p.1"].map(String::from).to_vec();
+        assert_eq!(label("EVAL", &cad), "unlock");
+        let (o, f) = outcome("EVAL", &cad, &Reply::Int(1));
+        assert_eq!((o, f), (Outcome::Unlocked { held: true }, vec![Fact::LockReleased { key: "k".into(), checked: true }]));
+        let (o, f) = outcome("EVAL", &cad, &Reply::Int(0));
+        assert_eq!((o, f), (Outcome::Unlocked { held: false }, vec![]));
+        let two: Vec<String> = ["DEL", "k", "j"].map(String::from).to_vec();
+        assert_eq!(outcome("DEL", &two, &Reply::Int(1)).1, vec![], "one of two deleted: which is unknown");
+        assert_eq!(outcome("DEL", &two, &Reply::Int(2)).1.len(), 2);
+        let other: Vec<String> = ["EVAL", "return 1", "0"].map(String::from).to_vec();
+        assert_eq!(label("EVAL", &other), "eval");
     }
 }

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 
 use super::gate::{Admit, PgCall, PgGate, PgReply};
 use super::spec::{intern, External};
+use crate::nemesis::pg::PgFault;
 use crate::sim::cx::QueueUrls;
 use crate::sim::history::{Fact, Outcome, Service, Step};
 use crate::sim::world::{SharedWorld, Status};
@@ -256,6 +257,11 @@ pub fn pg_label(call: &PgCall) -> &'static str {
     if let Some(label) = comment_label(call) {
         return label;
     }
+    keyword_label(call)
+}
+
+/// The label of `call` from its first keyword alone: `begin`, `commit`, `rollback` or `sql`.
+fn keyword_label(call: &PgCall) -> &'static str {
     let first = call.sql.iter().map(|s| s.trim_start().to_ascii_uppercase()).find(|s| !s.is_empty()).unwrap_or_default();
     let word = first.split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("");
     match word {
@@ -327,12 +333,28 @@ impl PgGate for WireWorker {
         match WireWorker::hold(self, label, Service::Postgres, false).await {
             Granted::Fail(cp) => Admit::Fail(injected_error(cp)),
             Granted::Withhold => Admit::Withhold,
-            Granted::Go => Admit::Forward,
+            Granted::Go => {
+                // As in-process: a reset takes the next statement; a lost reply takes the next
+                // COMMIT that commits (not one in a failed transaction, which rolls back).
+                let commits = keyword_label(call) == "commit" && call.status == Some(b'T');
+                let mut w = self.world.borrow_mut();
+                if w.pg.take(PgFault::ConnectionReset) {
+                    Admit::Reset
+                } else if commits && w.pg.take(PgFault::CommitResponseLost) {
+                    Admit::LoseReply
+                } else {
+                    Admit::Forward
+                }
+            }
         }
     }
 
     fn replied(&self, _pid: i32, call: &PgCall, reply: PgReply) {
         self.complete(Service::Postgres, pg_outcome(call, &reply), vec![]);
+    }
+
+    fn dropped(&self, _pid: i32, _call: &PgCall, message: &str) {
+        self.complete(Service::Postgres, Outcome::Error { message: message.to_string() }, vec![]);
     }
 }
 
@@ -341,7 +363,7 @@ mod tests {
     use super::*;
 
     fn call(sql: &str) -> PgCall {
-        PgCall { sql: vec![sql.to_string()], terminate: false, executes: true }
+        PgCall { sql: vec![sql.to_string()], terminate: false, executes: true, status: Some(b'T') }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crashpoint::sut::Val;
 use crate::points;
 use crate::messages::PaymentCaptured;
 use crate::reference::consumer::{claim, insert_outbox, insert_payout, CONSUMER};
-use crate::reference::{acknowledge, fail_or_retry, lock_key};
+use crate::reference::{acknowledge, fail_or_retry, DispatchLock};
 use crate::system::{CallError, Consumer, Cx, Delivery};
 
 fn parse(d: &Delivery) -> Result<PaymentCaptured, CallError> {
@@ -34,7 +34,7 @@ impl<B: Body> Consumer for Acked<B> {
         let ev = parse(&d)?;
         cx.crash_point(points::AFTER_RECEIVE);
         let r = self.0.body(cx, &ev, &d).await;
-        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+        acknowledge(cx, CONSUMER, &d, &DispatchLock::of(&ev), r).await
     }
 }
 
@@ -99,13 +99,13 @@ impl Consumer for RedisOnlyDedup {
         let ev = parse(&d)?;
         cx.crash_point(points::AFTER_RECEIVE);
         let ttl_ms = cx.config::<crate::SystemConfig>().lock_ttl_s * 1000;
-        if !cx.lock("mark_processed", &format!("processed.{}", ev.event_id), ttl_ms).await? {
+        if cx.lock("mark_processed", &format!("processed.{}", ev.event_id), ttl_ms).await?.is_none() {
             cx.note(format!("{} marked processed in Redis: skipped", ev.event_id));
-            return acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), Ok(())).await;
+            return acknowledge(cx, CONSUMER, &d, &DispatchLock::of(&ev), Ok(())).await;
         }
         cx.crash_point(points::AFTER_CLAIM);
         let r = pay(cx, &ev).await;
-        acknowledge(cx, CONSUMER, &d, &lock_key(&ev.event_id), r).await
+        acknowledge(cx, CONSUMER, &d, &DispatchLock::of(&ev), r).await
     }
 }
 
@@ -138,7 +138,7 @@ pub struct KeyPerAttempt;
 impl Consumer for KeyPerAttempt {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let mut ev = parse(&d)?;
-        let key = lock_key(&ev.event_id);
+        let lock = DispatchLock::of(&ev);
         let attempt = format!("{}/{}/{}", cx.name(), d.msg, d.receive_count);
         ev.event_id = Uuid::new_v5(&ev.event_id, attempt.as_bytes());
         cx.crash_point(points::AFTER_RECEIVE);
@@ -153,7 +153,7 @@ impl Consumer for KeyPerAttempt {
             cx.commit().await
         }
         .await;
-        acknowledge(cx, CONSUMER, &d, &key, r).await
+        acknowledge(cx, CONSUMER, &d, &lock, r).await
     }
 }
 
@@ -166,7 +166,7 @@ pub struct AckBeforeCommit;
 impl Consumer for AckBeforeCommit {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev = parse(&d)?;
-        let key = lock_key(&ev.event_id);
+        let lock = DispatchLock::of(&ev);
         cx.crash_point(points::AFTER_RECEIVE);
         let r = async {
             cx.begin().await?;
@@ -183,14 +183,14 @@ impl Consumer for AckBeforeCommit {
             cx.delete(&d).await?;
             cx.crash_point(points::AFTER_DELETE);
             cx.commit().await?;
-            cx.unlock("unlock", &key).await
+            lock.release(cx).await
         }
         .await;
         match r {
             Ok(()) => Ok(()),
             Err(e) => {
                 cx.rollback().await?;
-                fail_or_retry(cx, CONSUMER, &d, &e, Some(&key)).await
+                fail_or_retry(cx, CONSUMER, &d, &e, Some(&lock)).await
             }
         }
     }
@@ -204,7 +204,7 @@ pub struct SkipWithoutDelete;
 impl Consumer for SkipWithoutDelete {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev = parse(&d)?;
-        let key = lock_key(&ev.event_id);
+        let lock = DispatchLock::of(&ev);
         cx.crash_point(points::AFTER_RECEIVE);
         let r = async {
             cx.begin().await?;
@@ -228,8 +228,8 @@ impl Consumer for SkipWithoutDelete {
                 cx.note(format!("{} is a duplicate: returned without deleting {}", ev.event_id, d.msg));
                 Ok(())
             }
-            Ok(true) => acknowledge(cx, CONSUMER, &d, &key, Ok(())).await,
-            Err(e) => acknowledge(cx, CONSUMER, &d, &key, Err(e)).await,
+            Ok(true) => acknowledge(cx, CONSUMER, &d, &lock, Ok(())).await,
+            Err(e) => acknowledge(cx, CONSUMER, &d, &lock, Err(e)).await,
         }
     }
 }
@@ -242,14 +242,14 @@ pub struct LockReleasedOnFailure;
 impl Consumer for LockReleasedOnFailure {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev = parse(&d)?;
-        let key = lock_key(&ev.event_id);
+        let lock = DispatchLock::of(&ev);
         cx.crash_point(points::AFTER_RECEIVE);
         let r = pay(cx, &ev).await;
         if r.is_err() {
             cx.rollback().await?;
-            cx.unlock("unlock", &key).await?;
+            lock.release(cx).await?;
         }
-        acknowledge(cx, CONSUMER, &d, &key, r).await
+        acknowledge(cx, CONSUMER, &d, &lock, r).await
     }
 }
 
@@ -261,7 +261,7 @@ pub struct ParkFailureAcked;
 impl Consumer for ParkFailureAcked {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev = parse(&d)?;
-        let key = lock_key(&ev.event_id);
+        let lock = DispatchLock::of(&ev);
         let r = crate::reference::consumer::handle(cx, &ev).await.map(|_| ());
         let must_park = match &r {
             Err(CallError::Unrecoverable(_)) => true,
@@ -269,7 +269,7 @@ impl Consumer for ParkFailureAcked {
             Ok(()) => false,
         };
         if !must_park {
-            return acknowledge(cx, CONSUMER, &d, &key, r).await;
+            return acknowledge(cx, CONSUMER, &d, &lock, r).await;
         }
         let reason = r.err().map(|e| e.to_string()).unwrap_or_default();
         cx.rollback().await?;
@@ -322,5 +322,22 @@ pub struct DedupTableOnly;
 impl Body for DedupTableOnly {
     async fn body(&self, cx: &mut Cx, ev: &PaymentCaptured, _: &Delivery) -> Result<(), CallError> {
         crate::reference::consumer::handle_with(cx, ev, false).await.map(|_| ())
+    }
+}
+
+/// `lock-without-token`: the reference consumer, releasing the dispatch lock with a plain `DEL`
+/// instead of a compare-and-delete of the token its message carries (what the reference did
+/// before issue 15, and a lock stored as a constant allows no better). When the lock expired
+/// while the message was being handled and a later dispatch took it, this consumer deletes
+/// the later dispatch's lock, and a third dispatch is no longer suppressed.
+pub struct LockWithoutToken;
+
+#[async_trait(?Send)]
+impl Consumer for LockWithoutToken {
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let ev = parse(&d)?;
+        let lock = DispatchLock { token: None, ..DispatchLock::of(&ev) };
+        let r = crate::reference::consumer::handle(cx, &ev).await.map(|_| ());
+        acknowledge(cx, CONSUMER, &d, &lock, r).await
     }
 }

@@ -43,6 +43,10 @@ impl Mutant {
         self.schema = schema_without_payout_unique();
         self
     }
+    fn with_table(mut self, ddl: &str) -> Mutant {
+        self.schema.push_str(ddl);
+        self
+    }
     fn consumer(mut self, c: impl Consumer + 'static) -> Mutant {
         self.consumer = Rc::new(c);
         self
@@ -115,6 +119,8 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("relay-mark-fails-after-send", "the relay's mark errors after a successful send (with naive-downstream)"),
     ("balance-increment", "UPDATE balance = balance + amount with no dedup record (seed 004's counter)"),
     ("no-upstream-retry", "nothing upstream dispatches an event again: a dispatch suppressed by a dead producer's lock is lost"),
+    ("lock-without-token", "the consumer releases the dispatch lock with a plain DEL, not a compare-and-delete of its token: it deletes a later dispatch's lock"),
+    ("relay-watermark", "the relay selects rows created after the last one it published; a transaction that commits late is never published"),
 ];
 
 /// The mutant named `name`, if any.
@@ -136,6 +142,8 @@ pub fn by_name(name: &str) -> Option<Rc<dyn PayoutSystem>> {
         "relay-mark-fails-after-send" => m.relay(MarkFailsAfterSend::default()).downstream(NaiveDownstream),
         "balance-increment" => m.consumer(Acked(BalanceIncrement)),
         "no-upstream-retry" => m.without_upstream_retry(),
+        "lock-without-token" => m.consumer(LockWithoutToken),
+        "relay-watermark" => m.with_table(WATERMARK_SQL).relay(WatermarkRelay),
         _ => return None,
     };
     Some(Rc::new(m))

@@ -1,7 +1,7 @@
 use async_trait::async_trait;
 use sqlx::Row;
 
-use super::{acknowledge, lock_key, park};
+use super::{acknowledge, park, DispatchLock};
 use crashpoint::sut::Val;
 use crate::points;
 use crate::messages::PaymentCaptured;
@@ -116,8 +116,7 @@ impl Consumer for PayoutConsumer {
             Ok(ev) => ev,
             Err(e) => return park(cx, CONSUMER, &d, &format!("malformed PaymentCaptured: {e}"), None).await,
         };
-        let key = lock_key(&ev.event_id);
         let handled = handle(cx, &ev).await.map(|_| ());
-        acknowledge(cx, CONSUMER, &d, &key, handled).await
+        acknowledge(cx, CONSUMER, &d, &DispatchLock::of(&ev), handled).await
     }
 }

@@ -2,6 +2,7 @@
 //! in the failure transport when the error is unrecoverable or retries are exhausted.
 
 use crashpoint::sut::Val;
+use super::DispatchLock;
 use crate::points;
 use crate::system::{CallError, Cx, Delivery};
 
@@ -16,7 +17,7 @@ pub async fn fail_or_retry(
     consumer: &str,
     d: &Delivery,
     error: &CallError,
-    lock: Option<&str>,
+    lock: Option<&DispatchLock>,
 ) -> Result<(), CallError> {
     let attempt = d.receive_count.max(1);
     let max = cx.config::<crate::SystemConfig>().max_retries;
@@ -39,7 +40,7 @@ pub async fn park(
     consumer: &str,
     d: &Delivery,
     reason: &str,
-    lock: Option<&str>,
+    lock: Option<&DispatchLock>,
 ) -> Result<(), CallError> {
     let body: serde_json::Value =
         serde_json::from_str(&d.body).unwrap_or(serde_json::Value::String(d.body.clone()));
@@ -57,8 +58,8 @@ pub async fn park(
     )
     .await?;
     cx.note(format!("{} parked in the failure transport: {reason}", d.msg));
-    if let Some(key) = lock {
-        cx.unlock("unlock", key).await?;
+    if let Some(lock) = lock {
+        lock.release(cx).await?;
     }
     cx.delete(d).await
 }
@@ -70,13 +71,13 @@ pub async fn acknowledge(
     cx: &mut Cx,
     consumer: &str,
     d: &Delivery,
-    lock: &str,
+    lock: &DispatchLock,
     handled: Result<(), CallError>,
 ) -> Result<(), CallError> {
     match handled {
         Ok(()) => {
             cx.crash_point(points::AFTER_COMMIT);
-            cx.unlock("unlock", lock).await?;
+            lock.release(cx).await?;
             cx.delete(d).await?;
             cx.crash_point(points::AFTER_DELETE);
             Ok(())

@@ -33,6 +33,32 @@ pub fn lock_key(event_id: &uuid::Uuid) -> String {
     format!("payment-captured.{event_id}")
 }
 
+/// The dispatch lock a message carries (seed 000's DeduplicateStamp: the lock's key, and the
+/// token of the producer's `SET … NX`), released by whoever handles the message.
+pub struct DispatchLock {
+    /// `payment-captured.<event_id>`.
+    pub key: String,
+    /// The token the producer stored, `None` for a message that carries none.
+    pub token: Option<String>,
+}
+
+impl DispatchLock {
+    /// The dispatch lock of `ev`.
+    pub fn of(ev: &crate::messages::PaymentCaptured) -> DispatchLock {
+        DispatchLock { key: lock_key(&ev.event_id), token: ev.lock_token.clone() }
+    }
+
+    /// Releases it (a yield point named `unlock`): compare-and-delete with the token, so that a
+    /// lock that expired and was taken by a later dispatch stays with it; a plain `DEL` when the
+    /// message carries no token. Errors: Redis's.
+    pub async fn release(&self, cx: &mut crate::system::Cx) -> Result<(), crate::system::CallError> {
+        match &self.token {
+            Some(token) => cx.unlock("unlock", &self.key, token).await,
+            None => cx.unlock_unchecked("unlock", &self.key).await,
+        }
+    }
+}
+
 /// The correct system from seed 000.
 pub struct Reference;
 

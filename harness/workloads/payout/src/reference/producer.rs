@@ -6,9 +6,9 @@ use crate::points;
 use crate::messages::PaymentCaptured;
 use crate::system::{CallError, Cx, Producer};
 
-/// Dispatch with a DeduplicateStamp: `SET payment-captured.<event_id> NX PX ttl`, then
-/// SendMessage. A held lock suppresses the dispatch (seed 000, "Redis locks reduce overlap,
-/// not duplicates").
+/// Dispatch with a DeduplicateStamp: `SET payment-captured.<event_id> <token> NX PX ttl`, then
+/// SendMessage of the event with the lock's token, for its consumer's release. A held lock
+/// suppresses the dispatch (seed 000, "Redis locks reduce overlap, not duplicates").
 pub struct DedupProducer;
 
 #[async_trait(?Send)]
@@ -16,12 +16,13 @@ impl Producer for DedupProducer {
     async fn dispatch(&self, cx: &mut Cx, event: &PaymentCaptured) -> Result<(), CallError> {
         let key = lock_key(&event.event_id);
         let ttl_ms = cx.config::<crate::SystemConfig>().lock_ttl_s * 1000;
-        if !cx.lock("lock", &key, ttl_ms).await? {
+        let Some(token) = cx.lock("lock", &key, ttl_ms).await? else {
             cx.note(format!("dispatch of {} suppressed: lock {key} is held", event.event_id));
             return Ok(());
-        }
+        };
         cx.crash_point(points::AFTER_LOCK);
-        cx.send("send", queues::PAYMENTS, event, event.event_id).await?;
+        let stamped = PaymentCaptured { lock_token: Some(token), ..event.clone() };
+        cx.send("send", queues::PAYMENTS, &stamped, event.event_id).await?;
         cx.crash_point(points::AFTER_SEND);
         Ok(())
     }

@@ -269,7 +269,8 @@ impl Conn {
     /// Gates, forwards or fails, and reports the client's calls until either side closes.
     async fn run(&mut self) -> io::Result<()> {
         while let Some(batch) = self.next_batch().await? {
-            let call = self.describe(&batch);
+            let mut call = self.describe(&batch);
+            call.status = self.track.status;
             if call.terminate {
                 self.server.sock.write_all(&batch).await?;
                 return Ok(());
@@ -288,6 +289,23 @@ impl Conn {
                     None => return Ok(()),
                 },
                 Some(Admit::Fail(text)) => self.answer_failure(&batch, &text).await?,
+                Some(Admit::LoseReply) => {
+                    // Applied; the worker's connection closes (this session ends) before it
+                    // hears of it. A COMMIT that failed after all is recorded with its own
+                    // error (the worker, which gets a dropped connection, sees an error either way).
+                    self.withhold = true;
+                    match self.forward(&batch).await? {
+                        Some(reply) if reply.error.is_some() => self.gate.replied(self.track.pid, &call, reply),
+                        Some(_) => self.gate.dropped(self.track.pid, &call, crate::nemesis::pg::COMMIT_REPLY_LOST),
+                        None => {}
+                    }
+                    return Ok(());
+                }
+                Some(Admit::Reset) => {
+                    self.rollback_upstream().await?;
+                    self.gate.dropped(self.track.pid, &call, crate::nemesis::pg::CONNECTION_RESET);
+                    return Ok(());
+                }
                 Some(Admit::Withhold) => {
                     self.withhold = true;
                     let Some(reply) = self.forward(&batch).await? else { return Ok(()) };
@@ -446,6 +464,17 @@ impl Conn {
         self.client.sock.write_all(&out).await?;
         let error = Some((FAIL_SQLSTATE.to_string(), text.to_string()));
         Ok(PgReply { error, status: (!flush).then_some(status), ..PgReply::default() })
+    }
+
+    /// Rolls back the connection's open transaction, if any, without telling the worker: what
+    /// the server does when a connection drops, done before the worker can reconnect and run
+    /// into the transaction's locks.
+    async fn rollback_upstream(&mut self) -> io::Result<()> {
+        if matches!(self.track.status, Some(b'T' | b'E')) {
+            self.withhold = true;
+            self.forward(&frame(b'Q', b"ROLLBACK\0")).await?;
+        }
+        Ok(())
     }
 
     /// Relays the server's complete buffered messages to the client in one write, observing each.

@@ -16,11 +16,15 @@ const FAILURE: &str = "injected failure at the gate";
 const BIND_EXECUTE_SYNC: &[(u8, &[u8])] = &[(b'B', &[0; 8]), (b'E', &[0; 5]), (b'S', b"")];
 
 /// A gate that admits everything and records what the proxy reports; it fails the calls
-/// mentioning `fail_on` and holds forever those mentioning `stall_on`.
+/// mentioning `fail_on`, holds forever those mentioning `stall_on`, loses the reply of those
+/// mentioning `lose_on` and resets the connection of those mentioning `reset_on`.
 #[derive(Default)]
 struct Recorder {
     fail_on: Option<&'static str>,
     stall_on: Option<&'static str>,
+    lose_on: Option<&'static str>,
+    reset_on: Option<&'static str>,
+    dropped: RefCell<Vec<(PgCall, String)>>,
     refused: RefCell<Vec<String>>,
     backends: RefCell<Vec<i32>>,
     replies: RefCell<Vec<(PgCall, PgReply)>>,
@@ -45,6 +49,12 @@ impl PgGate for Recorder {
         if mentions(call, self.stall_on) {
             std::future::pending::<()>().await
         }
+        if mentions(call, self.lose_on) {
+            return Admit::LoseReply;
+        }
+        if mentions(call, self.reset_on) {
+            return Admit::Reset;
+        }
         match mentions(call, self.fail_on) {
             true => Admit::Fail(FAILURE.into()),
             false => Admit::Forward,
@@ -52,6 +62,9 @@ impl PgGate for Recorder {
     }
     fn replied(&self, _pid: i32, call: &PgCall, reply: PgReply) {
         self.replies.borrow_mut().push((call.clone(), reply))
+    }
+    fn dropped(&self, _pid: i32, call: &PgCall, message: &str) {
+        self.dropped.borrow_mut().push((call.clone(), message.to_string()))
     }
 }
 
@@ -354,5 +367,49 @@ fn flush_calls_multi_statement_queries_and_cancel() {
         let got = c.until(b'Z').await;
         let error = got.iter().find(|(tag, _)| *tag == b'E').map(|(_, body)| error_fields(body).0);
         assert_eq!(error.as_deref(), Some("57014"), "{got:?}");
+    });
+}
+
+/// `pg:commit-response-lost` through the proxy: the COMMIT is applied, the worker's connection
+/// drops instead of the reply, and the gate hears the connection error.
+#[test]
+fn a_lost_commit_reply_commits_and_drops_the_workers_connection() {
+    let gate = Rc::new(Recorder { lose_on: Some("COMMIT"), ..Recorder::default() });
+    with_proxy(gate.clone(), |port| async move {
+        let mut admin = direct().await;
+        exec(&mut admin, "CREATE TABLE IF NOT EXISTS pg_proxy_lost (v text)").await;
+        let marker = uuid::Uuid::new_v4().to_string();
+        let mut c = proxied(port).await;
+        exec(&mut c, "BEGIN").await;
+        sqlx::query("INSERT INTO pg_proxy_lost (v) VALUES ($1)").bind(&marker).execute(&mut c).await.unwrap();
+        let e = sqlx::raw_sql("COMMIT").execute(&mut c).await.expect_err("the COMMIT's reply came through");
+        assert!(matches!(e, sqlx::Error::Io(_) | sqlx::Error::Protocol(_)), "not a connection error: {e:?}");
+        assert_eq!(int(&mut admin, "SELECT count(*) FROM pg_proxy_lost WHERE v = $1", &marker).await, 1, "the COMMIT was not applied");
+        let dropped = gate.dropped.borrow().clone();
+        assert_eq!(dropped.len(), 1, "{dropped:?}");
+        assert_eq!((dropped[0].0.sql.as_slice(), dropped[0].1.as_str()), (&["COMMIT".to_string()][..], crate::nemesis::pg::COMMIT_REPLY_LOST));
+        assert_eq!(dropped[0].0.status, Some(b'T'), "the proxy tells the gate the transaction was open");
+    });
+}
+
+/// `pg:connection-reset` through the proxy: the statement is not applied, the open transaction
+/// is rolled back (its row gone, its locks released) and the worker's connection drops.
+#[test]
+fn a_reset_connection_rolls_back_without_forwarding_and_drops_the_worker() {
+    let gate = Rc::new(Recorder { reset_on: Some("reset here"), ..Recorder::default() });
+    with_proxy(gate.clone(), |port| async move {
+        let mut admin = direct().await;
+        exec(&mut admin, "CREATE TABLE IF NOT EXISTS pg_proxy_reset (v text PRIMARY KEY)").await;
+        let marker = uuid::Uuid::new_v4().to_string();
+        let mut c = proxied(port).await;
+        exec(&mut c, "BEGIN").await;
+        sqlx::query("INSERT INTO pg_proxy_reset (v) VALUES ($1)").bind(&marker).execute(&mut c).await.unwrap();
+        let e = sqlx::raw_sql("SELECT 'reset here'").execute(&mut c).await.expect_err("the reset statement answered");
+        assert!(matches!(e, sqlx::Error::Io(_) | sqlx::Error::Protocol(_)), "not a connection error: {e:?}");
+        // Rolled back before the worker heard of it: the key is free at once, nothing waits.
+        let inserted = sqlx::query("INSERT INTO pg_proxy_reset (v) VALUES ($1)").bind(&marker).execute(&mut admin).await;
+        assert!(inserted.is_ok(), "the reset transaction's row or lock survived: {inserted:?}");
+        assert!(gate.replies.borrow().iter().all(|(call, _)| !call.sql.iter().any(|s| s.contains("reset here"))), "the statement was forwarded");
+        assert_eq!(gate.dropped.borrow().last().map(|(_, m)| m.clone()).as_deref(), Some(crate::nemesis::pg::CONNECTION_RESET));
     });
 }
