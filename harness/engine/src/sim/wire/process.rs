@@ -126,5 +126,7 @@ mod tests {
         assert!(!a.exists(), "the log of a worker the harness stopped was left in {}", dir.display());
         assert!(b.exists(), "the log an error names was removed");
         std::fs::remove_file(b).unwrap();
+        remove_logs_dir();
+        assert!(!dir.exists(), "the empty logs directory {} was left behind", dir.display());
     }
 }
