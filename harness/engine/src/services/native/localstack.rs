@@ -7,15 +7,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use nix::sys::signal::Signal;
 
 use super::binaries;
-use super::postgres::tail;
 use super::process::ManagedChild;
-use crate::services::ports::{exit_error, free_port, listened_by_group, on_free_port};
+use crate::services::ports::on_free_port;
 
 /// The pinned LocalStack version.
 pub const VERSION: &str = "4.13.1";
@@ -93,15 +92,11 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Starts the gateway on a free loopback port with only SQS, its files under `dir`, and waits
-/// until `/_localstack/health` reports sqs `available` or `running` (at most 90 s).
-pub async fn start(dir: &Path) -> Result<LocalStack> {
-    start_on(dir, free_port).await
-}
-
-/// Like [`start`], with the ports to try from `ports`: a port taken before the gateway binds
-/// it is given up for the next one ([`on_free_port`]).
-pub async fn start_on(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<LocalStack> {
+/// Starts the gateway on a loopback port from `ports` ([`crate::services::ports::free_port`]; a
+/// port taken before the gateway binds it is given up for the next one, [`on_free_port`]) with
+/// only SQS, its files under `dir`, and waits until `/_localstack/health` reports sqs
+/// `available` or `running` (at most 90 s).
+pub async fn start(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<LocalStack> {
     let python = tokio::task::spawn_blocking(ensure_venv).await??;
     on_free_port(ports, |port| attempt(&python, dir, port)).await
 }
@@ -127,24 +122,12 @@ async fn attempt(python: &Path, dir: &Path, port: u16) -> Result<LocalStack> {
     let log = dir.join(format!("localstack-{port}.log"));
     let mut child = ManagedChild::spawn("localstack", cmd, &log, Signal::SIGTERM)?;
     let endpoint = format!("http://{listen}");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        // Only our own listener counts: the port may have been taken by another process.
-        if child.exited().is_none() && listened_by_group(port, child.pid()) && health_ok(port).await {
-            return Ok(LocalStack { endpoint, child });
-        }
-        if let Some(status) = child.exited() {
-            let log = tail(&log);
-            return Err(exit_error("localstack", port, &log, || anyhow!("LocalStack exited ({status}) before SQS was available:\n{log}")));
-        }
-        if let Some(sig) = super::process::interrupted() {
-            bail!("interrupted by signal {sig} while waiting for it to start");
-        }
-        if Instant::now() > deadline {
-            bail!("LocalStack SQS was not available within 90 s:\n{}", tail(&log));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ready = async || match health_ok(port).await {
+        true => Ok(()),
+        false => Err("/_localstack/health does not show sqs available yet".to_string()),
+    };
+    child.wait_ready(port, &log, (Duration::from_secs(90), Duration::from_millis(100)), "reported SQS available", ready).await?;
+    Ok(LocalStack { endpoint, child })
 }
 
 /// One GET of `/_localstack/health`: true when `services.sqs` is `available` or `running`.

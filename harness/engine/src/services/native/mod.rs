@@ -81,9 +81,9 @@ impl NativeServices {
         }
         let (pg_dir, redis_dir, ls_dir) = (dir.join("pg"), dir.join("redis"), dir.join("localstack"));
         let (pg, rd, ls) = tokio::join!(
-            postgres::start_on(&pg_dir, ports),
-            redis::start_on(&redis_dir, ports),
-            localstack::start_on(&ls_dir, ports),
+            postgres::start(&pg_dir, ports),
+            redis::start(&redis_dir, ports),
+            localstack::start(&ls_dir, ports),
         );
         // Keep whatever started so that Drop stops it if another failed.
         let (pg, rd, ls) = (pg.map(|p| me.pg.insert(p).url.clone()),

@@ -3,14 +3,14 @@
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use nix::sys::signal::Signal;
 
 use super::binaries;
 use super::process::ManagedChild;
-use crate::services::ports::{exit_error, free_port, listened_by_group, on_free_port};
+use crate::services::ports::on_free_port;
 
 /// Server settings for a throwaway test cluster: durability off (nothing here must survive a
 /// power cut) and `client_connection_check_interval` so that a crashed worker's backend
@@ -48,16 +48,12 @@ fn as_user(cmd: &mut Command, user: &Option<nix::unistd::User>) {
     }
 }
 
-/// Runs `initdb` and starts `postgres` under `dir` (which must exist and be empty).
-/// Waits until a connection succeeds (at most 60 s). Errors: no server binaries
+/// Runs `initdb` and starts `postgres` under `dir` (which must exist and be empty) on a port
+/// from `ports` ([`crate::services::ports::free_port`]): a port taken before the server binds
+/// it is given up for the next one ([`on_free_port`]); `initdb` runs once. Waits until a
+/// connection succeeds (at most 60 s). Errors: no server binaries
 /// ([`crate::error::MissingBinary`]), initdb failing, the server exiting or not answering.
-pub async fn start(dir: &Path) -> Result<Postgres> {
-    start_on(dir, free_port).await
-}
-
-/// Like [`start`], with the ports to try from `ports`: a port taken before the server binds it
-/// is given up for the next one ([`on_free_port`]); `initdb` runs once.
-pub async fn start_on(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<Postgres> {
+pub async fn start(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<Postgres> {
     let bindir = binaries::postgres_bindir()?;
     let user = run_as();
     let data = dir.join("data");
@@ -97,46 +93,13 @@ async fn serve(bindir: &Path, dir: &Path, data: &Path, user: &Option<nix::unistd
     }
     let mut child = ManagedChild::spawn("postgres", cmd, &log, Signal::SIGINT)?;
     let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-    wait_ready(&url, port, &mut child, &log).await?;
-    Ok(Postgres { url, child })
-}
-
-async fn wait_ready(url: &str, port: u16, child: &mut ManagedChild, log: &Path) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let opts = crate::services::clients::pg_options(url)?;
-    loop {
+    let opts = crate::services::clients::pg_options(&url)?;
+    let ready = async || {
         use sqlx::ConnectOptions;
-        // Only our own listener counts: the port may have been taken by another process.
-        let ours = child.exited().is_none() && listened_by_group(port, child.pid());
-        let connected = match ours {
-            true => opts.connect().await.map_err(|e| e.to_string()),
-            false => Err(format!("nothing of ours listens on port {port} yet")),
-        };
-        match connected {
-            Ok(c) => {
-                let _ = sqlx::Connection::close(c).await;
-                return Ok(());
-            }
-            Err(e) => {
-                if let Some(status) = child.exited() {
-                    let log = tail(log);
-                    return Err(exit_error("postgres", port, &log, || anyhow!("postgres exited ({status}) before accepting connections:\n{log}")));
-                }
-                if let Some(sig) = super::process::interrupted() {
-                    bail!("interrupted by signal {sig} while waiting for it to start");
-                }
-                if Instant::now() > deadline {
-                    bail!("postgres did not accept connections within 60 s ({e}):\n{}", tail(log));
-                }
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-        }
-    }
-}
-
-/// The last lines of a log file, for error messages.
-pub fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
+        let c = opts.connect().await.map_err(|e| e.to_string())?;
+        let _ = sqlx::Connection::close(c).await;
+        Ok(())
+    };
+    child.wait_ready(port, &log, (Duration::from_secs(60), Duration::from_millis(25)), "accepted connections", ready).await?;
+    Ok(Postgres { url, child })
 }

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
@@ -59,6 +59,47 @@ impl ManagedChild {
     pub fn detach(mut self) {
         self.detached = true;
         unregister_group(self.child.id() as i32);
+    }
+
+    /// Waits until `ready` succeeds, at most `timeout`, asking every `poll`; `ready` is asked only
+    /// while the child runs and the listener on `port` is its own (the port may have been taken
+    /// by another process between being chosen and the bind). `did` says what ready means, for
+    /// the errors (`accepted connections`). Errors: [`PortTaken`](crate::services::ports::PortTaken)
+    /// when the child exited and its `log` says the address was in use; the child's exit, an
+    /// interrupting signal, or the timeout (with `ready`'s last error), each with the log's end.
+    pub async fn wait_ready(
+        &mut self,
+        port: u16,
+        log: &std::path::Path,
+        (timeout, poll): (Duration, Duration),
+        did: &str,
+        mut ready: impl AsyncFnMut() -> Result<(), String>,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            if self.exited().is_none() && crate::services::ports::listened_by_group(port, self.pid()) {
+                match ready().await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => last = format!(" ({e})"),
+                }
+            }
+            let exited = self.exited();
+            let name = &self.name;
+            if let Some(status) = exited {
+                let end = tail(log, 15);
+                return Err(crate::services::ports::exit_error(name, port, &end, || {
+                    anyhow!("{name} exited ({status}) before it {did}:\n{end}")
+                }));
+            }
+            if let Some(sig) = interrupted() {
+                bail!("interrupted by signal {sig} while waiting for {name} to start");
+            }
+            if Instant::now() > deadline {
+                bail!("{name} had not {did} after {} s{last}:\n{}", timeout.as_secs(), tail(log, 15));
+            }
+            tokio::time::sleep(poll).await;
+        }
     }
 
     /// Asks the child to stop, waits up to `grace`, then kills its process group.
@@ -190,4 +231,11 @@ pub fn install_signal_cleanup() {
             }
         });
     });
+}
+
+/// The last `n` lines of a log file, for error messages (empty when it cannot be read).
+pub fn tail(log: &std::path::Path, n: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }

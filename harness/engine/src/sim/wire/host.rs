@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use tokio::net::TcpListener;
 
-use super::process::{tail, WorkerProcess};
+use super::process::WorkerProcess;
+use crate::services::native::process::tail;
 use super::spec::External;
 use super::sqs::SqsProxy;
 use super::worker::WireWorker;

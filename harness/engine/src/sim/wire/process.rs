@@ -94,13 +94,6 @@ impl Drop for WorkerProcess {
     }
 }
 
-/// The last `n` lines of `log`, for an error message.
-pub fn tail(log: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
