@@ -213,7 +213,11 @@ pub fn check(
 ) -> Vec<Verdict> {
     // PostgreSQL that does not answer makes every verdict unknown at once, rather than each
     // invariant waiting out the pool's acquire timeout in turn (a service killed mid-run).
-    if let Err(e) = admin.rt.block_on(sqlx::query("SELECT 1").execute(&admin.pg)) {
+    let probe = match admin.pg_refuses() {
+        true => Err("its port refuses connections".to_string()),
+        false => admin.rt.block_on(sqlx::query("SELECT 1").execute(&admin.pg)).map(|_| ()).map_err(|e| e.to_string()),
+    };
+    if let Err(e) = probe {
         admin.pg_unreachable();
         let why = format!("PostgreSQL does not answer the checker: {e}");
         return invariants.iter().map(|i| Verdict::unknown(&i.name(), why.clone())).collect();

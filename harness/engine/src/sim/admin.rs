@@ -66,12 +66,12 @@ impl Admin {
             let bootstrap = PgPoolOptions::new().max_connections(1).connect_with(opts.clone()).await?;
             sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")).execute(&bootstrap).await?;
             bootstrap.close().await;
-            // 5 s to get a connection: the harness uses its two one at a time, so a wait that
+            // 3 s to get a connection: the harness uses its two one at a time, so a wait that
             // long means PostgreSQL stopped answering (sqlx retries a refused connect until
             // then), and the run should end with that error soon after.
             let pg = PgPoolOptions::new()
                 .max_connections(2)
-                .acquire_timeout(Duration::from_secs(5))
+                .acquire_timeout(Duration::from_secs(3))
                 .connect_with(opts.options([("search_path", schema.as_str())]))
                 .await?;
             sqlx::raw_sql(ddl).execute(&pg).await.context("creating the system's schema")?;
@@ -99,9 +99,15 @@ impl Admin {
     }
 
     /// Records that PostgreSQL did not answer (the checker's probe timed out): a later
-    /// [`Admin::destroy`] leaves the schema rather than wait 5 s more for a connection.
+    /// [`Admin::destroy`] leaves the schema rather than wait 2 s more for a connection.
     pub fn pg_unreachable(&self) {
         self.pg_gone.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether PostgreSQL's TCP port refuses a connection now (a killed server): answered at
+    /// once, where the pool would retry a refused connect until its acquire timeout (3 s).
+    pub fn pg_refuses(&self) -> bool {
+        self.rt.block_on(refuses(&self.pg))
     }
 
     /// Sets `crashpoint_now()` to the logical time `now_ms` (ms since the epoch of
@@ -329,9 +335,11 @@ impl Admin {
             if let Err(e) = delete_keys(&mut redis, keys).await {
                 tracing::warn!("DEL of the schedule's Redis keys: {e}");
             }
-            // A connection within 2 s, or PostgreSQL is taken to be gone (killed under the run):
-            // the pool would otherwise retry a refused connect for its whole 5 s.
-            let conn = match pg_gone.into_inner() {
+            // PostgreSQL is taken to be gone (killed under the run) when the checker said so,
+            // when its port refuses a connection (at once, without the pool's retries), or when
+            // no connection comes within 2 s.
+            let gone = pg_gone.into_inner() || refuses(&pg).await;
+            let conn = match gone {
                 true => None,
                 false => tokio::time::timeout(Duration::from_secs(2), pg.acquire()).await.ok().and_then(Result::ok),
             };
@@ -346,6 +354,17 @@ impl Admin {
             pg.close().await;
         });
     }
+}
+
+/// Whether PostgreSQL's TCP port refuses a connection now (within 1 s). A Unix-socket URL is
+/// never taken to refuse.
+async fn refuses(pg: &PgPool) -> bool {
+    let opts = pg.connect_options();
+    if opts.get_host().starts_with('/') {
+        return false;
+    }
+    let connect = tokio::net::TcpStream::connect((opts.get_host(), opts.get_port()));
+    matches!(tokio::time::timeout(Duration::from_secs(1), connect).await, Ok(Err(_)))
 }
 
 /// Deletes `keys` with one `DEL` (none when there are no keys).
