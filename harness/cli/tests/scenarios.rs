@@ -240,3 +240,69 @@ fn a_plain_del_of_a_lock_taken_by_a_later_dispatch_is_caught() {
     let others: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds && v.invariant != "a lock is released only by its holder").map(|v| v.invariant.as_str()).collect();
     assert!(others.is_empty(), "only the lock invariant should break: {others:?}");
 }
+
+// ---- Issue 15: batches ----
+
+/// One receive returns three messages; the consumer dies after the first commit, and all three
+/// stay in flight until their visibility times out; c2 gets them together and one
+/// DeleteMessageBatch acknowledges them.
+#[test]
+fn a_crash_in_a_batch_strands_every_message_of_it_until_the_visibility_timeout() {
+    window(
+        "payout/batch-receive",
+        &[
+            "c1   recv                                    → m1 (receive 1), m2 (receive 1), m3 (receive 1)",
+            "c2   recv                                    → m1 (receive 2), m2 (receive 2), m3 (receive 2)",
+            "c2   delete_batch                            → m1 deleted, m2 deleted, m3 deleted",
+        ],
+    );
+}
+
+/// A DeleteMessageBatch entry that fails under HTTP 200 is deleted again by the reference.
+#[test]
+fn a_failed_batch_entry_is_deleted_again() {
+    window("payout/batch-delete-partial", &["→ m1 deleted, m2 failed (InternalError)", "c1   delete                                  → m2 deleted"]);
+}
+
+/// The same schedule with a consumer that ignores the failed entry: the engine's
+/// acknowledgement invariant names the message and the receive that went on without it.
+#[test]
+fn an_ignored_failed_batch_entry_is_caught() {
+    let o = run("batch-ignores-failed-deletes", "payout/batch-delete-partial", None);
+    let v = o.verdicts.iter().find(|v| v.invariant == "no failed acknowledgement is ignored").unwrap();
+    assert!(!v.holds, "{}", o.trace);
+    assert!(v.detail.starts_with("c1 received again at ") && v.detail.contains("ignoring the failed delete of m2 (InternalError)"), "{}", v.detail);
+    let others: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds && v.invariant != "no failed acknowledgement is ignored").map(|v| v.invariant.as_str()).collect();
+    assert!(others.is_empty(), "the redelivered m2 is a harmless duplicate: {others:?}\n{}", o.trace);
+}
+
+/// Two deliveries of one event in one receive: the reference's positional entry ids delete both.
+#[test]
+fn two_deliveries_of_one_event_in_a_batch_are_both_deleted() {
+    window("payout/batch-duplicate-delivery", &["c1   recv                                    → m1 (receive 1), m2 (receive 1)", "c1   delete_batch                            → m1 deleted, m2 deleted"]);
+}
+
+/// With the event id as entry id SQS rejects the whole batch, every time the two come back
+/// together: the run never gets quiet.
+#[test]
+fn event_ids_as_batch_entry_ids_get_the_batch_rejected_forever() {
+    let o = run("batch-entry-id-identity", "payout/batch-duplicate-delivery", None);
+    assert!(o.trace.contains("c1   delete_batch                            → error: DeleteMessageBatch: AWS.SimpleQueueService.BatchEntryIdsNotDistinct"), "{}", o.trace);
+    let v = o.verdicts.iter().find(|v| v.invariant.starts_with("quiescence")).unwrap();
+    assert!(!v.holds, "{}", o.trace);
+    assert!(o.verdicts.iter().filter(|v| !v.holds).all(|v| v.invariant.starts_with("quiescence") || v.invariant.starts_with("expected trace")), "{:?}", o.verdicts);
+}
+
+/// A batch size outside SQS's 1 to 10 is refused when the scenario loads, naming the field.
+#[test]
+fn a_batch_size_outside_1_to_10_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("payout")).unwrap();
+    let path = dir.path().join("payout/big-batch.toml");
+    let source = crashpoint::scenario::scenarios_dir().join("payout/batch-receive.toml");
+    let text = std::fs::read_to_string(source).unwrap().replace("max_messages = 10", "max_messages = 11");
+    std::fs::write(&path, text).unwrap();
+    let e = crashpoint::scenario::load(dir.path(), &path, &common::registry()).unwrap_err();
+    let e = format!("{e:#}");
+    assert!(e.contains("big-batch.toml:") && e.contains("max_messages: expected 1 to 10 (SQS ReceiveMessage MaxNumberOfMessages), got 11"), "{e}");
+}

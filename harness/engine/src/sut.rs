@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use async_trait::async_trait;
 
-pub use crate::sim::cx::{CallError, Cx, Delivery, Val};
+pub use crate::sim::cx::{CallError, Cx, Delivery, FailedEntry, Val};
 pub use crate::spec::Event;
 
 /// Publishes the scenario's events (seed 000: `$bus->dispatch($message, [...stamps])`).
@@ -46,6 +46,25 @@ pub trait Handler {
     /// Handles `delivery`. An error is noted in the trace and the open transaction rolled back,
     /// as Messenger's worker does; the message then comes back when its visibility times out.
     async fn on_delivery(&self, cx: &mut Cx, delivery: Delivery) -> Result<(), CallError>;
+
+    /// `MaxNumberOfMessages` of this handler's ReceiveMessage, 1 to 10 (ReceiveMessage API
+    /// reference), e.g. from the workload's `[config]`. Default 1: one message per receive,
+    /// given to [`Handler::on_delivery`]. Above 1, every receive's messages go to
+    /// [`Handler::on_batch`], which acknowledges them (e.g. with [`Cx::delete_batch`]).
+    fn max_messages(&self, _cx: &Cx) -> u32 {
+        1
+    }
+
+    /// Handles the messages of one receive (1 to [`Handler::max_messages`]), acknowledgements
+    /// included. An error is noted and the open transaction rolled back; messages not deleted
+    /// come back when their visibility times out. Default: [`Handler::on_delivery`] for each
+    /// in turn, an error noted and rolled back before the next.
+    async fn on_batch(&self, cx: &mut Cx, deliveries: Vec<Delivery>) -> Result<(), CallError> {
+        for d in deliveries {
+            crate::sim::programs::handle_one(self, cx, d).await;
+        }
+        Ok(())
+    }
 }
 
 /// One cycle of a polling or periodic worker (an outbox relay, a retention job).

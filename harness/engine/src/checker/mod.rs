@@ -8,13 +8,15 @@
 //!
 //! Reusable invariants: [`Quiescence`] (the drain's liveness finding), [`NothingExpired`]
 //! (no message lost to its queue's retention), [`ReleasedByHolder`] (no lock deleted by a worker
-//! that did not hold it) and [`SqlInvariant`] (a query that returns the
+//! that did not hold it), [`FailedAcksHandled`] (no failed batch delete ignored) and [`SqlInvariant`] (a query that returns the
 //! violating rows). A workload writes the rest against [`CheckCx`].
 
+mod acks;
 mod expired;
 mod locks;
 mod sql;
 
+pub use acks::{FailedAcksHandled, FAILED_ACKS_HANDLED};
 pub use expired::{NothingExpired, NOTHING_EXPIRED};
 pub use locks::{ReleasedByHolder, RELEASED_BY_HOLDER};
 pub use sql::SqlInvariant;
@@ -186,13 +188,16 @@ impl Invariant for Quiescence {
 }
 
 /// `invariants`, with the engine's own appended when none of them is named like it:
-/// [`NothingExpired`], [`ReleasedByHolder`], then [`Quiescence`].
+/// [`NothingExpired`], [`ReleasedByHolder`], [`FailedAcksHandled`], then [`Quiescence`].
 pub fn with_engine_invariants(mut invariants: Vec<Box<dyn Invariant>>) -> Vec<Box<dyn Invariant>> {
     if !invariants.iter().any(|i| i.name() == NOTHING_EXPIRED) {
         invariants.push(Box::new(NothingExpired));
     }
     if !invariants.iter().any(|i| i.name() == RELEASED_BY_HOLDER) {
         invariants.push(Box::new(ReleasedByHolder));
+    }
+    if !invariants.iter().any(|i| i.name() == FAILED_ACKS_HANDLED) {
+        invariants.push(Box::new(FailedAcksHandled));
     }
     if !invariants.iter().any(|i| i.name() == QUIESCENCE) {
         invariants.push(Box::new(Quiescence));

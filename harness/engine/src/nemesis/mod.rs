@@ -32,6 +32,7 @@ pub const KINDS: &[(&str, &str)] = &[
     ("sqs:stale-delete-noop", "from now on, DeleteMessage with a stale receipt handle returns OK and deletes nothing (AWS allows it)"),
     ("sqs:redeliver-after-delete", "the next message deleted is delivered once more (AWS at-least-once delivery)"),
     ("sqs:receive-lost", "the next message received is in flight and counted, but never reaches its consumer"),
+    ("sqs:batch-delete-partial", "the next DeleteMessageBatch returns HTTP 200 with its last entry failed (InternalError): that message is not deleted"),
     ("pg:commit-response-lost", "the next COMMIT is applied and its worker gets a connection error instead of the reply"),
     ("pg:connection-reset", "the next statement is not applied: its connection resets and the open transaction rolls back"),
     ("net:drop-request@<p>", "the next request to provider <p> is lost on its way (turmoil partition_oneway)"),

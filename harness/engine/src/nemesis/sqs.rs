@@ -8,6 +8,7 @@
 //! | [`SqsFault::StaleDeleteNoop`] | `sqs:stale-delete-noop` | from then on, DeleteMessage with a receipt handle that is not the message's latest returns OK and deletes nothing | DeleteMessage API reference: with an older handle "the request succeeds, but the message might not be deleted" |
 //! | [`SqsFault::RedeliverAfterDelete`] | `sqs:redeliver-after-delete` | the next message deleted is delivered once more (sent again with the same body, under the same label) | SQS at-least-once delivery: "on rare occasions, one of the servers that stores a copy of a message might be unavailable when you receive or delete a message … you might get that message copy again" |
 //! | [`SqsFault::ReceiveLost`] | `sqs:receive-lost` | the next ReceiveMessage that returns a message is lost on its way: the message is in flight and its receive count went up, but the consumer gets nothing | ReceiveMessage: a received message stays invisible for the visibility timeout whether or not the response reached the consumer |
+//! | [`SqsFault::BatchDeletePartial`] | `sqs:batch-delete-partial` | the next DeleteMessageBatch returns HTTP 200 with its last entry in `Failed` (code `InternalError`): that message is not deleted | DeleteMessageBatch: "the result of the action on each message is reported individually in the response … check for batch errors even when the call returns an HTTP status code of 200" |
 //!
 //! The harness knows each message's latest receipt handle (from its own receives), so it can
 //! tell a stale DeleteMessage without asking SQS.
@@ -31,11 +32,14 @@ pub enum SqsFault {
     RedeliverAfterDelete,
     /// A receive counts against the message but the consumer never gets it.
     ReceiveLost,
+    /// One entry of a DeleteMessageBatch fails while the call succeeds.
+    BatchDeletePartial,
 }
 
 impl SqsFault {
     /// Every fault, in text order.
-    pub const ALL: [SqsFault; 3] = [SqsFault::StaleDeleteNoop, SqsFault::RedeliverAfterDelete, SqsFault::ReceiveLost];
+    pub const ALL: [SqsFault; 4] =
+        [SqsFault::StaleDeleteNoop, SqsFault::RedeliverAfterDelete, SqsFault::ReceiveLost, SqsFault::BatchDeletePartial];
 
     /// The name after `sqs:` in schedules, e.g. `stale-delete-noop`.
     pub fn as_str(self) -> &'static str {
@@ -43,6 +47,7 @@ impl SqsFault {
             SqsFault::StaleDeleteNoop => "stale-delete-noop",
             SqsFault::RedeliverAfterDelete => "redeliver-after-delete",
             SqsFault::ReceiveLost => "receive-lost",
+            SqsFault::BatchDeletePartial => "batch-delete-partial",
         }
     }
 
@@ -59,6 +64,9 @@ impl SqsFault {
             }
             SqsFault::RedeliverAfterDelete => "sqs:redeliver-after-delete armed: the next message deleted is delivered once more",
             SqsFault::ReceiveLost => "sqs:receive-lost armed: the next message received never reaches its consumer",
+            SqsFault::BatchDeletePartial => {
+                "sqs:batch-delete-partial armed: the last entry of the next DeleteMessageBatch fails (InternalError) while the call succeeds"
+            }
         }
     }
 }
@@ -79,6 +87,8 @@ pub struct SqsNemesis {
     pub redeliver_after_delete: u32,
     /// Receives still to be lost.
     pub receive_lost: u32,
+    /// DeleteMessageBatch calls still to fail one entry.
+    pub batch_delete_partial: u32,
     /// Each message's latest receipt handle, by label.
     pub latest_receipt: BTreeMap<String, String>,
     /// Each received message's queue and body, by label (for a redelivery).
@@ -94,19 +104,34 @@ impl SqsNemesis {
             SqsFault::StaleDeleteNoop => self.stale_delete_noop = true,
             SqsFault::RedeliverAfterDelete => self.redeliver_after_delete += 1,
             SqsFault::ReceiveLost => self.receive_lost += 1,
+            SqsFault::BatchDeletePartial => self.batch_delete_partial += 1,
         }
     }
 
-    /// Records a receive; true when this receive is to be lost (an armed `receive-lost`).
+    /// Records a receive of one message; true when this receive is to be lost (an armed
+    /// `receive-lost`).
     pub fn received(&mut self, queue: &'static str, msg: &str, receipt: &str, body: &str) -> bool {
+        self.note_received(queue, msg, receipt, body);
+        self.take_receive_lost()
+    }
+
+    /// Records that `msg` was received with `receipt` (one message of a receive).
+    pub fn note_received(&mut self, queue: &'static str, msg: &str, receipt: &str, body: &str) {
         self.latest_receipt.insert(msg.to_string(), receipt.to_string());
         self.deleted.remove(msg);
         self.bodies.insert(msg.to_string(), (queue, body.to_string()));
-        if self.receive_lost > 0 {
-            self.receive_lost -= 1;
-            return true;
-        }
-        false
+    }
+
+    /// Takes an armed `receive-lost` for a receive that returned messages: true when the
+    /// whole response is to be lost.
+    pub fn take_receive_lost(&mut self) -> bool {
+        take(&mut self.receive_lost)
+    }
+
+    /// Takes an armed `batch-delete-partial` for a DeleteMessageBatch: true when its last entry
+    /// is to fail.
+    pub fn take_batch_delete_partial(&mut self) -> bool {
+        take(&mut self.batch_delete_partial)
     }
 
     /// Whether `receipt` is not the latest handle of `msg`.
@@ -136,6 +161,13 @@ impl SqsNemesis {
         }
         found
     }
+}
+
+/// Takes one of `armed` faults: true when one was armed.
+fn take(armed: &mut u32) -> bool {
+    let was = *armed > 0;
+    *armed = armed.saturating_sub(1);
+    was
 }
 
 #[cfg(test)]

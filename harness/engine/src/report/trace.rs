@@ -46,6 +46,19 @@ pub fn outcome_text(s: &Step) -> String {
         Outcome::ReceiveLost { msg, receive_count } => {
             format!("empty: {msg} (receive {receive_count}) lost on its way (sqs:receive-lost)")
         }
+        Outcome::ReceivedBatch { msgs, lost } => {
+            let list: Vec<String> = msgs.iter().map(|(m, n)| format!("{m} (receive {n})")).collect();
+            match lost {
+                false => list.join(", "),
+                true => format!("empty: {} lost on their way (sqs:receive-lost)", list.join(", ")),
+            }
+        }
+        Outcome::BatchDeleted { deleted, kept, failed } => {
+            let mut parts: Vec<String> = deleted.iter().map(|m| format!("{m} deleted")).collect();
+            parts.extend(kept.iter().map(|m| format!("{m} not deleted: stale receipt handle (sqs:stale-delete-noop)")));
+            parts.extend(failed.iter().map(|(m, code)| format!("{m} failed ({code})")));
+            parts.join(", ")
+        }
         Outcome::Empty => "empty".into(),
         Outcome::Sent { msg, who } => format!("{msg} ({who})"),
         Outcome::Deleted { msg, stale: false } => format!("{msg} deleted"),

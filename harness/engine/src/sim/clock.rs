@@ -94,7 +94,7 @@ impl Clock {
             Fact::LockReleased { key, .. } => {
                 self.locks.remove(key);
             }
-            Fact::DependsOn { .. } | Fact::Dispatched { .. } => {}
+            Fact::DependsOn { .. } | Fact::Dispatched { .. } | Fact::DeleteFailed { .. } => {}
         }
     }
 

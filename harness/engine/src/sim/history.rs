@@ -18,8 +18,12 @@ pub enum Fact {
     Sent { queue: &'static str, msg: String, identity: Uuid },
     /// A message was received; `receipt` is the real receipt handle (never printed).
     Received { queue: &'static str, msg: String, receive_count: u32, #[serde(skip)] receipt: String },
-    /// DeleteMessage succeeded for `msg`.
+    /// DeleteMessage (or an entry of DeleteMessageBatch) succeeded for `msg`.
     Deleted { queue: &'static str, msg: String },
+    /// An entry of DeleteMessageBatch failed for `msg`: the message was not deleted, though
+    /// the call returned HTTP 200 (DeleteMessageBatch API reference: "check for batch errors
+    /// even when the call returns an HTTP status code of 200").
+    DeleteFailed { queue: &'static str, msg: String },
     /// ChangeMessageVisibility set `msg` to become visible `secs` logical seconds from now.
     VisibilityChanged { queue: &'static str, msg: String, secs: u64 },
     /// A Redis lock was taken with a TTL (logical ms).
@@ -91,6 +95,9 @@ pub enum Outcome {
     Received { msg: String, receive_count: u32 },
     /// ReceiveMessage returned a message that the nemesis lost on its way (`sqs:receive-lost`).
     ReceiveLost { msg: String, receive_count: u32 },
+    /// ReceiveMessage returned several messages (`MaxNumberOfMessages` > 1): each label with
+    /// its receive count; `lost` when the nemesis lost the whole response (`sqs:receive-lost`).
+    ReceivedBatch { msgs: Vec<(String, u32)>, lost: bool },
     /// ReceiveMessage returned nothing.
     Empty,
     /// SendMessage accepted message `msg` with identity label `who`.
@@ -100,6 +107,10 @@ pub enum Outcome {
     Deleted { msg: String, stale: bool },
     /// DeleteMessage returned OK with a stale handle and deleted nothing (`sqs:stale-delete-noop`).
     NotDeleted { msg: String },
+    /// DeleteMessageBatch returned HTTP 200: `deleted` were deleted, `failed` were not (their
+    /// entries came back in `Failed`, each with its code), `kept` succeeded and deleted nothing
+    /// (a stale receipt handle under `sqs:stale-delete-noop`).
+    BatchDeleted { deleted: Vec<String>, kept: Vec<String>, failed: Vec<(String, String)> },
     /// ChangeMessageVisibility: `msg` is visible again in `secs` logical seconds.
     Hidden { msg: String, secs: u64 },
     /// `SET NX` took the lock (`true`) or found it held.

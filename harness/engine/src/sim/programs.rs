@@ -3,7 +3,7 @@
 
 use crate::sim::cx::Cx;
 use crate::sim::history::Fact;
-use crate::sut::Program;
+use crate::sut::{Handler, Program};
 
 /// Runs `program` until the host is crashed or the simulation ends. `queue` is the queue a
 /// handler receives from. Service errors are noted in the trace, the open transaction is
@@ -32,14 +32,15 @@ pub async fn run(program: Program, queue: Option<&'static str>, mut cx: Cx) {
             let queue = queue.expect("a handler role names its queue");
             loop {
                 cx.cycle_start();
-                match cx.receive(queue).await {
-                    Ok(Some(d)) => {
-                        if let Err(e) = handler.on_delivery(&mut cx, d).await {
-                            cx.note(format!("error: {e}"));
-                            let _ = cx.rollback().await;
+                let max = handler.max_messages(&cx);
+                match cx.receive_many(queue, max).await {
+                    Ok(ds) if ds.is_empty() => {}
+                    Ok(mut ds) if max == 1 => handle_one(&*handler, &mut cx, ds.remove(0)).await,
+                    Ok(ds) => {
+                        if let Err(e) = handler.on_batch(&mut cx, ds).await {
+                            failed(&mut cx, e).await;
                         }
                     }
-                    Ok(None) => {}
                     Err(e) => cx.note(format!("receive failed: {e}")),
                 }
             }
@@ -52,4 +53,21 @@ pub async fn run(program: Program, queue: Option<&'static str>, mut cx: Cx) {
             }
         },
     }
+}
+
+/// Runs `handler` on one delivery; an error is noted ([`HANDLER_ERROR`]) and the open
+/// transaction rolled back, as Messenger's worker does.
+pub async fn handle_one<H: Handler + ?Sized>(handler: &H, cx: &mut Cx, d: crate::sim::cx::Delivery) {
+    if let Err(e) = handler.on_delivery(cx, d).await {
+        failed(cx, e).await;
+    }
+}
+
+/// The start of the note a worker leaves when its handler returned an error: the failure was
+/// surfaced (the checker's acknowledgement invariant reads it).
+pub const HANDLER_ERROR: &str = "error: ";
+
+async fn failed(cx: &mut Cx, e: crate::sim::cx::CallError) {
+    cx.note(format!("{HANDLER_ERROR}{e}"));
+    let _ = cx.rollback().await;
 }

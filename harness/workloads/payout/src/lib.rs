@@ -109,6 +109,12 @@ impl Workload for Payout {
 
     fn config(&self, table: toml::Table) -> Result<Rc<dyn Any>, String> {
         let c: SystemConfig = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_string())?;
+        if !(1..=10).contains(&c.max_messages) {
+            return Err(format!(
+                "max_messages: expected 1 to 10 (SQS ReceiveMessage MaxNumberOfMessages), got {}",
+                c.max_messages
+            ));
+        }
         Ok(Rc::new(c))
     }
 

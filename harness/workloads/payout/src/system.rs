@@ -33,6 +33,10 @@ pub struct SystemConfig {
     pub retry_delay_s: u64,
     /// Outbox rows a relay selects at once (`LIMIT n`).
     pub relay_batch: i64,
+    /// Messages the payout consumer receives at once (SQS `MaxNumberOfMessages`, 1 to 10).
+    /// Above 1 it handles each in its own transaction and deletes them with one
+    /// DeleteMessageBatch ([`crate::reference::batch`]).
+    pub max_messages: u32,
 }
 
 impl Default for SystemConfig {
@@ -43,6 +47,7 @@ impl Default for SystemConfig {
             max_retries: 3,
             retry_delay_s: 1,
             relay_batch: 10,
+            max_messages: 1,
         }
     }
 }

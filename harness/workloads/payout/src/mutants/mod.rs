@@ -1,14 +1,17 @@
 //! Known-bad handlers (mutants) that the harness must catch. Each one replaces one role of
 //! the [`crate::reference::Reference`] system, and possibly its schema.
 
+mod batches;
 mod consumers;
 mod others;
 
 use std::rc::Rc;
 
+use crate::reference::batch::{self, BatchAck, EntryId, OnFailed};
 use crate::reference::{self, DedupProducer, DedupRetention, OutboxRelay, PayoutConsumer, SettlementProjection};
 use crate::system::*;
 
+pub use batches::*;
 pub use consumers::*;
 pub use others::*;
 
@@ -121,6 +124,8 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("no-upstream-retry", "nothing upstream dispatches an event again: a dispatch suppressed by a dead producer's lock is lost"),
     ("lock-without-token", "the consumer releases the dispatch lock with a plain DEL, not a compare-and-delete of its token: it deletes a later dispatch's lock"),
     ("relay-watermark", "the relay selects rows created after the last one it published; a transaction that commits late is never published"),
+    ("batch-ignores-failed-deletes", "a batch consumer (10 per receive) ignores the entries DeleteMessageBatch reports as failed"),
+    ("batch-entry-id-identity", "a batch consumer (10 per receive) uses the event id as its DeleteMessageBatch entry id: two deliveries of one event in a batch get the whole batch rejected"),
 ];
 
 /// The mutant named `name`, if any.
@@ -144,6 +149,8 @@ pub fn by_name(name: &str) -> Option<Rc<dyn PayoutSystem>> {
         "no-upstream-retry" => m.without_upstream_retry(),
         "lock-without-token" => m.consumer(LockWithoutToken),
         "relay-watermark" => m.with_table(WATERMARK_SQL).relay(WatermarkRelay),
+        "batch-ignores-failed-deletes" => m.consumer(BatchConsumer(BatchAck { on_failed: OnFailed::Ignore, ..batch::REFERENCE })),
+        "batch-entry-id-identity" => m.consumer(BatchConsumer(BatchAck { entry_id: EntryId::Identity, ..batch::REFERENCE })),
         _ => return None,
     };
     Some(Rc::new(m))

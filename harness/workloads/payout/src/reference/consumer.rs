@@ -119,4 +119,13 @@ impl Consumer for PayoutConsumer {
         let handled = handle(cx, &ev).await.map(|_| ());
         acknowledge(cx, CONSUMER, &d, &DispatchLock::of(&ev), handled).await
     }
+
+    /// `max_messages` of the scenario's `[config]` (default 1).
+    fn max_messages(&self, cx: &Cx) -> u32 {
+        cx.config::<crate::SystemConfig>().max_messages
+    }
+
+    async fn on_batch(&self, cx: &mut Cx, deliveries: Vec<Delivery>) -> Result<(), CallError> {
+        super::batch::handle_batch(cx, deliveries, super::batch::REFERENCE).await
+    }
 }

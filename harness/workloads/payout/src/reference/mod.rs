@@ -7,6 +7,7 @@
 //! - the downstream consumer has its own claim under its own `consumer_name`;
 //! - retention deletes dedup rows older than the window by the logical clock.
 
+pub mod batch;
 pub mod consumer;
 pub mod downstream;
 mod failure;

@@ -7,11 +7,14 @@
 
 use std::rc::Rc;
 
-use aws_sdk_sqs::types::MessageSystemAttributeName;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::PgConnection;
 use uuid::Uuid;
+
+mod sqs;
+
+pub use sqs::FailedEntry;
 
 use super::history::{Fact, Outcome, Service, Step};
 use super::world::{SharedWorld, Status};
@@ -384,168 +387,6 @@ impl Cx {
         r.map_err(CallError::NoResponse)
     }
 
-    // ---- SQS ----
-
-    /// ReceiveMessage (at most 1, no long polling). A yield point named `recv`; the trace
-    /// shows the message label and its receive count, or `empty`.
-    pub async fn receive(&mut self, queue: &str) -> Result<Option<Delivery>, CallError> {
-        let (queue, prefix) = (self.queues.name(queue), self.queues.prefix(queue));
-        self.gate("recv").await?;
-        self.count(0, 1, 0);
-        let r = self
-            .sqs
-            .receive_message()
-            .queue_url(self.queues.url(queue))
-            .max_number_of_messages(1)
-            .wait_time_seconds(0)
-            .visibility_timeout(REAL_VISIBILITY_S)
-            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-            .send()
-            .await;
-        let out = match r {
-            Err(e) => Err(CallError::Service(format!("ReceiveMessage: {}", aws_err(&e)))),
-            Ok(out) => Ok(out.messages.unwrap_or_default().into_iter().next().map(|m| {
-                let id = m.message_id.unwrap_or_default();
-                let receive_count = m
-                    .attributes
-                    .as_ref()
-                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                    .and_then(|v| v.parse().ok());
-                let msg = self.label(prefix, id);
-                let receive_count = self.world.borrow_mut().count_receive(&msg, receive_count);
-                Delivery {
-                    queue,
-                    msg,
-                    body: m.body.unwrap_or_default(),
-                    receipt: m.receipt_handle.unwrap_or_default(),
-                    receive_count,
-                }
-            })),
-        };
-        let lost = match &out {
-            Ok(Some(d)) => self.world.borrow_mut().sqs.received(queue, &d.msg, &d.receipt, &d.body),
-            _ => false,
-        };
-        let (outcome, facts) = match &out {
-            Ok(Some(d)) => (
-                if lost {
-                    Outcome::ReceiveLost { msg: d.msg.clone(), receive_count: d.receive_count }
-                } else {
-                    Outcome::Received { msg: d.msg.clone(), receive_count: d.receive_count }
-                },
-                vec![Fact::Received {
-                    queue,
-                    msg: d.msg.clone(),
-                    receive_count: d.receive_count,
-                    receipt: d.receipt.clone(),
-                }],
-            ),
-            Ok(None) => (Outcome::Empty, vec![]),
-            Err(e) => (Outcome::Error { message: e.to_string() }, vec![]),
-        };
-        // A lost receive: SQS counted it and the message is in flight, the consumer gets nothing.
-        let out = if lost { Ok(None) } else { out };
-        self.complete("recv", Service::Sqs, outcome, facts);
-        self.set_idle(matches!(out, Ok(None)));
-        out
-    }
-
-    /// SendMessage of `body` (JSON) whose message identity is `identity`. A yield point named
-    /// `op`; returns the message's trace label.
-    pub async fn send(
-        &mut self,
-        op: &'static str,
-        queue: &str,
-        body: &impl serde::Serialize,
-        identity: Uuid,
-    ) -> Result<String, CallError> {
-        self.gate(op).await?;
-        self.count(0, 1, 0);
-        let body = serde_json::to_string(body).map_err(|e| CallError::Service(e.to_string()))?;
-        let r = self.sqs.send_message().queue_url(self.queues.url(queue)).message_body(body).send().await;
-        match r {
-            Ok(out) => {
-                let (queue, prefix) = (self.queues.name(queue), self.queues.prefix(queue));
-                let msg = self.label(prefix, out.message_id.unwrap_or_default());
-                let who = self.world.borrow().names.uuid(&identity);
-                self.complete(op, Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![Fact::Sent { queue, msg: msg.clone(), identity }]);
-                Ok(msg)
-            }
-            Err(e) => {
-                let e = format!("SendMessage: {}", aws_err(&e));
-                self.complete(op, Service::Sqs, Outcome::Error { message: e.to_string() }, vec![]);
-                Err(CallError::Service(e))
-            }
-        }
-    }
-
-    /// DeleteMessage with the delivery's receipt handle. A yield point named `delete`.
-    ///
-    /// With a stale handle (the message was received again since), AWS may return OK without
-    /// deleting (DeleteMessage API reference). Under `sqs:stale-delete-noop` that is what
-    /// happens, and no call is made; otherwise the endpoint decides (LocalStack deletes), and
-    /// the step records that its outcome depends on the `stale-receipt-handle` behaviour.
-    pub async fn delete(&mut self, d: &Delivery) -> Result<(), CallError> {
-        self.gate("delete").await?;
-        let (depends, noop) = {
-            let w = self.world.borrow();
-            (w.sqs.depends_on_stale_delete(&d.msg, &d.receipt), w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop)
-        };
-        if noop {
-            self.complete("delete", Service::Sqs, Outcome::NotDeleted { msg: d.msg.clone() }, vec![]);
-            return Ok(());
-        }
-        self.count(0, 1, 0);
-        let r = self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send().await;
-        match r {
-            Ok(_) => {
-                self.world.borrow_mut().sqs.deleted(&d.msg);
-                let mut facts = vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }];
-                if depends {
-                    facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
-                }
-                self.complete("delete", Service::Sqs, Outcome::Deleted { msg: d.msg.clone(), stale: depends }, facts);
-                Ok(())
-            }
-            Err(e) => {
-                let e = format!("DeleteMessage: {}", aws_err(&e));
-                self.complete("delete", Service::Sqs, Outcome::Error { message: e.to_string() }, vec![]);
-                Err(CallError::Service(e))
-            }
-        }
-    }
-
-    /// ChangeMessageVisibility: the message becomes visible again `secs` logical seconds from
-    /// now (the real timeout stays long; the logical clock expires it). A yield point named `op`.
-    pub async fn change_visibility(&mut self, op: &'static str, d: &Delivery, secs: u64) -> Result<(), CallError> {
-        self.gate(op).await?;
-        self.count(0, 1, 0);
-        let r = self
-            .sqs
-            .change_message_visibility()
-            .queue_url(self.queues.url(d.queue))
-            .receipt_handle(&d.receipt)
-            .visibility_timeout(REAL_VISIBILITY_S)
-            .send()
-            .await;
-        match r {
-            Ok(_) => {
-                self.complete(
-                    op,
-                    Service::Sqs,
-                    Outcome::Hidden { msg: d.msg.clone(), secs },
-                    vec![Fact::VisibilityChanged { queue: d.queue, msg: d.msg.clone(), secs }],
-                );
-                Ok(())
-            }
-            Err(e) => {
-                let e = format!("ChangeMessageVisibility: {}", aws_err(&e));
-                self.complete(op, Service::Sqs, Outcome::Error { message: e.to_string() }, vec![]);
-                Err(CallError::Service(e))
-            }
-        }
-    }
-
     // ---- Redis ----
 
     /// `SET key <token> NX PX` with a logical TTL of `ttl_ms` (the real TTL is long; the
@@ -672,9 +513,4 @@ fn pg_outcome(r: Result<Outcome, &sqlx::Error>) -> Outcome {
             },
         },
     }
-}
-
-fn aws_err<E: std::error::Error + 'static, R: std::fmt::Debug>(e: &aws_sdk_sqs::error::SdkError<E, R>) -> String {
-    use aws_sdk_sqs::error::DisplayErrorContext;
-    DisplayErrorContext(e).to_string()
 }

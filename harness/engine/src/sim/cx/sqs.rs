@@ -1,0 +1,288 @@
+//! The SQS calls of [`Cx`]: ReceiveMessage (one message or a batch), SendMessage,
+//! DeleteMessage, DeleteMessageBatch and ChangeMessageVisibility. Visibility runs in logical
+//! time: SQS is given [`REAL_VISIBILITY_S`] and the logical clock expires messages.
+
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use uuid::Uuid;
+
+use super::{CallError, Cx, Delivery, REAL_VISIBILITY_S};
+
+/// An entry of a DeleteMessageBatch that failed while the call succeeded.
+#[derive(Debug, Clone)]
+pub struct FailedEntry {
+    /// The delivery it was to delete (still in the queue).
+    pub delivery: Delivery,
+    /// SQS's error code, e.g. `ReceiptHandleIsInvalid`, or `InternalError` from
+    /// `sqs:batch-delete-partial`.
+    pub code: String,
+}
+use crate::sim::history::{Fact, Outcome, Service};
+
+impl Cx {
+
+    /// ReceiveMessage of at most one message, no long polling: [`Cx::receive_many`] with 1.
+    pub async fn receive(&mut self, queue: &str) -> Result<Option<Delivery>, CallError> {
+        Ok(self.receive_many(queue, 1).await?.pop())
+    }
+
+    /// ReceiveMessage of up to `max` messages (`MaxNumberOfMessages`, 1 to 10: ReceiveMessage
+    /// API reference), no long polling. A yield point named `recv`; the trace shows each
+    /// message's label and receive count, or `empty`. The history records every message the
+    /// call returned, so a crash before they are deleted strands them all until their
+    /// visibility expires. Errors: `max` outside 1..=10, or SQS's error.
+    pub async fn receive_many(&mut self, queue: &str, max: u32) -> Result<Vec<Delivery>, CallError> {
+        if !(1..=10).contains(&max) {
+            return Err(CallError::Service(format!("ReceiveMessage: MaxNumberOfMessages must be 1 to 10, got {max}")));
+        }
+        let (queue, prefix) = (self.queues.name(queue), self.queues.prefix(queue));
+        self.gate("recv").await?;
+        self.count(0, 1, 0);
+        let r = self
+            .sqs
+            .receive_message()
+            .queue_url(self.queues.url(queue))
+            .max_number_of_messages(max as i32)
+            .wait_time_seconds(0)
+            .visibility_timeout(REAL_VISIBILITY_S)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send()
+            .await;
+        let messages = match r {
+            Ok(out) => out.messages.unwrap_or_default(),
+            Err(e) => {
+                let e = CallError::Service(format!("ReceiveMessage: {}", aws_err(&e)));
+                self.complete("recv", Service::Sqs, Outcome::Error { message: e.to_string() }, vec![]);
+                self.set_idle(false);
+                return Err(e);
+            }
+        };
+        let mut out = Vec::new();
+        for m in messages {
+            let id = m.message_id.unwrap_or_default();
+            let count = m
+                .attributes
+                .as_ref()
+                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                .and_then(|v| v.parse().ok());
+            let msg = self.label(prefix, id);
+            let receive_count = self.world.borrow_mut().count_receive(&msg, count);
+            out.push(Delivery { queue, msg, body: m.body.unwrap_or_default(), receipt: m.receipt_handle.unwrap_or_default(), receive_count });
+        }
+        let lost = {
+            let mut w = self.world.borrow_mut();
+            out.iter().for_each(|d| w.sqs.note_received(queue, &d.msg, &d.receipt, &d.body));
+            !out.is_empty() && w.sqs.take_receive_lost()
+        };
+        let facts = out
+            .iter()
+            .map(|d| Fact::Received { queue, msg: d.msg.clone(), receive_count: d.receive_count, receipt: d.receipt.clone() })
+            .collect();
+        let outcome = match (out.as_slice(), lost) {
+            ([], _) => Outcome::Empty,
+            ([d], false) => Outcome::Received { msg: d.msg.clone(), receive_count: d.receive_count },
+            ([d], true) => Outcome::ReceiveLost { msg: d.msg.clone(), receive_count: d.receive_count },
+            (many, lost) => Outcome::ReceivedBatch { msgs: many.iter().map(|d| (d.msg.clone(), d.receive_count)).collect(), lost },
+        };
+        // A lost receive: SQS counted it and the messages are in flight, the consumer gets nothing.
+        if lost {
+            out.clear();
+        }
+        self.complete("recv", Service::Sqs, outcome, facts);
+        self.set_idle(out.is_empty());
+        Ok(out)
+    }
+
+    /// SendMessage of `body` (JSON) whose message identity is `identity`. A yield point named
+    /// `op`; returns the message's trace label.
+    pub async fn send(
+        &mut self,
+        op: &'static str,
+        queue: &str,
+        body: &impl serde::Serialize,
+        identity: Uuid,
+    ) -> Result<String, CallError> {
+        self.gate(op).await?;
+        self.count(0, 1, 0);
+        let body = serde_json::to_string(body).map_err(|e| CallError::Service(e.to_string()))?;
+        let r = self.sqs.send_message().queue_url(self.queues.url(queue)).message_body(body).send().await;
+        match r {
+            Ok(out) => {
+                let (queue, prefix) = (self.queues.name(queue), self.queues.prefix(queue));
+                let msg = self.label(prefix, out.message_id.unwrap_or_default());
+                let who = self.world.borrow().names.uuid(&identity);
+                self.complete(op, Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![Fact::Sent { queue, msg: msg.clone(), identity }]);
+                Ok(msg)
+            }
+            Err(e) => {
+                let e = format!("SendMessage: {}", aws_err(&e));
+                self.complete(op, Service::Sqs, Outcome::Error { message: e.to_string() }, vec![]);
+                Err(CallError::Service(e))
+            }
+        }
+    }
+
+    /// DeleteMessage with the delivery's receipt handle. A yield point named `delete`.
+    ///
+    /// With a stale handle (the message was received again since), AWS may return OK without
+    /// deleting (DeleteMessage API reference). Under `sqs:stale-delete-noop` that is what
+    /// happens, and no call is made; otherwise the endpoint decides (LocalStack deletes), and
+    /// the step records that its outcome depends on the `stale-receipt-handle` behaviour.
+    pub async fn delete(&mut self, d: &Delivery) -> Result<(), CallError> {
+        self.gate("delete").await?;
+        let (depends, noop) = {
+            let w = self.world.borrow();
+            (w.sqs.depends_on_stale_delete(&d.msg, &d.receipt), w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop)
+        };
+        if noop {
+            self.complete("delete", Service::Sqs, Outcome::NotDeleted { msg: d.msg.clone() }, vec![]);
+            return Ok(());
+        }
+        self.count(0, 1, 0);
+        let r = self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send().await;
+        match r {
+            Ok(_) => {
+                self.world.borrow_mut().sqs.deleted(&d.msg);
+                let mut facts = vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }];
+                if depends {
+                    facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
+                }
+                self.complete("delete", Service::Sqs, Outcome::Deleted { msg: d.msg.clone(), stale: depends }, facts);
+                Ok(())
+            }
+            Err(e) => {
+                let e = format!("DeleteMessage: {}", aws_err(&e));
+                self.complete("delete", Service::Sqs, Outcome::Error { message: e.to_string() }, vec![]);
+                Err(CallError::Service(e))
+            }
+        }
+    }
+
+    /// DeleteMessageBatch of `entries` (each a batch entry id and the delivery to delete; at
+    /// most 10, all of one queue). A yield point named `delete_batch`. Returns the entries that
+    /// failed while the call returned HTTP 200, each with its delivery and SQS's code: the
+    /// caller must check them ("check for batch errors even when the call returns an HTTP
+    /// status code of 200", DeleteMessageBatch API reference).
+    ///
+    /// Entry ids must be distinct within the call; duplicates make SQS reject the whole batch
+    /// (`BatchEntryIdsNotDistinct`), returned as an error with nothing deleted. Under
+    /// `sqs:stale-delete-noop` an entry with a stale receipt handle succeeds and deletes nothing
+    /// (it is not sent); under `sqs:batch-delete-partial` the last entry sent is not sent and
+    /// fails with `InternalError`. Errors: no entries, more than 10, several queues, or SQS's.
+    pub async fn delete_batch(&mut self, entries: &[(String, &Delivery)]) -> Result<Vec<FailedEntry>, CallError> {
+        let queue = match entries {
+            [] => return Err(CallError::Service("DeleteMessageBatch: no entries".into())),
+            [(_, first), ..] if entries.len() <= 10 && entries.iter().all(|(_, d)| d.queue == first.queue) => first.queue,
+            _ => return Err(CallError::Service("DeleteMessageBatch: 1 to 10 entries of one queue".into())),
+        };
+        self.gate("delete_batch").await?;
+        let (mut send, mut kept, mut failed, mut facts) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        {
+            let mut w = self.world.borrow_mut();
+            for (id, d) in entries {
+                if w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop {
+                    kept.push(d.msg.clone());
+                } else {
+                    if w.sqs.depends_on_stale_delete(&d.msg, &d.receipt) {
+                        facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
+                    }
+                    send.push((id.clone(), *d));
+                }
+            }
+            if !send.is_empty() && w.sqs.take_batch_delete_partial() {
+                let (_, d) = send.pop().expect("not empty");
+                failed.push(FailedEntry { delivery: d.clone(), code: "InternalError".into() });
+            }
+        }
+        let mut deleted = Vec::new();
+        if !send.is_empty() {
+            self.count(0, 1, 0);
+            let request = send.iter().map(|(id, d)| {
+                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(id).receipt_handle(&d.receipt).build()
+            });
+            let request: Result<Vec<_>, _> = request.collect();
+            let r = match request {
+                Ok(request) => self.sqs.delete_message_batch().queue_url(self.queues.url(queue)).set_entries(Some(request)).send().await.map_err(|e| aws_err(&e)),
+                Err(e) => Err(e.to_string()),
+            };
+            let out = match r {
+                Ok(out) => out,
+                Err(e) => {
+                    let e = format!("DeleteMessageBatch: {e}");
+                    self.complete("delete_batch", Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
+                    return Err(CallError::Service(e));
+                }
+            };
+            let of = |id: &str| send.iter().find(|(i, _)| i == id).map(|(_, d)| *d);
+            for ok in &out.successful {
+                if let Some(d) = of(&ok.id) {
+                    self.world.borrow_mut().sqs.deleted(&d.msg);
+                    facts.push(Fact::Deleted { queue, msg: d.msg.clone() });
+                    deleted.push(d.msg.clone());
+                }
+            }
+            for f in &out.failed {
+                if let Some(d) = of(&f.id) {
+                    failed.push(FailedEntry { delivery: d.clone(), code: f.code.clone() });
+                }
+            }
+        }
+        failed.sort_by(|a, b| a.delivery.msg.cmp(&b.delivery.msg));
+        facts.extend(failed.iter().map(|f| Fact::DeleteFailed { queue, msg: f.delivery.msg.clone() }));
+        let outcome = Outcome::BatchDeleted {
+            deleted,
+            kept,
+            failed: failed.iter().map(|f| (f.delivery.msg.clone(), f.code.clone())).collect(),
+        };
+        let service = if send.is_empty() { Service::None } else { Service::Sqs };
+        self.complete("delete_batch", service, outcome, facts);
+        Ok(failed)
+    }
+
+    /// ChangeMessageVisibility: the message becomes visible again `secs` logical seconds from
+    /// now (the real timeout stays long; the logical clock expires it). A yield point named `op`.
+    pub async fn change_visibility(&mut self, op: &'static str, d: &Delivery, secs: u64) -> Result<(), CallError> {
+        self.gate(op).await?;
+        self.count(0, 1, 0);
+        let r = self
+            .sqs
+            .change_message_visibility()
+            .queue_url(self.queues.url(d.queue))
+            .receipt_handle(&d.receipt)
+            .visibility_timeout(REAL_VISIBILITY_S)
+            .send()
+            .await;
+        match r {
+            Ok(_) => {
+                self.complete(
+                    op,
+                    Service::Sqs,
+                    Outcome::Hidden { msg: d.msg.clone(), secs },
+                    vec![Fact::VisibilityChanged { queue: d.queue, msg: d.msg.clone(), secs }],
+                );
+                Ok(())
+            }
+            Err(e) => {
+                let e = format!("ChangeMessageVisibility: {}", aws_err(&e));
+                self.complete(op, Service::Sqs, Outcome::Error { message: e.to_string() }, vec![]);
+                Err(CallError::Service(e))
+            }
+        }
+    }
+}
+
+/// An SQS error for the trace: `<code>: <message>` of a service error (no request id, date or
+/// raw response, so that traces stay the same from run to run), else the error and its causes.
+fn aws_err<E, R>(e: &aws_sdk_sqs::error::SdkError<E, R>) -> String
+where
+    E: std::error::Error + aws_sdk_sqs::error::ProvideErrorMetadata + 'static,
+    R: std::fmt::Debug,
+{
+    use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
+    match (e.as_service_error(), e.code()) {
+        (Some(_), Some(code)) => match e.message() {
+            Some(m) => format!("{code}: {m}"),
+            None => code.to_string(),
+        },
+        _ => DisplayErrorContext(e).to_string(),
+    }
+}

@@ -1,0 +1,95 @@
+//! The payout consumer with batches: up to `max_messages` messages per ReceiveMessage, each
+//! handled in its own transaction, the handled ones deleted with one DeleteMessageBatch.
+//!
+//! Two rules of DeleteMessageBatch (its API reference) that a batch consumer must keep, each
+//! with the mutant that breaks it:
+//! - entry ids are distinct within a call, or SQS rejects the whole batch
+//!   (`BatchEntryIdsNotDistinct`): the reference numbers the entries by position; a consumer
+//!   that uses the message identity as the entry id fails on a duplicate delivery in one batch
+//!   ([`EntryId::Identity`]);
+//! - the call returns HTTP 200 with failed entries: the reference deletes each failed message
+//!   again with DeleteMessage; a consumer that ignores them leaves messages it counted as
+//!   acknowledged in the queue ([`OnFailed::Ignore`]).
+
+use super::{fail_or_retry, park, DispatchLock};
+use crate::messages::PaymentCaptured;
+use crate::points;
+use crate::reference::consumer::{handle, CONSUMER};
+use crate::system::{CallError, Cx, Delivery};
+
+/// How a batch consumer names its DeleteMessageBatch entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryId {
+    /// `0`, `1`, …: distinct by construction (the reference).
+    Position,
+    /// The message identity (`event_id`): two deliveries of one event share it.
+    Identity,
+}
+
+/// What a batch consumer does with the entries that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnFailed {
+    /// Deletes each again with DeleteMessage; an error there is returned (the reference).
+    Retry,
+    /// Goes on as if they were deleted.
+    Ignore,
+}
+
+/// A batch consumer's acknowledgement policy.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchAck {
+    /// Entry ids.
+    pub entry_id: EntryId,
+    /// Failed entries.
+    pub on_failed: OnFailed,
+}
+
+/// The reference's policy: positions as entry ids, failed entries deleted again.
+pub const REFERENCE: BatchAck = BatchAck { entry_id: EntryId::Position, on_failed: OnFailed::Retry };
+
+/// Handles one receive's `deliveries`: each in its own transaction ([`handle`]); a handled one
+/// stands at crash point `after_commit` and has its dispatch lock released; a failed one is
+/// rolled back and retried or parked ([`fail_or_retry`]), a malformed one parked. Then one
+/// DeleteMessageBatch of the handled ones (crash point `after_delete` after it), and the
+/// failed entries as `ack` says. Errors: the services', and the batch's rejection.
+pub async fn handle_batch(cx: &mut Cx, deliveries: Vec<Delivery>, ack: BatchAck) -> Result<(), CallError> {
+    let mut handled: Vec<(String, Delivery)> = Vec::new();
+    for d in deliveries {
+        let ev: PaymentCaptured = match serde_json::from_str(&d.body) {
+            Ok(ev) => ev,
+            Err(e) => {
+                park(cx, CONSUMER, &d, &format!("malformed PaymentCaptured: {e}"), None).await?;
+                continue;
+            }
+        };
+        let lock = DispatchLock::of(&ev);
+        match handle(cx, &ev).await {
+            Ok(_) => {
+                cx.crash_point(points::AFTER_COMMIT);
+                lock.release(cx).await?;
+                let id = match ack.entry_id {
+                    EntryId::Position => handled.len().to_string(),
+                    EntryId::Identity => ev.event_id.to_string(),
+                };
+                handled.push((id, d));
+            }
+            Err(e) => {
+                cx.rollback().await?;
+                fail_or_retry(cx, CONSUMER, &d, &e, Some(&lock)).await?;
+            }
+        }
+    }
+    if handled.is_empty() {
+        return Ok(());
+    }
+    let entries: Vec<(String, &Delivery)> = handled.iter().map(|(id, d)| (id.clone(), d)).collect();
+    let failed = cx.delete_batch(&entries).await?;
+    if ack.on_failed == OnFailed::Retry {
+        for f in failed {
+            cx.note(format!("{} not deleted ({}): deleting it again", f.delivery.msg, f.code));
+            cx.delete(&f.delivery).await?;
+        }
+    }
+    cx.crash_point(points::AFTER_DELETE);
+    Ok(())
+}
