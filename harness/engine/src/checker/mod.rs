@@ -8,18 +8,21 @@
 //!
 //! Reusable invariants: [`Quiescence`] (the drain's liveness finding), [`NothingExpired`]
 //! (no message lost to its queue's retention), [`ReleasedByHolder`] (no lock deleted by a worker
-//! that did not hold it), [`FailedAcksHandled`] (no failed batch delete ignored) and [`SqlInvariant`] (a query that returns the
+//! that did not hold it), [`FailedAcksHandled`] (no failed batch delete ignored), [`StoppedHoldsNothing`] (a graceful stop
+//! leaves nothing in flight) and [`SqlInvariant`] (a query that returns the
 //! violating rows). A workload writes the rest against [`CheckCx`].
 
 mod acks;
 mod expired;
 mod locks;
 mod sql;
+mod stops;
 
 pub use acks::{FailedAcksHandled, FAILED_ACKS_HANDLED};
 pub use expired::{NothingExpired, NOTHING_EXPIRED};
 pub use locks::{ReleasedByHolder, RELEASED_BY_HOLDER};
 pub use sql::SqlInvariant;
+pub use stops::{StoppedHoldsNothing, STOPPED_HOLDS_NOTHING};
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -188,7 +191,8 @@ impl Invariant for Quiescence {
 }
 
 /// `invariants`, with the engine's own appended when none of them is named like it:
-/// [`NothingExpired`], [`ReleasedByHolder`], [`FailedAcksHandled`], then [`Quiescence`].
+/// [`NothingExpired`], [`ReleasedByHolder`], [`FailedAcksHandled`], [`StoppedHoldsNothing`],
+/// then [`Quiescence`].
 pub fn with_engine_invariants(mut invariants: Vec<Box<dyn Invariant>>) -> Vec<Box<dyn Invariant>> {
     if !invariants.iter().any(|i| i.name() == NOTHING_EXPIRED) {
         invariants.push(Box::new(NothingExpired));
@@ -198,6 +202,9 @@ pub fn with_engine_invariants(mut invariants: Vec<Box<dyn Invariant>>) -> Vec<Bo
     }
     if !invariants.iter().any(|i| i.name() == FAILED_ACKS_HANDLED) {
         invariants.push(Box::new(FailedAcksHandled));
+    }
+    if !invariants.iter().any(|i| i.name() == STOPPED_HOLDS_NOTHING) {
+        invariants.push(Box::new(StoppedHoldsNothing));
     }
     if !invariants.iter().any(|i| i.name() == QUIESCENCE) {
         invariants.push(Box::new(Quiescence));
@@ -228,7 +235,23 @@ pub fn check(
         return invariants.iter().map(|i| Verdict::unknown(&i.name(), why.clone())).collect();
     }
     let cx = CheckCx { admin, history, events, names, not_quiescent, effects, memo: RefCell::new(BTreeMap::new()) };
-    invariants.iter().map(|i| i.check(&cx)).collect()
+    // PostgreSQL killed in the middle of the checks: once a verdict is unknown and the port
+    // refuses, the rest are unknown at once.
+    let mut gone = false;
+    let mut verdicts = Vec::new();
+    for i in invariants {
+        if gone {
+            verdicts.push(Verdict::unknown(&i.name(), "PostgreSQL stopped answering during the checks".to_string()));
+            continue;
+        }
+        let v = i.check(&cx);
+        if v.unknown.is_some() && admin.pg_refuses() {
+            admin.pg_unreachable();
+            gone = true;
+        }
+        verdicts.push(v);
+    }
+    verdicts
 }
 
 /// The verdict of `result`: its problems, or unknown with the error (and its causes).

@@ -110,10 +110,26 @@ impl Admin {
         self.rt.block_on(refuses(&self.pg))
     }
 
+    /// Runs `fut` (admin work on PostgreSQL) to its end on the admin runtime, unless
+    /// PostgreSQL's port starts refusing connections meanwhile (probed every 500 ms): then it
+    /// gives up at once with an error saying so, where each statement would wait out the
+    /// pool's acquire timeout (3 s) first. Errors: `fut`'s, or PostgreSQL refusing.
+    pub fn on_pg<T>(&self, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        self.rt.block_on(async {
+            tokio::select! {
+                r = fut => r,
+                _ = refused_soon(&self.pg) => {
+                    self.pg_unreachable();
+                    Err(anyhow::anyhow!("PostgreSQL refuses connections"))
+                }
+            }
+        })
+    }
+
     /// Sets `crashpoint_now()` to the logical time `now_ms` (ms since the epoch of
     /// [`crate::sim::cx::epoch`]). Errors: PostgreSQL failing.
     pub fn set_clock(&self, now_ms: u64) -> Result<()> {
-        self.rt.block_on(async {
+        self.on_pg(async {
             sqlx::query("UPDATE crashpoint_clock SET now_ms = $1").bind(now_ms as i64).execute(&self.pg).await?;
             Ok(())
         })
@@ -121,7 +137,7 @@ impl Admin {
 
     /// The PIDs that block backend `pid` (`pg_blocking_pids`, as isolationtester asks).
     pub fn blocking_pids(&self, pid: i32) -> Result<Vec<i32>> {
-        self.rt.block_on(async {
+        self.on_pg(async {
             let v: Vec<i32> =
                 sqlx::query_scalar("SELECT pg_blocking_pids($1)").bind(pid).fetch_one(&self.pg).await?;
             Ok(v)
@@ -132,7 +148,7 @@ impl Admin {
     /// its transaction is rolled back now, even if it waits on a lock) and waits until it is
     /// gone from `pg_stat_activity` (at most 10 s).
     pub fn terminate_backend(&self, pid: i32) -> Result<()> {
-        self.rt.block_on(async {
+        self.on_pg(async {
             let _ = sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1").bind(pid).execute(&self.pg).await;
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
@@ -215,7 +231,7 @@ impl Admin {
     /// The earliest logical ms at which pending work that waits for time becomes due (the
     /// `due_sql` of `pending`), or `None`. Errors: PostgreSQL's, naming the probe.
     pub fn next_due(&self, pending: &[Leftover]) -> Result<Option<u64>> {
-        self.rt.block_on(async {
+        self.on_pg(async {
             let mut next: Option<u64> = None;
             for sql in pending.iter().filter_map(|p| p.due_sql) {
                 let t: Option<chrono::DateTime<chrono::Utc>> =
@@ -236,7 +252,7 @@ impl Admin {
     /// table, too).
     pub fn leftovers(&self, pending: &[Leftover]) -> Result<(String, Vec<&'static str>)> {
         use aws_sdk_sqs::types::QueueAttributeName as A;
-        self.rt.block_on(async {
+        self.on_pg(async {
             let (mut parts, mut visible_on) = (Vec::new(), Vec::new());
             for (name, url, _) in &self.queues.queues {
                 let out = self
@@ -311,7 +327,7 @@ impl Admin {
     /// its rows), PostgreSQL's or Redis's.
     pub fn reset(&self, keys: &[String]) -> Result<()> {
         let snapshot = self.snapshot.as_ref().context("the schema cannot be restored by TRUNCATE and a copy")?;
-        self.rt.block_on(async {
+        self.on_pg(async {
             let now = relations(&self.pg, &self.schema).await?;
             if now != snapshot.relations {
                 bail!("the schedule changed the relations of schema {} (the DDL made {:?}, now {:?})", self.schema, snapshot.relations, now);
@@ -365,6 +381,16 @@ async fn refuses(pg: &PgPool) -> bool {
     }
     let connect = tokio::net::TcpStream::connect((opts.get_host(), opts.get_port()));
     matches!(tokio::time::timeout(Duration::from_secs(1), connect).await, Ok(Err(_)))
+}
+
+/// Returns once PostgreSQL's port refuses a connection, probing every 500 ms.
+async fn refused_soon(pg: &PgPool) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if refuses(pg).await {
+            return;
+        }
+    }
 }
 
 /// Deletes `keys` with one `DEL` (none when there are no keys).
