@@ -306,3 +306,52 @@ fn a_batch_size_outside_1_to_10_is_refused_at_load() {
     let e = format!("{e:#}");
     assert!(e.contains("big-batch.toml:") && e.contains("max_messages: expected 1 to 10 (SQS ReceiveMessage MaxNumberOfMessages), got 11"), "{e}");
 }
+
+// ---- Issue 15: graceful shutdown ----
+
+/// A stop in the middle of a batch: c1 finishes m1, releases m2 and m3 at once, deletes m1
+/// and exits; c2 receives the released two without waiting for a visibility timeout.
+#[test]
+fn a_graceful_stop_releases_the_messages_not_started_and_acknowledges_the_rest() {
+    window(
+        "payout/graceful-stop",
+        &[
+            "c1   release                                 → m3 visible again in 0s",
+            "c1   delete_batch                            → m1 deleted",
+            "0.000s  c1   ■ STOPPED gracefully, before its next receive",
+            "0.000s  c2   recv                                    → m2 (receive 2), m3 (receive 2)",
+        ],
+    );
+}
+
+/// The two mutants of graceful shutdown leave messages in flight under the stopped worker:
+/// the engine's invariant names them and the delay their next consumer paid, in logical time.
+#[test]
+fn a_stopped_worker_that_keeps_or_drops_messages_is_caught_with_the_delay() {
+    let cases = [
+        ("stop-keeps-prefetched", "c1 stopped at 0.000s holding m2, neither deleted nor released (visibility 0): it stayed invisible until its visibility timeout, received again 30.000s later"),
+        ("stop-drops-acks", "c1 stopped at 0.000s holding m1, neither deleted nor released (visibility 0): it stayed invisible until its visibility timeout, received again 30.000s later"),
+    ];
+    for (mutant, says) in cases {
+        let o = run(mutant, "payout/graceful-stop", None);
+        let v = o.verdicts.iter().find(|v| v.invariant == "a stopped worker holds no message").unwrap();
+        assert!(!v.holds && v.detail.contains(says), "{mutant}: {}\n{}", v.detail, o.trace);
+        let business: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds && !v.invariant.starts_with("a stopped") && !v.invariant.starts_with("expected trace")).map(|v| v.invariant.as_str()).collect();
+        assert!(business.is_empty(), "{mutant}: the delayed messages are handled once: {business:?}");
+    }
+}
+
+/// `c1:stop` in a script is refused for what cannot stop gracefully, naming the decision: the
+/// producer, a worker not running.
+#[test]
+fn stop_applies_only_to_a_running_in_process_handler() {
+    let s = common::scenario("payout/graceful-stop");
+    for (text, says) in [
+        ("p:stop", "decision 1 `p:stop`: p is not an in-process handler: only those stop gracefully"),
+        ("c1:crash c1:stop", "decision 2 `c1:stop`: c1 is not running"),
+    ] {
+        let schedule = common::schedule(&s, text);
+        let e = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, Some(&schedule)).err().map(|e| format!("{e:#}"));
+        assert!(e.as_deref().is_some_and(|e| e.contains(says)), "{text}: {e:?}");
+    }
+}

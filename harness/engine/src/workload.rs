@@ -96,6 +96,14 @@ pub trait Workload: Send + Sync + 'static {
     fn catalogue_scenario(&self) -> String {
         format!("{}/explore", self.name())
     }
+
+    /// The exploration scenario on which the catalogue explores mutant `system` (default
+    /// [`Workload::catalogue_scenario`]): a mutant whose failure window needs settings of its
+    /// own (batches, graceful stops on the menu) names a scenario that has them. The reference
+    /// is explored on every scenario the catalogue uses.
+    fn catalogue_scenario_of(&self, _system: &str) -> String {
+        self.catalogue_scenario()
+    }
 }
 
 impl crate::schedule::Vocabulary {

@@ -21,8 +21,11 @@ use crate::sim::programs::HANDLER_ERROR;
 pub const FAILED_ACKS_HANDLED: &str = "no failed acknowledgement is ignored";
 
 /// Violated by a worker that receives again while an entry of its DeleteMessageBatch failed
-/// and it neither deleted that message since, nor changed its visibility, nor returned an
-/// error from its handler, nor crashed.
+/// and it neither deleted that message since (a DeleteMessage that SQS answered OK counts, even
+/// one that kept the message under `sqs:stale-delete-noop`), nor changed its visibility, nor
+/// returned an error from its handler, nor crashed; also when the history ends with it
+/// unanswered. (Another worker receiving the message first proves nothing: the scheduler may
+/// hold the worker before its retry past the visibility timeout.)
 pub struct FailedAcksHandled;
 
 /// A failed entry still unanswered: its message, SQS's code, the index of the failing call.
@@ -44,16 +47,15 @@ impl Invariant for FailedAcksHandled {
             match e {
                 Entry::Step(s) => {
                     let w = s.worker.as_str();
+                    let when = format!("{:.3}s", s.t_ms as f64 / 1000.0);
                     if s.op == "recv" {
                         for p in pending.remove(w).unwrap_or_default() {
-                            let text = format!(
-                                "{w} received again at {:.3}s ignoring the failed delete of {} ({}): the message stays \
-                                 in the queue and is delivered again",
-                                s.t_ms as f64 / 1000.0,
-                                p.msg,
-                                p.code,
-                            );
-                            problems.push(Problem::new(text, CulpritKind::At(p.at), []));
+                            problems.push(ignored(w, &p, &format!("received again at {when}")));
+                        }
+                    }
+                    if let Outcome::NotDeleted { msg } = &s.outcome {
+                        if let Some(mine) = pending.get_mut(w) {
+                            mine.retain(|p| p.msg != msg);
                         }
                     }
                     if let Outcome::BatchDeleted { failed, .. } = &s.outcome {
@@ -77,6 +79,20 @@ impl Invariant for FailedAcksHandled {
                 _ => {}
             }
         }
+        for (w, mine) in &pending {
+            for p in mine {
+                problems.push(ignored(w, p, "never answered it"));
+            }
+        }
         Verdict::from_problems(FAILED_ACKS_HANDLED, problems)
     }
+}
+
+/// The problem of worker `w` that ignored failed entry `p`, and what it did instead (`then`).
+fn ignored(w: &str, p: &Pending, then: &str) -> Problem {
+    let text = format!(
+        "{w} {then}, ignoring the failed delete of {} ({}): the message stays in the queue and is delivered again",
+        p.msg, p.code
+    );
+    Problem::new(text, CulpritKind::At(p.at), [])
 }

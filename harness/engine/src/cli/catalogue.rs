@@ -73,14 +73,24 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
         None => registry.all().to_vec(),
     };
     let all = scenario::discover(&scenario::scenarios_dir(), registry)?;
-    let mut chosen = Vec::new();
-    for w in &workloads {
-        let name = args.scenario.clone().unwrap_or_else(|| w.catalogue_scenario());
-        let s = all
-            .iter()
+    let find = |w: &dyn crate::workload::Workload, name: String| {
+        all.iter()
             .find(|s| s.name == name && s.explore.is_some() && s.workload.name() == w.name())
-            .ok_or_else(|| anyhow!("no exploration scenario `{name}` of workload `{}`", w.name()))?;
-        chosen.push(s.clone());
+            .cloned()
+            .ok_or_else(|| anyhow!("no exploration scenario `{name}` of workload `{}`", w.name()))
+    };
+    // Per workload: each mutant with the scenario it is explored on.
+    let mut chosen: Vec<Vec<(&'static str, scenario::Scenario)>> = Vec::new();
+    for w in &workloads {
+        let mut plan = Vec::new();
+        for m in w.systems().iter().map(|i| i.name).filter(|n| *n != "reference") {
+            let name = args.scenario.clone().unwrap_or_else(|| w.catalogue_scenario_of(m));
+            plan.push((m, find(w.as_ref(), name)?));
+        }
+        if plan.is_empty() {
+            plan.push(("reference", find(w.as_ref(), args.scenario.clone().unwrap_or_else(|| w.catalogue_scenario()))?));
+        }
+        chosen.push(plan);
     }
     let dir = ReportDir::create(&args.report_dir)?;
     let _hold = crate::services::native::process::ReportHold::take();
@@ -89,8 +99,8 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
     let result = with_services(rt, opts, |endpoints| {
         let options = Options { schedules: Some(args.budget), seed: args.seed, jobs: args.jobs, ..Options::default() };
         let mut table = String::new();
-        for s in &chosen {
-            workload_catalogue(endpoints, s, &options, &dir, &mut report, &mut table)?;
+        for plan in &chosen {
+            workload_catalogue(endpoints, plan, &options, &dir, &mut report, &mut table)?;
         }
         let md = dir.path().join("catalogue.md");
         std::fs::write(&md, &table)?;
@@ -108,18 +118,32 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
     Ok(report.exit_code())
 }
 
-/// Explores every mutant of `s`'s workload, then its reference, on `s` with `options`; prints
-/// the detection table, appends it to `table` (a section per workload) and the scenario
-/// reports to `report`. Errors: services, or a report that cannot be written.
+/// Explores every mutant of one workload on its scenario (`plan`: each mutant with its
+/// scenario; the workload's first scenario is the main one), then the reference on each
+/// scenario used, with `options`; prints the detection table, appends it to `table` (a
+/// section per workload) and the scenario reports to `report`. A row of a mutant or reference
+/// run on another scenario than the main one names it. Errors: services, or a report that
+/// cannot be written.
 fn workload_catalogue(
     endpoints: &crate::services::Endpoints,
-    s: &scenario::Scenario,
+    plan: &[(&'static str, scenario::Scenario)],
     options: &Options,
     dir: &ReportDir,
     report: &mut crate::report::model::RunReport,
     table: &mut String,
 ) -> Result<()> {
-    let mutants: Vec<&str> = s.workload.systems().iter().map(|i| i.name).filter(|n| *n != "reference").collect();
+    let s = &plan[0].1;
+    let mutants: Vec<(&str, &scenario::Scenario)> = plan.iter().filter(|(n, _)| *n != "reference").map(|(n, s)| (*n, s)).collect();
+    let mut scenarios: Vec<&scenario::Scenario> = Vec::new();
+    for (_, sc) in plan {
+        if !scenarios.iter().any(|x| x.name == sc.name) {
+            scenarios.push(sc);
+        }
+    }
+    let label = |name: &str, sc: &scenario::Scenario| match sc.name == s.name {
+        true => name.to_string(),
+        false => format!("{name} (on {})", sc.name),
+    };
     let header = "| system | caught | schedules to first failure | s to first failure | wall s (with shrinking) | shrunk length | invariant |\n|---|---|---|---|---|---|---|\n";
     println!(
         "catalogue of {}: {} mutants, then the reference; budget {} schedules each, seed {}, scenario {}\n",
@@ -134,27 +158,30 @@ fn workload_catalogue(
     print!("{header}");
     let mut all_caught = true;
     let mut found_after = Vec::new();
-    for_each_mutant(endpoints, s, &mutants, options, |name, r| {
+    for_each_mutant(endpoints, &mutants, options, |name, sc, r| {
         let r = r?;
         all_caught &= r.failure.is_some();
         found_after.extend(r.failure.as_ref().map(|f| f.found_after.as_secs_f64()));
-        let mut sr = ScenarioReport::explored(s, name, &r);
+        let mut sr = ScenarioReport::explored(sc, name, &r);
         sr.expected = Outcome::Fail;
         add_timeline(dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
         report.scenarios.push(sr);
-        let line = row(name, &r);
+        let line = row(&label(name, sc), &r);
         println!("{line}");
         writeln!(table, "{line}")?;
         Ok(())
     })?;
-    let r = explore::explore(endpoints, scenario::system_of(s, "reference")?, s, options, |_| {})?;
-    let reference_ok = r.failure.is_none();
-    let mut sr = ScenarioReport::explored(s, "reference", &r);
-    add_timeline(dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
-    report.scenarios.push(sr);
-    let line = row("reference (must not be caught)", &r);
-    println!("{line}");
-    writeln!(table, "{line}")?;
+    let mut reference_ok = true;
+    for sc in scenarios {
+        let r = explore::explore(endpoints, scenario::system_of(sc, "reference")?, sc, options, |_| {})?;
+        reference_ok &= r.failure.is_none();
+        let mut sr = ScenarioReport::explored(sc, "reference", &r);
+        add_timeline(dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
+        report.scenarios.push(sr);
+        let line = row(&label("reference (must not be caught)", sc), &r);
+        println!("{line}");
+        writeln!(table, "{line}")?;
+    }
     found_after.sort_by(f64::total_cmp);
     let median = found_after.get(found_after.len() / 2).map_or("–".to_string(), |m| format!("{m:.1} s"));
     let verdict = format!(
@@ -171,16 +198,15 @@ fn workload_catalogue(
     Ok(())
 }
 
-/// Explores each of `mutants` on `s`, `options.jobs` mutants at a time (each on one slot, so
-/// that one mutant's shrinking, which is sequential, overlaps another's search), and calls
-/// `each` with every result in the order of `mutants`, as soon as it and those before it are
-/// done. Stops at the first error of `each`.
+/// Explores each of `mutants` on its scenario, `options.jobs` mutants at a time (each on one
+/// slot, so that one mutant's shrinking, which is sequential, overlaps another's search), and
+/// calls `each` with every result in the order of `mutants`, as soon as it and those before it
+/// are done. Stops at the first error of `each`.
 fn for_each_mutant(
     endpoints: &crate::services::Endpoints,
-    s: &scenario::Scenario,
-    mutants: &[&str],
+    mutants: &[(&str, &scenario::Scenario)],
     options: &Options,
-    mut each: impl FnMut(&str, Result<Report>) -> Result<()>,
+    mut each: impl FnMut(&str, &scenario::Scenario, Result<Report>) -> Result<()>,
 ) -> Result<()> {
     let one = Options { jobs: 1, ..options.clone() };
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -190,7 +216,7 @@ fn for_each_mutant(
             let (tx, next, one) = (tx.clone(), &next, &one);
             scope.spawn(move || loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(name) = mutants.get(i) else { return };
+                let Some(&(name, s)) = mutants.get(i) else { return };
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     scenario::system_of(s, name).and_then(|system| explore::explore(endpoints, system, s, one, |_| {}))
                 }))
@@ -206,7 +232,7 @@ fn for_each_mutant(
         for (i, r) in rx {
             done.insert(i, r);
             while let Some(r) = done.remove(&printed) {
-                if let Err(e) = each(mutants[printed], r) {
+                if let Err(e) = each(mutants[printed].0, mutants[printed].1, r) {
                     // Those still running finish; nothing more is reported.
                     next.store(mutants.len(), std::sync::atomic::Ordering::Relaxed);
                     return Err(e);

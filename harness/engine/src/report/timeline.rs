@@ -239,9 +239,10 @@ pub fn render(title: &str, o: &ScenarioOutcome, repro: &[String]) -> String {
                     y + 8
                 );
             }
-            Entry::Crash { worker, .. } => {
+            Entry::Crash { worker, graceful, .. } => {
                 let y = lane_y[worker.as_str()];
-                let _ = writeln!(svg, r#"<g class="crash{hl}"><title>{tip}</title><text x="{}" y="{}">✗</text></g>"#, x + 8, y + LANE_H / 2 + 8);
+                let mark = if *graceful { "■" } else { "✗" };
+                let _ = writeln!(svg, r#"<g class="crash{hl}"><title>{tip}</title><text x="{}" y="{}">{mark}</text></g>"#, x + 8, y + LANE_H / 2 + 8);
             }
             Entry::Restart { worker, .. } => {
                 let y = lane_y[worker.as_str()];

@@ -162,7 +162,10 @@ fn line_with(e: &Entry, w: usize) -> String {
         Entry::Blocked { t_ms, worker, op, by } => {
             format!("{}  {:<4} {:<14} {:<24} ⧗ blocked by {}", t(*t_ms, w), worker, op, "", by.join(", "))
         }
-        Entry::Crash { t_ms, worker, at, op } => {
+        Entry::Crash { t_ms, worker, graceful: true, .. } => {
+            format!("{}  {:<4} ■ STOPPED gracefully, before its next receive", t(*t_ms, w), worker)
+        }
+        Entry::Crash { t_ms, worker, at, op, .. } => {
             let place = match (at, op) {
                 (_, Some(op)) => format!("in the middle of `{op}`"),
                 (Some(a), None) => format!("at {a}"),

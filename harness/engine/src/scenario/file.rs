@@ -18,13 +18,16 @@ pub struct ExploreSpec {
     #[serde(default = "default_decisions_max")]
     pub decisions_max: usize,
     /// Put the AWS-only SQS faults (`sqs:stale-delete-noop`, `sqs:redeliver-after-delete`,
-    /// `sqs:receive-lost`) on the menu (default false).
+    /// `sqs:receive-lost`, `sqs:batch-delete-partial`) on the menu (default false).
     #[serde(default)]
     pub sqs_faults: bool,
     /// Put the PostgreSQL outcome faults (`pg:commit-response-lost`, `pg:connection-reset`)
     /// on the menu (default false).
     #[serde(default)]
     pub pg_faults: bool,
+    /// Put graceful stops of the in-process handlers (`c1:stop`) on the menu (default false).
+    #[serde(default)]
+    pub stops: bool,
     /// Calls whose applied-then-unanswered crash is on the menu (`crash@<call>:applied`,
     /// e.g. `["commit"]`; default none). For external workers: the call reaches PostgreSQL and
     /// takes effect, and the worker is killed before the reply reaches it.
@@ -143,12 +146,13 @@ impl Scenario {
     }
 
     /// This scenario with every engine fault on the exploration menu (`--all-faults`): the SQS
-    /// faults and the PostgreSQL outcome faults. The network and provider faults of a workload
+    /// faults, the PostgreSQL outcome faults and graceful stops. The network and provider faults of a workload
     /// with providers are on every menu already. A scripted scenario is returned unchanged.
     pub fn with_all_faults(mut self) -> Scenario {
         if let Some(e) = self.explore.as_mut() {
             e.sqs_faults = true;
             e.pg_faults = true;
+            e.stops = true;
             e.all_faults = true;
         }
         self

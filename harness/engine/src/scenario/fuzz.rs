@@ -186,7 +186,7 @@ fn scenario_like_toml() -> impl Strategy<Value = String> {
     ];
     const KEYS: &[&str] = &[
         "workload", "description", "workers", "schedule", "explore", "exhaustive", "expect_trace", "config", "events",
-        "invariants", "external", "name", "payment", "decisions_max", "sqs_faults", "pg_faults", "applied", "crash", "visibility_timeout_s",
+        "invariants", "external", "name", "payment", "decisions_max", "sqs_faults", "pg_faults", "stops", "applied", "crash", "visibility_timeout_s",
         "sql", "kind", "command", "points", "labels", "step_timeout_s", "systems", "colour", "bad", "explore.decisions_max",
         "config.visibility_timeout_s", "\"workers\"",
     ];

@@ -11,6 +11,7 @@
 //! | `c1:crash@after_commit` | run `c1` until it stands at crash point `after_commit`, then kill it |
 //! | `c1:fail@after_claim` | run `c1` until it passes `after_claim`, where an error is thrown |
 //! | `c1:restart` | start a killed `c1` again, with fresh software |
+//! | `c1:stop` | stop `c1` gracefully: it finishes its current message and exits before its next receive |
 //! | `tick:31s` | advance the logical clock (`ms`, `s`, `m`, `h`); due expiries fire |
 //! | `replay` (a name the workload declares) | a fault of the workload's own, e.g. replaying its failure transport |
 //! | `dispatch:e1` | the producer dispatches event `e1` once more |
@@ -53,6 +54,10 @@ pub enum Decision {
     Fail { worker: String, at: CrashPoint },
     /// Restart a killed worker with fresh software.
     Restart { worker: String },
+    /// Stop a handler gracefully (SIGTERM to a Messenger worker): it finishes the message it
+    /// is handling, releases or acknowledges what it holds as its code decides, and exits
+    /// before its next receive. `c1:restart` starts it again.
+    Stop { worker: String },
     /// Advance the logical clock by `ms`.
     Tick { ms: u64 },
     /// A fault of the workload's own, by name (e.g. `replay`).
@@ -80,6 +85,7 @@ impl Decision {
             Decision::CrashApplied { .. } => "crash@applied".into(),
             Decision::Fail { .. } => "fail@".into(),
             Decision::Restart { .. } => "restart".into(),
+            Decision::Stop { .. } => "stop".into(),
             Decision::Tick { .. } => "tick".into(),
             Decision::Fault(name) => name.to_string(),
             Decision::Dispatch { .. } => "dispatch".into(),
@@ -105,6 +111,7 @@ impl fmt::Display for Decision {
             Decision::CrashApplied { worker, op } => write!(f, "{worker}:crash@{op}:applied"),
             Decision::Fail { worker, at } => write!(f, "{worker}:fail@{at}"),
             Decision::Restart { worker } => write!(f, "{worker}:restart"),
+            Decision::Stop { worker } => write!(f, "{worker}:stop"),
             Decision::Tick { ms } => write!(f, "tick:{}", format_duration_ms(*ms)),
             Decision::Fault(name) => write!(f, "{name}"),
             Decision::Dispatch { event } => write!(f, "dispatch:{event}"),
@@ -127,7 +134,8 @@ impl Schedule {
                 | Decision::Crash { worker, .. }
                 | Decision::CrashApplied { worker, .. }
                 | Decision::Fail { worker, .. }
-                | Decision::Restart { worker } => Some(worker),
+                | Decision::Restart { worker }
+                | Decision::Stop { worker } => Some(worker),
                 _ => None,
             };
             if let Some(w) = worker.filter(|w| !workers.contains(w)) {

@@ -30,6 +30,8 @@ pub struct Menu {
     pub sqs_faults: bool,
     /// Whether the PostgreSQL outcome faults (`pg:…`) are on the menu.
     pub pg_faults: bool,
+    /// Whether graceful stops (`<handler>:stop`) of the handlers are on the menu.
+    pub stops: bool,
     /// Calls `X` for which `crash@X:applied` is on the menu (none: the menu is as before).
     pub applied: Vec<String>,
     /// The workload's roles, crash points and faults.
@@ -112,6 +114,12 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
         let pg = select(PgFault::ALL.to_vec()).prop_map(Decision::Pg);
         s = prop_oneof![12 => s, 1 => pg].boxed();
     }
+    let handlers: Vec<String> =
+        workers.iter().filter(|w| matches!(menu.kind(w), Some(RoleKind::Handler { .. }))).cloned().collect();
+    if menu.stops && !handlers.is_empty() {
+        let stop = select(handlers).prop_map(|worker| Decision::Stop { worker });
+        s = prop_oneof![12 => s, 1 => stop].boxed();
+    }
     if !menu.vocabulary.providers.is_empty() {
         let net = select(crate::nemesis::net::NetFault::menu(&menu.vocabulary.providers)).prop_map(Decision::Net);
         s = prop_oneof![6 => s, 1 => net].boxed();
@@ -161,6 +169,7 @@ mod tests {
             decisions_max: 30,
             sqs_faults: true,
             pg_faults: true,
+            stops: true,
             applied: vec!["commit".into()],
             vocabulary: crate::schedule::text::tests::vocabulary(),
             clock_max_ms: clock_max_ms(crate::spec::DEFAULT_RETENTION_S * 1000),

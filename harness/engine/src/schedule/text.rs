@@ -196,10 +196,11 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
         ("fail", Some(at)) => Ok(Decision::Fail { worker, at }),
         ("fail", None) => Err("expected `fail@<crash point>`, e.g. `c1:fail@after_claim`".into()),
         ("restart", None) => Ok(Decision::Restart { worker }),
+        ("stop", None) => Ok(Decision::Stop { worker }),
         (op, None) if !op.is_empty() && op.chars().all(|c| c.is_ascii_lowercase() || c == '_') => {
             Ok(Decision::Step { worker, op: Some(op.to_string()) })
         }
-        (op, _) => Err(format!("`{op}` is not a call name, `crash`, `fail@…` or `restart`")),
+        (op, _) => Err(format!("`{op}` is not a call name, `crash`, `fail@…`, `restart` or `stop`")),
     }
 }
 

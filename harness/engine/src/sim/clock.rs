@@ -70,6 +70,10 @@ impl Clock {
                 self.in_flight
                     .insert(msg.clone(), InFlight { queue: *queue, receipt: receipt.clone(), deadline_ms, seq: self.seq });
             }
+            Fact::VisibilityChanged { msg, secs: 0, .. } => {
+                // Visible at once: SQS was given 0 too, there is nothing left to expire.
+                self.in_flight.remove(msg);
+            }
             Fact::VisibilityChanged { msg, secs, .. } => {
                 self.seq += 1;
                 if let Some(f) = self.in_flight.get_mut(msg) {

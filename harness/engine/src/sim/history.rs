@@ -217,8 +217,9 @@ pub enum Entry {
     Step(Step),
     /// A call is waiting on another worker's lock (from `pg_blocking_pids`).
     Blocked { t_ms: u64, worker: String, op: String, by: Vec<String> },
-    /// A worker was killed, at a crash point or in the middle of a call.
-    Crash { t_ms: u64, worker: String, at: Option<CrashPoint>, op: Option<String> },
+    /// A worker was killed, at a crash point or in the middle of a call; or, when `graceful`,
+    /// it stopped on its own after a `stop` (between messages, `at` and `op` none).
+    Crash { t_ms: u64, worker: String, at: Option<CrashPoint>, op: Option<String>, graceful: bool },
     /// A crashed worker was restarted with fresh software.
     Restart { t_ms: u64, worker: String },
     /// The nemesis did something to the world (expiry, replay, clock, …).

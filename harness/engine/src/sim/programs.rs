@@ -30,9 +30,16 @@ pub async fn run(program: Program, queue: Option<&'static str>, mut cx: Cx) {
         },
         Program::Handler(handler) => {
             let queue = queue.expect("a handler role names its queue");
+            let max = handler.max_messages(&cx);
+            if !(1..=10).contains(&max) {
+                let why = format!("{}: Handler::max_messages is {max}; SQS ReceiveMessage takes 1 to 10 messages", cx.name());
+                cx.world().borrow_mut().slot(cx.name()).fatal = Some(why);
+                loop {
+                    cx.wait_for_work().await;
+                }
+            }
             loop {
                 cx.cycle_start();
-                let max = handler.max_messages(&cx);
                 match cx.receive_many(queue, max).await {
                     Ok(ds) if ds.is_empty() => {}
                     Ok(mut ds) if max == 1 => handle_one(&*handler, &mut cx, ds.remove(0)).await,

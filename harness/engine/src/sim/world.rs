@@ -77,6 +77,9 @@ pub struct Slot {
     pub withhold: bool,
     /// Requests an external worker's SQS proxy has received (any operation).
     pub sqs_requests: u64,
+    /// Set by `c1:stop` until the worker ends: it should finish its current message and
+    /// release what it holds ([`crate::sim::cx::Cx::stop_requested`]).
+    pub stop_requested: bool,
 }
 
 impl Slot {
@@ -100,6 +103,7 @@ impl Slot {
             backend_pids: Vec::new(),
             withhold: false,
             sqs_requests: 0,
+            stop_requested: false,
         }
     }
 }

@@ -174,4 +174,13 @@ impl Workload for Payout {
     fn catalogue_scenario(&self) -> String {
         "payout/catalogue".into()
     }
+
+    /// The batch and graceful-stop mutants run on `payout/catalogue-batches` (a batch
+    /// reference, graceful stops on the menu); the others on `payout/catalogue`.
+    fn catalogue_scenario_of(&self, system: &str) -> String {
+        match system.starts_with("batch-") || system.starts_with("stop-") {
+            true => "payout/catalogue-batches".into(),
+            false => self.catalogue_scenario(),
+        }
+    }
 }

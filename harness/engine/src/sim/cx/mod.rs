@@ -209,6 +209,14 @@ impl Cx {
         self.world.borrow_mut().slot(&self.me).notes.push(text.into());
     }
 
+    /// Whether a graceful stop was asked of this worker (`c1:stop`, SIGTERM to a Messenger
+    /// worker): a handler holding several messages of one receive finishes the one it is on,
+    /// then releases the rest (ChangeMessageVisibility 0) and acknowledges what it handled
+    /// before returning; the engine ends the worker at its next receive.
+    pub fn stop_requested(&self) -> bool {
+        self.world.borrow_mut().slot(&self.me).stop_requested
+    }
+
     /// Marks a crash point: the worker now stands at `cp` until its next call. A crash or an
     /// injected failure scheduled at `cp` happens there (see [`crate::schedule::Decision`]).
     pub fn crash_point(&mut self, cp: CrashPoint) {

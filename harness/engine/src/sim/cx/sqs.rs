@@ -176,21 +176,30 @@ impl Cx {
         };
         self.gate("delete_batch").await?;
         let (mut send, mut kept, mut failed, mut facts) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // SQS checks the request as a whole: entry ids that repeat or are malformed get the
+        // batch rejected whatever the entries hold, so such a request goes as it is, with no
+        // fault applied to its entries.
+        let mut ids: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
+        ids.sort_unstable();
+        let well_formed = |id: &str| (1..=80).contains(&id.len()) && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        let rejected = ids.windows(2).any(|p| p[0] == p[1]) || !ids.iter().all(|id| well_formed(id));
         {
             let mut w = self.world.borrow_mut();
             for (id, d) in entries {
-                if w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop {
+                if !rejected && w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop {
                     kept.push(d.msg.clone());
                 } else {
-                    if w.sqs.depends_on_stale_delete(&d.msg, &d.receipt) {
-                        facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
-                    }
                     send.push((id.clone(), *d));
                 }
             }
-            if !send.is_empty() && w.sqs.take_batch_delete_partial() {
+            if !rejected && !send.is_empty() && w.sqs.take_batch_delete_partial() {
                 let (_, d) = send.pop().expect("not empty");
                 failed.push(FailedEntry { delivery: d.clone(), code: "InternalError".into() });
+            }
+            for (_, d) in &send {
+                if w.sqs.depends_on_stale_delete(&d.msg, &d.receipt) {
+                    facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
+                }
             }
         }
         let mut deleted = Vec::new();
@@ -226,7 +235,8 @@ impl Cx {
                 }
             }
         }
-        failed.sort_by(|a, b| a.delivery.msg.cmp(&b.delivery.msg));
+        // In the order of the request, whatever order SQS answered in.
+        failed.sort_by_key(|f| entries.iter().position(|(_, d)| d.msg == f.delivery.msg));
         facts.extend(failed.iter().map(|f| Fact::DeleteFailed { queue, msg: f.delivery.msg.clone() }));
         let outcome = Outcome::BatchDeleted {
             deleted,
@@ -239,7 +249,10 @@ impl Cx {
     }
 
     /// ChangeMessageVisibility: the message becomes visible again `secs` logical seconds from
-    /// now (the real timeout stays long; the logical clock expires it). A yield point named `op`.
+    /// now (the real timeout stays long; the logical clock expires it). With `secs` 0 the real
+    /// timeout is 0 too: the message is visible at once (a consumer handing back a message it
+    /// will not process, SQS Developer Guide "Amazon SQS visibility timeout"). A yield point
+    /// named `op`.
     pub async fn change_visibility(&mut self, op: &'static str, d: &Delivery, secs: u64) -> Result<(), CallError> {
         self.gate(op).await?;
         self.count(0, 1, 0);
@@ -248,7 +261,7 @@ impl Cx {
             .change_message_visibility()
             .queue_url(self.queues.url(d.queue))
             .receipt_handle(&d.receipt)
-            .visibility_timeout(REAL_VISIBILITY_S)
+            .visibility_timeout(if secs == 0 { 0 } else { REAL_VISIBILITY_S })
             .send()
             .await;
         match r {

@@ -305,6 +305,10 @@ impl<'a> Run<'a> {
                 self.check_worker(worker)?;
                 self.restart(worker)
             }
+            Decision::Stop { worker } => {
+                self.check_worker(worker)?;
+                self.stop(worker)
+            }
             Decision::Tick { ms } => self.tick(*ms),
             Decision::Fault(name) => self.workload_fault(name),
             Decision::Dispatch { event } => self.dispatch(event),
@@ -409,6 +413,31 @@ impl<'a> Run<'a> {
     }
 
     fn crash(&mut self, w: &str) -> Result<()> {
+        self.kill(w, false)
+    }
+
+    /// `c1:stop`: asks handler `w` to stop ([`crate::sim::cx::Cx::stop_requested`]), runs it
+    /// until it is back at its receive (its current message finished, what it held released
+    /// or acknowledged as its code decides), and ends it there. Errors (inapplicable): not an
+    /// in-process handler, crashed, or it does not get back to its receive.
+    fn stop(&mut self, w: &str) -> Result<()> {
+        if !matches!(self.kind(w), Some(crate::spec::RoleKind::Handler { .. })) || self.is_external(w) {
+            return Err(inapplicable(format!("{w} is not an in-process handler: only those stop gracefully")));
+        }
+        if self.status(w) == Status::Crashed {
+            return Err(inapplicable(format!("{w} is not running")));
+        }
+        self.with_slot(w, |s| s.stop_requested = true);
+        let back_at_receive = |s: &crate::sim::world::Slot| s.at_cycle_start && matches!(s.status, Status::Parked { .. });
+        if let Err(e) = self.run_until(w, "its next receive", back_at_receive) {
+            self.with_slot(w, |s| s.stop_requested = false);
+            return Err(e);
+        }
+        self.kill(w, true)
+    }
+
+    /// Ends worker `w`'s host: a crash, or a graceful stop between messages.
+    fn kill(&mut self, w: &str, graceful: bool) -> Result<()> {
         let status = self.status(w);
         let (at, op) = match &status {
             Status::Parked { at, .. } => (*at, None),
@@ -426,14 +455,15 @@ impl<'a> Run<'a> {
             s.completed = None;
             s.notes.clear();
             s.idle = false;
+            s.stop_requested = false;
             let mut pids = std::mem::take(&mut s.backend_pids);
             pids.extend(s.backend_pid.take());
             pids.sort_unstable();
             pids.dedup();
             pids
         });
-        tracing::info!(worker = w, at = ?at, op = ?op, t_ms = self.now(), "crash injected");
-        self.history.entries.push(Entry::Crash { t_ms: self.now(), worker: w.to_string(), at, op });
+        tracing::info!(worker = w, at = ?at, op = ?op, t_ms = self.now(), graceful, "worker ended");
+        self.history.entries.push(Entry::Crash { t_ms: self.now(), worker: w.to_string(), at, op, graceful });
         self.polls.db_changed();
         for pid in pids {
             self.admin.terminate_backend(pid)?;

@@ -7,7 +7,7 @@ mod others;
 
 use std::rc::Rc;
 
-use crate::reference::batch::{self, BatchAck, EntryId, OnFailed};
+use crate::reference::batch::{self, BatchAck, EntryId, OnFailed, OnStop};
 use crate::reference::{self, DedupProducer, DedupRetention, OutboxRelay, PayoutConsumer, SettlementProjection};
 use crate::system::*;
 
@@ -126,6 +126,8 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("relay-watermark", "the relay selects rows created after the last one it published; a transaction that commits late is never published"),
     ("batch-ignores-failed-deletes", "a batch consumer (10 per receive) ignores the entries DeleteMessageBatch reports as failed"),
     ("batch-entry-id-identity", "a batch consumer (10 per receive) uses the event id as its DeleteMessageBatch entry id: two deliveries of one event in a batch get the whole batch rejected"),
+    ("stop-keeps-prefetched", "a batch consumer (10 per receive) asked to stop keeps the messages it has not started: they stay invisible until their visibility timeout"),
+    ("stop-drops-acks", "a batch consumer (10 per receive) asked to stop exits without deleting the messages it handled: they are delivered again"),
 ];
 
 /// The mutant named `name`, if any.
@@ -151,6 +153,8 @@ pub fn by_name(name: &str) -> Option<Rc<dyn PayoutSystem>> {
         "relay-watermark" => m.with_table(WATERMARK_SQL).relay(WatermarkRelay),
         "batch-ignores-failed-deletes" => m.consumer(BatchConsumer(BatchAck { on_failed: OnFailed::Ignore, ..batch::REFERENCE })),
         "batch-entry-id-identity" => m.consumer(BatchConsumer(BatchAck { entry_id: EntryId::Identity, ..batch::REFERENCE })),
+        "stop-keeps-prefetched" => m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::KeepPrefetched, ..batch::REFERENCE })),
+        "stop-drops-acks" => m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::DropAcks, ..batch::REFERENCE })),
         _ => return None,
     };
     Some(Rc::new(m))

@@ -10,6 +10,12 @@
 //! - the call returns HTTP 200 with failed entries: the reference deletes each failed message
 //!   again with DeleteMessage; a consumer that ignores them leaves messages it counted as
 //!   acknowledged in the queue ([`OnFailed::Ignore`]).
+//!
+//! And a rule of graceful shutdown (`c1:stop`): a worker asked to stop finishes the message it
+//! is on, releases the messages of the batch it has not started (ChangeMessageVisibility 0)
+//! and deletes the ones it handled before it exits. A consumer that keeps the rest delays them
+//! by a visibility timeout ([`OnStop::KeepPrefetched`]); one that exits with its
+//! acknowledgements unsent has them redelivered ([`OnStop::DropAcks`]).
 
 use super::{fail_or_retry, park, DispatchLock};
 use crate::messages::PaymentCaptured;
@@ -35,6 +41,18 @@ pub enum OnFailed {
     Ignore,
 }
 
+/// What a batch consumer asked to stop does with the messages it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStop {
+    /// Releases the messages not started (visibility 0) and deletes the handled ones (the
+    /// reference).
+    Release,
+    /// Deletes the handled ones and keeps the rest in flight until their visibility timeout.
+    KeepPrefetched,
+    /// Releases the messages not started and exits without deleting the handled ones.
+    DropAcks,
+}
+
 /// A batch consumer's acknowledgement policy.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchAck {
@@ -42,19 +60,25 @@ pub struct BatchAck {
     pub entry_id: EntryId,
     /// Failed entries.
     pub on_failed: OnFailed,
+    /// A graceful stop in the middle of a batch.
+    pub on_stop: OnStop,
 }
 
-/// The reference's policy: positions as entry ids, failed entries deleted again.
-pub const REFERENCE: BatchAck = BatchAck { entry_id: EntryId::Position, on_failed: OnFailed::Retry };
+/// The reference's policy: positions as entry ids, failed entries deleted again, a stop
+/// releases what was not started and acknowledges what was handled.
+pub const REFERENCE: BatchAck = BatchAck { entry_id: EntryId::Position, on_failed: OnFailed::Retry, on_stop: OnStop::Release };
 
 /// Handles one receive's `deliveries`: each in its own transaction ([`handle`]); a handled one
 /// stands at crash point `after_commit` and has its dispatch lock released; a failed one is
-/// rolled back and retried or parked ([`fail_or_retry`]), a malformed one parked. Then one
-/// DeleteMessageBatch of the handled ones (crash point `after_delete` after it), and the
-/// failed entries as `ack` says. Errors: the services', and the batch's rejection.
+/// rolled back and retried or parked ([`fail_or_retry`]), a malformed one parked. A stop asked
+/// between two messages ([`Cx::stop_requested`]) ends the loop: the rest are released (a call
+/// named `release` each) as `ack.on_stop` says. Then one DeleteMessageBatch of the handled ones
+/// (crash point `after_delete` after it), and the failed entries as `ack` says. Errors: the
+/// services', and the batch's rejection.
 pub async fn handle_batch(cx: &mut Cx, deliveries: Vec<Delivery>, ack: BatchAck) -> Result<(), CallError> {
     let mut handled: Vec<(String, Delivery)> = Vec::new();
-    for d in deliveries {
+    let mut rest = deliveries.into_iter();
+    while let Some(d) = rest.next() {
         let ev: PaymentCaptured = match serde_json::from_str(&d.body) {
             Ok(ev) => ev,
             Err(e) => {
@@ -78,8 +102,18 @@ pub async fn handle_batch(cx: &mut Cx, deliveries: Vec<Delivery>, ack: BatchAck)
                 fail_or_retry(cx, CONSUMER, &d, &e, Some(&lock)).await?;
             }
         }
+        if cx.stop_requested() {
+            break;
+        }
     }
-    if handled.is_empty() {
+    let stopping = cx.stop_requested();
+    if stopping && ack.on_stop != OnStop::KeepPrefetched {
+        for d in rest {
+            cx.note(format!("stopping: {} released for another consumer", d.msg));
+            cx.change_visibility("release", &d, 0).await?;
+        }
+    }
+    if handled.is_empty() || (stopping && ack.on_stop == OnStop::DropAcks) {
         return Ok(());
     }
     let entries: Vec<(String, &Delivery)> = handled.iter().map(|(id, d)| (id.clone(), d)).collect();
