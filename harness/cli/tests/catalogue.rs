@@ -7,9 +7,13 @@ use crashpoint_payout::mutants::CATALOGUE;
 mod common;
 use crashpoint::testkit;
 
-/// The scenario the catalogue explores: every event pays its own payment, so each mutant is
-/// caught through its own failure window.
-const CATALOGUE_SCENARIO: &str = "payout/catalogue";
+/// The scenario the catalogue explores mutant `name` on (`payout/catalogue`, where every event
+/// pays its own payment, or `payout/catalogue-stops` for the graceful-stop mutants), as
+/// `crashpoint catalogue` does.
+fn catalogue_scenario(name: &str) -> String {
+    use crashpoint::workload::Workload;
+    crashpoint_payout::Payout.catalogue_scenario_of(name)
+}
 
 /// Each mutant, the schedules it may take to be caught with seed 1 (the catalogue's default),
 /// and the start of the invariant its own defect breaks, which must be among those violated.
@@ -40,6 +44,9 @@ const BUDGETS: &[(&str, u64, &str)] = &[
     // Two deliveries of one event must be visible together: a dispatch lock that expired and a
     // dispatch again (payout/batch-duplicate-delivery is its scripted window).
     ("batch-entry-id-identity", 150, "quiescence"),                                 // 100
+    // On payout/catalogue-stops.
+    ("stop-keeps-prefetched", 60, "a stopped worker holds no message"),             // 34
+    ("stop-drops-acks", 15, "a stopped worker holds no message"),                   // 1
 ];
 
 
@@ -50,7 +57,7 @@ fn budgets_cover_the_whole_catalogue() {
     names.sort();
     budgeted.sort();
     assert_eq!(names, budgeted);
-    assert_eq!(names.len(), 19);
+    assert_eq!(names.len(), 21);
     for n in names {
         assert!(crashpoint_payout::by_name(n).is_some(), "{n} does not resolve");
     }
@@ -58,9 +65,9 @@ fn budgets_cover_the_whole_catalogue() {
 
 #[test]
 fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
-    let s = common::scenario(CATALOGUE_SCENARIO);
     let mut missed = Vec::new();
     for (name, budget, invariant) in BUDGETS {
+        let s = common::scenario(&catalogue_scenario(name));
         let opts = Options { schedules: Some(*budget), time: None, seed: 1, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
         let r = explore::explore(&testkit::endpoints(), common::payout(name), &s, &opts, |_| {}).unwrap();
         match r.failure {
@@ -92,4 +99,20 @@ fn reference_passes_1000_generated_schedules() {
         panic!("reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);
     }
     assert!(r.stats.schedules >= 1000);
+}
+
+/// The batch reference (10 messages per receive) passes generated schedules with every engine
+/// fault on the menu: the SQS faults with `sqs:batch-delete-partial`, the PostgreSQL outcome
+/// faults and graceful stops. (1000 measured by hand: README, "Batches and graceful shutdown".)
+#[test]
+fn batch_reference_passes_300_generated_schedules_with_every_fault() {
+    let s = common::scenario("payout/explore-batches").with_all_faults();
+    let opts = Options { schedules: Some(300), time: None, seed: 7, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
+    let r = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
+    if let Some(f) = &r.failure {
+        panic!("batch reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);
+    }
+    assert!(r.stats.schedules >= 300);
+    let used = |fault: &str| r.stats.faults.get(fault).copied().unwrap_or(0);
+    assert!(used("sqs:batch-delete-partial") > 0 && used("stop") > 0, "{:?}", r.stats.faults);
 }

@@ -61,10 +61,28 @@ pub trait Handler {
     /// in turn, an error noted and rolled back before the next.
     async fn on_batch(&self, cx: &mut Cx, deliveries: Vec<Delivery>) -> Result<(), CallError> {
         for d in deliveries {
-            crate::sim::programs::handle_one(self, cx, d).await;
+            handle_one(self, cx, d).await;
         }
         Ok(())
     }
+}
+
+/// The start of the note a worker leaves when its handler returned an error: the failure was
+/// surfaced (the checker's acknowledgement and graceful-stop invariants read it).
+pub const HANDLER_ERROR: &str = "error: ";
+
+/// Runs `handler` on one delivery; an error is noted ([`HANDLER_ERROR`]) and the open
+/// transaction rolled back, as Messenger's worker does.
+pub async fn handle_one<H: Handler + ?Sized>(handler: &H, cx: &mut Cx, d: Delivery) {
+    if let Err(e) = handler.on_delivery(cx, d).await {
+        handler_failed(cx, e).await;
+    }
+}
+
+/// Notes `e` as the handler's error ([`HANDLER_ERROR`]) and rolls back the open transaction.
+pub async fn handler_failed(cx: &mut Cx, e: CallError) {
+    cx.note(format!("{HANDLER_ERROR}{e}"));
+    let _ = cx.rollback().await;
 }
 
 /// One cycle of a polling or periodic worker (an outbox relay, a retention job).

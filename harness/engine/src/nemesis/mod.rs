@@ -26,6 +26,7 @@ pub const KINDS: &[(&str, &str)] = &[
     ("<w>:crash@<point>", "run <w> to the named crash point, then kill it"),
     ("<w>:fail@<point>", "throw an error in <w>'s handler at the named crash point"),
     ("<w>:restart", "start a killed worker again with fresh software"),
+    ("<w>:stop", "stop handler <w> gracefully: it finishes its current message and ends before its next receive"),
     ("tick:<duration>", "advance the logical clock; due visibility timeouts and lock TTLs expire"),
     ("dispatch:<event>", "the producer dispatches an event once more"),
     ("redis:restart", "Redis restarts without persistence: every lock is lost"),

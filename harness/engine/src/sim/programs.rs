@@ -3,7 +3,7 @@
 
 use crate::sim::cx::Cx;
 use crate::sim::history::Fact;
-use crate::sut::{Handler, Program};
+use crate::sut::{handle_one, handler_failed, Program};
 
 /// Runs `program` until the host is crashed or the simulation ends. `queue` is the queue a
 /// handler receives from. Service errors are noted in the trace, the open transaction is
@@ -45,7 +45,7 @@ pub async fn run(program: Program, queue: Option<&'static str>, mut cx: Cx) {
                     Ok(mut ds) if max == 1 => handle_one(&*handler, &mut cx, ds.remove(0)).await,
                     Ok(ds) => {
                         if let Err(e) = handler.on_batch(&mut cx, ds).await {
-                            failed(&mut cx, e).await;
+                            handler_failed(&mut cx, e).await;
                         }
                     }
                     Err(e) => cx.note(format!("receive failed: {e}")),
@@ -60,21 +60,4 @@ pub async fn run(program: Program, queue: Option<&'static str>, mut cx: Cx) {
             }
         },
     }
-}
-
-/// Runs `handler` on one delivery; an error is noted ([`HANDLER_ERROR`]) and the open
-/// transaction rolled back, as Messenger's worker does.
-pub async fn handle_one<H: Handler + ?Sized>(handler: &H, cx: &mut Cx, d: crate::sim::cx::Delivery) {
-    if let Err(e) = handler.on_delivery(cx, d).await {
-        failed(cx, e).await;
-    }
-}
-
-/// The start of the note a worker leaves when its handler returned an error: the failure was
-/// surfaced (the checker's acknowledgement invariant reads it).
-pub const HANDLER_ERROR: &str = "error: ";
-
-async fn failed(cx: &mut Cx, e: crate::sim::cx::CallError) {
-    cx.note(format!("{HANDLER_ERROR}{e}"));
-    let _ = cx.rollback().await;
 }

@@ -175,11 +175,11 @@ impl Workload for Payout {
         "payout/catalogue".into()
     }
 
-    /// The batch and graceful-stop mutants run on `payout/catalogue-batches` (a batch
-    /// reference, graceful stops on the menu); the others on `payout/catalogue`.
+    /// The graceful-stop mutants run on `payout/catalogue-stops` (one batch consumer,
+    /// graceful stops on the menu); the others on `payout/catalogue`.
     fn catalogue_scenario_of(&self, system: &str) -> String {
-        match system.starts_with("batch-") || system.starts_with("stop-") {
-            true => "payout/catalogue-batches".into(),
+        match system.starts_with("stop-") {
+            true => "payout/catalogue-stops".into(),
             false => self.catalogue_scenario(),
         }
     }

@@ -418,8 +418,10 @@ impl<'a> Run<'a> {
 
     /// `c1:stop`: asks handler `w` to stop ([`crate::sim::cx::Cx::stop_requested`]), runs it
     /// until it is back at its receive (its current message finished, what it held released
-    /// or acknowledged as its code decides), and ends it there. Errors (inapplicable): not an
-    /// in-process handler, crashed, or it does not get back to its receive.
+    /// or acknowledged as its code decides), and ends it there. A worker waiting at its receive
+    /// makes that receive first: the signal lands during a poll, and what the poll returns is
+    /// the worker's to release. Errors (inapplicable): not an in-process handler, crashed, or
+    /// it does not get back to its receive.
     fn stop(&mut self, w: &str) -> Result<()> {
         if !matches!(self.kind(w), Some(crate::spec::RoleKind::Handler { .. })) || self.is_external(w) {
             return Err(inapplicable(format!("{w} is not an in-process handler: only those stop gracefully")));
@@ -429,6 +431,9 @@ impl<'a> Run<'a> {
         }
         self.with_slot(w, |s| s.stop_requested = true);
         let back_at_receive = |s: &crate::sim::world::Slot| s.at_cycle_start && matches!(s.status, Status::Parked { .. });
+        if self.with_slot(w, |s| back_at_receive(s)) {
+            self.step(w, None)?;
+        }
         if let Err(e) = self.run_until(w, "its next receive", back_at_receive) {
             self.with_slot(w, |s| s.stop_requested = false);
             return Err(e);

@@ -20,7 +20,7 @@
 use super::{fail_or_retry, park, DispatchLock};
 use crate::messages::PaymentCaptured;
 use crate::points;
-use crate::reference::consumer::{handle, CONSUMER};
+use super::transaction::{handle, CONSUMER};
 use crate::system::{CallError, Cx, Delivery};
 
 /// How a batch consumer names its DeleteMessageBatch entries.
@@ -71,14 +71,16 @@ pub const REFERENCE: BatchAck = BatchAck { entry_id: EntryId::Position, on_faile
 /// Handles one receive's `deliveries`: each in its own transaction ([`handle`]); a handled one
 /// stands at crash point `after_commit` and has its dispatch lock released; a failed one is
 /// rolled back and retried or parked ([`fail_or_retry`]), a malformed one parked. A stop asked
-/// between two messages ([`Cx::stop_requested`]) ends the loop: the rest are released (a call
-/// named `release` each) as `ack.on_stop` says. Then one DeleteMessageBatch of the handled ones
+/// during the receive or between two messages ([`Cx::stop_requested`]) ends the loop: the
+/// rest are released (a call named `release` each) as `ack.on_stop` says. Then one DeleteMessageBatch of the handled ones
 /// (crash point `after_delete` after it), and the failed entries as `ack` says. Errors: the
 /// services', and the batch's rejection.
 pub async fn handle_batch(cx: &mut Cx, deliveries: Vec<Delivery>, ack: BatchAck) -> Result<(), CallError> {
     let mut handled: Vec<(String, Delivery)> = Vec::new();
     let mut rest = deliveries.into_iter();
-    while let Some(d) = rest.next() {
+    // A stop asked during the receive or the message before: the rest are not started.
+    while !cx.stop_requested() {
+        let Some(d) = rest.next() else { break };
         let ev: PaymentCaptured = match serde_json::from_str(&d.body) {
             Ok(ev) => ev,
             Err(e) => {
@@ -101,9 +103,6 @@ pub async fn handle_batch(cx: &mut Cx, deliveries: Vec<Delivery>, ack: BatchAck)
                 cx.rollback().await?;
                 fail_or_retry(cx, CONSUMER, &d, &e, Some(&lock)).await?;
             }
-        }
-        if cx.stop_requested() {
-            break;
         }
     }
     let stopping = cx.stop_requested();

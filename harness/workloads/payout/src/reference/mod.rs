@@ -14,6 +14,7 @@ mod failure;
 mod producer;
 pub mod relay;
 mod retention;
+pub mod transaction;
 
 use std::rc::Rc;
 
