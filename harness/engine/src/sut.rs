@@ -74,6 +74,7 @@ pub const HANDLER_ERROR: &str = "error: ";
 /// Runs `handler` on one delivery; an error is noted ([`HANDLER_ERROR`]) and the open
 /// transaction rolled back, as Messenger's worker does.
 pub async fn handle_one<H: Handler + ?Sized>(handler: &H, cx: &mut Cx, d: Delivery) {
+    cx.handling(&d);
     if let Err(e) = handler.on_delivery(cx, d).await {
         handler_failed(cx, e).await;
     }

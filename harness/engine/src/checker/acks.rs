@@ -23,7 +23,8 @@ pub const FAILED_ACKS_HANDLED: &str = "no failed acknowledgement is ignored";
 /// Violated by a worker that receives again while an entry of its DeleteMessageBatch failed
 /// and it neither deleted that message since (a DeleteMessage that SQS answered OK counts, even
 /// one that kept the message under `sqs:stale-delete-noop`), nor changed its visibility, nor
-/// returned an error from its handler, nor crashed; also when the history ends with it
+/// returned an error from its handler, nor crashed; also when it stops gracefully, or the
+/// history ends, with it
 /// unanswered. (Another worker receiving the message first proves nothing: the scheduler may
 /// hold the worker before its retry past the visibility timeout.)
 pub struct FailedAcksHandled;
@@ -73,8 +74,13 @@ impl Invariant for FailedAcksHandled {
                 Entry::Note { worker, text, .. } if text.starts_with(HANDLER_ERROR) => {
                     pending.remove(worker.as_str());
                 }
-                Entry::Crash { worker, .. } => {
+                Entry::Crash { worker, graceful: false, .. } => {
                     pending.remove(worker.as_str());
+                }
+                Entry::Crash { worker, graceful: true, t_ms, .. } => {
+                    for p in pending.remove(worker.as_str()).unwrap_or_default() {
+                        problems.push(ignored(worker, &p, &format!("stopped at {:.3}s", *t_ms as f64 / 1000.0)));
+                    }
                 }
                 _ => {}
             }

@@ -20,7 +20,8 @@ pub const STOPPED_HOLDS_NOTHING: &str = "a stopped worker holds no message";
 /// Violated by every message still in flight under a worker when it stopped gracefully: it
 /// received the message (a receive that reached it), and nobody deleted it or changed its
 /// visibility since, no other worker received it since, and its handler did not return an
-/// error since (which leaves the message to its visibility timeout on purpose).
+/// error after it began the message ([`crate::sim::cx::Cx::handling`]; such an error leaves
+/// the message to its visibility timeout on purpose).
 pub struct StoppedHoldsNothing;
 
 impl Invariant for StoppedHoldsNothing {
@@ -30,8 +31,9 @@ impl Invariant for StoppedHoldsNothing {
 
     fn check(&self, cx: &CheckCx) -> Verdict {
         let entries = &cx.history.entries;
-        // Messages in flight under each worker, by label.
+        // Messages in flight under each worker, by label, and whether it began to handle them.
         let mut holder: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut started: std::collections::BTreeSet<&str> = Default::default();
         let mut problems = Vec::new();
         for (i, e) in entries.iter().enumerate() {
             match e {
@@ -41,6 +43,10 @@ impl Invariant for StoppedHoldsNothing {
                         match f {
                             Fact::Received { msg, .. } if !lost => {
                                 holder.insert(msg, &s.worker);
+                                started.remove(msg.as_str());
+                            }
+                            Fact::Handling { msg } => {
+                                started.insert(msg);
                             }
                             Fact::Received { msg, .. } | Fact::Deleted { msg, .. } | Fact::VisibilityChanged { msg, .. } => {
                                 holder.remove(msg.as_str());
@@ -49,10 +55,11 @@ impl Invariant for StoppedHoldsNothing {
                         }
                     }
                 }
-                // A handler that returned an error gave its messages up to their visibility
-                // timeout on purpose (Messenger's redelivery): it no longer holds them.
+                // A handler that returned an error gave the messages it had begun up to their
+                // visibility timeout on purpose (Messenger's redelivery); those it had not begun
+                // are still its to release.
                 Entry::Note { worker, text, .. } if text.starts_with(crate::sut::HANDLER_ERROR) => {
-                    holder.retain(|_, w| *w != worker.as_str());
+                    holder.retain(|m, w| *w != worker.as_str() || !started.contains(m));
                 }
                 Entry::Crash { t_ms, worker, graceful, .. } => {
                     let held: Vec<&str> = holder.iter().filter(|(_, w)| **w == worker.as_str()).map(|(m, _)| *m).collect();

@@ -138,7 +138,8 @@ pub struct Scenario {
 
 impl Scenario {
     /// Every invariant a schedule of this scenario is checked against, in order: the
-    /// workload's, the scenario's `[[invariants]]`, and quiescence when the workload has none.
+    /// workload's, the scenario's `[[invariants]]`, then the engine's own that the workload does
+    /// not already list ([`crate::checker::with_engine_invariants`]).
     pub fn invariants(&self) -> Vec<Box<dyn crate::checker::Invariant>> {
         let mut all = self.workload.invariants();
         all.extend(self.sql_invariants.iter().cloned().map(|i| Box::new(i) as Box<dyn crate::checker::Invariant>));

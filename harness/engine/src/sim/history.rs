@@ -24,6 +24,9 @@ pub enum Fact {
     /// the call returned HTTP 200 (DeleteMessageBatch API reference: "check for batch errors
     /// even when the call returns an HTTP status code of 200").
     DeleteFailed { queue: &'static str, msg: String },
+    /// The worker began to handle `msg` (recorded with its next call): a handler error after
+    /// it gives `msg` up to its visibility timeout on purpose.
+    Handling { msg: String },
     /// ChangeMessageVisibility set `msg` to become visible `secs` logical seconds from now.
     VisibilityChanged { queue: &'static str, msg: String, secs: u64 },
     /// A Redis lock was taken with a TTL (logical ms).
@@ -218,7 +221,8 @@ pub enum Entry {
     /// A call is waiting on another worker's lock (from `pg_blocking_pids`).
     Blocked { t_ms: u64, worker: String, op: String, by: Vec<String> },
     /// A worker was killed, at a crash point or in the middle of a call; or, when `graceful`,
-    /// it stopped on its own after a `stop` (between messages, `at` and `op` none).
+    /// it stopped on its own after a `stop`, at its receive (`op` none, `at` the crash point it
+    /// passed last).
     Crash { t_ms: u64, worker: String, at: Option<CrashPoint>, op: Option<String>, graceful: bool },
     /// A crashed worker was restarted with fresh software.
     Restart { t_ms: u64, worker: String },

@@ -209,6 +209,15 @@ impl Cx {
         self.world.borrow_mut().slot(&self.me).notes.push(text.into());
     }
 
+    /// Marks `d` as the message this handler now works on (a fact recorded with its next
+    /// call). A handler error after it leaves `d` to its visibility timeout on purpose, and the
+    /// graceful-stop invariant does not count it as held; messages of the same receive not yet
+    /// marked stay the worker's to release. The engine marks the delivery of a one-message
+    /// receive itself; a batch handler marks each message as it starts it.
+    pub fn handling(&mut self, d: &Delivery) {
+        self.record_with_next_call(Fact::Handling { msg: d.msg.clone() });
+    }
+
     /// Whether a graceful stop was asked of this worker (`c1:stop`, SIGTERM to a Messenger
     /// worker): a handler holding several messages of one receive finishes the one it is on,
     /// then releases the rest (ChangeMessageVisibility 0) and acknowledges what it handled

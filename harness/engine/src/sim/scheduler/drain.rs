@@ -223,11 +223,10 @@ impl Run<'_> {
             }
             last = now;
         }
-        let stuck: Vec<String> = self.clock.in_flight.keys().cloned().collect();
-        Ok(Some(format!(
-            "not quiescent after {DRAIN_ROUNDS_MAX} drain rounds; in flight: {}",
-            if stuck.is_empty() { "none".to_string() } else { stuck.join(", ") }
-        )))
+        let list = |v: Vec<String>| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+        let stuck = list(self.clock.in_flight.keys().cloned().collect());
+        let queued = list(self.clock.stored.keys().cloned().collect());
+        Ok(Some(format!("not quiescent after {DRAIN_ROUNDS_MAX} drain rounds; still in the queues: {queued} (in flight: {stuck})")))
     }
 
     /// With external workers: every message the queues no longer hold must have left through

@@ -430,15 +430,30 @@ impl<'a> Run<'a> {
             return Err(inapplicable(format!("{w} is not running")));
         }
         self.with_slot(w, |s| s.stop_requested = true);
-        let back_at_receive = |s: &crate::sim::world::Slot| s.at_cycle_start && matches!(s.status, Status::Parked { .. });
+        // Settling ends the worker as soon as it is back at its receive ([`Scheduler::fire_stops`]).
         if self.with_slot(w, |s| back_at_receive(s)) {
             self.step(w, None)?;
         }
-        if let Err(e) = self.run_until(w, "its next receive", back_at_receive) {
-            self.with_slot(w, |s| s.stop_requested = false);
-            return Err(e);
+        match self.run_until(w, "its next receive", |s| s.status == Status::Crashed) {
+            Err(e) if e.downcast_ref::<Inapplicable>().is_some() => {
+                // Blocked, or waiting on another worker: the signal stays, and the worker ends
+                // when it gets back to its receive.
+                self.with_slot(w, |s| s.notes.push(format!("stop requested: {w} ends when it gets back to its receive ({e:#})")));
+                self.collect(None);
+                Ok(())
+            }
+            r => r,
         }
-        self.kill(w, true)
+    }
+
+    /// Ends the first worker asked to stop that is back at its receive (called as the
+    /// scheduler settles, like the armed crashes).
+    pub(super) fn fire_stops(&mut self) -> Result<()> {
+        let due = self.workers.iter().find(|w| self.with_slot(w, |s| s.stop_requested && back_at_receive(s))).cloned();
+        match due {
+            Some(w) => self.kill(&w, true),
+            None => Ok(()),
+        }
     }
 
     /// Ends worker `w`'s host: a crash, or a graceful stop between messages.
@@ -467,7 +482,10 @@ impl<'a> Run<'a> {
             pids.dedup();
             pids
         });
-        tracing::info!(worker = w, at = ?at, op = ?op, t_ms = self.now(), graceful, "worker ended");
+        match graceful {
+            true => tracing::info!(worker = w, t_ms = self.now(), "graceful stop"),
+            false => tracing::info!(worker = w, at = ?at, op = ?op, t_ms = self.now(), "crash injected"),
+        }
         self.history.entries.push(Entry::Crash { t_ms: self.now(), worker: w.to_string(), at, op, graceful });
         self.polls.db_changed();
         for pid in pids {
@@ -582,7 +600,8 @@ impl<'a> Run<'a> {
         self.repair_cuts();
         self.collect(granted);
         self.redeliver()?;
-        self.fire_armed_crashes()
+        self.fire_armed_crashes()?;
+        self.fire_stops()
     }
 
     /// Whether `w` is an external handler stuck talking to LocalStack directly.
@@ -667,4 +686,9 @@ impl<'a> Run<'a> {
         let names = std::mem::take(&mut w.names);
         Finished { history, admin, calls: w.calls, passed, keys: keys.into_iter().collect(), names, effects, steps }
     }
+}
+
+/// Whether a worker is back at its receive: parked at the first call of a new cycle.
+fn back_at_receive(s: &crate::sim::world::Slot) -> bool {
+    s.at_cycle_start && matches!(s.status, Status::Parked { .. })
 }

@@ -70,49 +70,35 @@ pub const REFERENCE: BatchAck = BatchAck { entry_id: EntryId::Position, on_faile
 
 /// Handles one receive's `deliveries`: each in its own transaction ([`handle`]); a handled one
 /// stands at crash point `after_commit` and has its dispatch lock released; a failed one is
-/// rolled back and retried or parked ([`fail_or_retry`]), a malformed one parked. A stop asked
-/// during the receive or between two messages ([`Cx::stop_requested`]) ends the loop: the
-/// rest are released (a call named `release` each) as `ack.on_stop` says. Then one DeleteMessageBatch of the handled ones
+/// rolled back and retried or parked ([`fail_or_retry`]), a malformed one parked. An error, or
+/// a stop asked during the receive or between two messages ([`Cx::stop_requested`]), ends the
+/// loop: the rest are released (a call named `release` each) unless `ack.on_stop` keeps them. Then one DeleteMessageBatch of the handled ones
 /// (crash point `after_delete` after it), and the failed entries as `ack` says. Errors: the
 /// services', and the batch's rejection.
 pub async fn handle_batch(cx: &mut Cx, deliveries: Vec<Delivery>, ack: BatchAck) -> Result<(), CallError> {
     let mut handled: Vec<(String, Delivery)> = Vec::new();
     let mut rest = deliveries.into_iter();
+    let mut failure = None;
     // A stop asked during the receive or the message before: the rest are not started.
     while !cx.stop_requested() {
         let Some(d) = rest.next() else { break };
-        let ev: PaymentCaptured = match serde_json::from_str(&d.body) {
-            Ok(ev) => ev,
-            Err(e) => {
-                park(cx, CONSUMER, &d, &format!("malformed PaymentCaptured: {e}"), None).await?;
-                continue;
-            }
-        };
-        let lock = DispatchLock::of(&ev);
-        match handle(cx, &ev).await {
-            Ok(_) => {
-                cx.crash_point(points::AFTER_COMMIT);
-                lock.release(cx).await?;
-                let id = match ack.entry_id {
-                    EntryId::Position => handled.len().to_string(),
-                    EntryId::Identity => ev.event_id.to_string(),
-                };
-                handled.push((id, d));
-            }
-            Err(e) => {
-                cx.rollback().await?;
-                fail_or_retry(cx, CONSUMER, &d, &e, Some(&lock)).await?;
-            }
+        cx.handling(&d);
+        if let Err(e) = handle_one(cx, d, ack, &mut handled).await {
+            failure = Some(e);
+            break;
         }
     }
-    let stopping = cx.stop_requested();
-    if stopping && ack.on_stop != OnStop::KeepPrefetched {
+    // After an error or at a stop, the messages not started go back to the queue at once.
+    if (failure.is_some() || cx.stop_requested()) && ack.on_stop != OnStop::KeepPrefetched {
         for d in rest {
-            cx.note(format!("stopping: {} released for another consumer", d.msg));
+            cx.note(format!("{} not started: released for another consumer", d.msg));
             cx.change_visibility("release", &d, 0).await?;
         }
     }
-    if handled.is_empty() || (stopping && ack.on_stop == OnStop::DropAcks) {
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if handled.is_empty() || (cx.stop_requested() && ack.on_stop == OnStop::DropAcks) {
         return Ok(());
     }
     let entries: Vec<(String, &Delivery)> = handled.iter().map(|(id, d)| (id.clone(), d)).collect();
@@ -125,4 +111,31 @@ pub async fn handle_batch(cx: &mut Cx, deliveries: Vec<Delivery>, ack: BatchAck)
     }
     cx.crash_point(points::AFTER_DELETE);
     Ok(())
+}
+
+/// Handles one message of a batch: parked when malformed; else its transaction, and when it
+/// committed its dispatch lock released and an entry added to `handled`; a failed one rolled
+/// back and retried or parked. Errors: the services'.
+async fn handle_one(cx: &mut Cx, d: Delivery, ack: BatchAck, handled: &mut Vec<(String, Delivery)>) -> Result<(), CallError> {
+    let ev: PaymentCaptured = match serde_json::from_str(&d.body) {
+        Ok(ev) => ev,
+        Err(e) => return park(cx, CONSUMER, &d, &format!("malformed PaymentCaptured: {e}"), None).await,
+    };
+    let lock = DispatchLock::of(&ev);
+    match handle(cx, &ev).await {
+        Ok(_) => {
+            cx.crash_point(points::AFTER_COMMIT);
+            lock.release(cx).await?;
+            let id = match ack.entry_id {
+                EntryId::Position => handled.len().to_string(),
+                EntryId::Identity => ev.event_id.to_string(),
+            };
+            handled.push((id, d));
+            Ok(())
+        }
+        Err(e) => {
+            cx.rollback().await?;
+            fail_or_retry(cx, CONSUMER, &d, &e, Some(&lock)).await
+        }
+    }
 }
