@@ -48,26 +48,27 @@ impl Invariant for FailedAcksHandled {
             match e {
                 Entry::Step(s) => {
                     let w = s.worker.as_str();
-                    let when = format!("{:.3}s", s.t_ms as f64 / 1000.0);
                     if s.op == "recv" {
                         for p in pending.remove(w).unwrap_or_default() {
-                            problems.push(ignored(w, &p, &format!("received again at {when}")));
-                        }
-                    }
-                    if let Outcome::NotDeleted { msg } = &s.outcome {
-                        if let Some(mine) = pending.get_mut(w) {
-                            mine.retain(|p| p.msg != msg);
+                            problems.push(ignored(w, &p, &format!("received again at {:.3}s", s.t_ms as f64 / 1000.0)));
                         }
                     }
                     if let Outcome::BatchDeleted { failed, .. } = &s.outcome {
                         let mine = pending.entry(w).or_default();
                         mine.extend(failed.iter().map(|(msg, code)| Pending { msg, code, at: i }));
                     }
-                    for f in &s.facts {
-                        if let Fact::Deleted { msg, .. } | Fact::VisibilityChanged { msg, .. } = f {
-                            if let Some(mine) = pending.get_mut(w) {
-                                mine.retain(|p| p.msg != msg);
-                            }
+                    // Deleted, handed back, or answered OK by a DeleteMessage that kept it.
+                    let kept = match &s.outcome {
+                        Outcome::NotDeleted { msg } => Some(msg),
+                        _ => None,
+                    };
+                    let answered = s.facts.iter().filter_map(|f| match f {
+                        Fact::Deleted { msg, .. } | Fact::VisibilityChanged { msg, .. } => Some(msg),
+                        _ => None,
+                    });
+                    if let Some(mine) = pending.get_mut(w) {
+                        for msg in answered.chain(kept) {
+                            mine.retain(|p| p.msg != msg);
                         }
                     }
                 }
