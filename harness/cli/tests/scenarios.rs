@@ -108,6 +108,37 @@ fn a_message_left_past_its_queues_retention_is_reported_expired_unprocessed() {
     assert_eq!(payout.detail, "payment p1 has no payout");
 }
 
+// ---- FIFO queues: deduplication in logical time ----
+
+/// Issue 15: a send inside the 5-minute window is accepted and dropped by SQS (LocalStack
+/// answers with the first message's id), after the first message was deleted too.
+#[test]
+fn a_send_inside_the_fifo_window_is_dropped_even_after_the_delete() {
+    window("payout/fifo-duplicate-send", &["ok, dropped: FIFO deduplication (e1 was accepted as m1 at 0.000s, less than 5 min before)"]);
+}
+
+#[test]
+fn a_replay_past_the_fifo_window_is_a_new_message_and_paid_once() {
+    window("payout/fifo-replay", &["replayed e1 from the failure transport as m2", "m2 (receive 1)"]);
+}
+
+/// Issue 15: the checker reports a replay that FIFO deduplication dropped, though the
+/// operator needed it (the parked event is then never paid).
+#[test]
+fn a_replay_inside_the_fifo_window_is_reported_suppressed() {
+    let schedule = "p:lock p:send c1:recv c1:fail@after_receive c1:park c1:unlock c1:delete tick:4m replay";
+    let o = run("reference", "payout/fifo-replay", Some(schedule));
+    assert!(o.trace.contains("replay: SQS accepted the replay of e1 and dropped it"), "{}", o.trace);
+    let v = o.verdicts.iter().find(|v| v.invariant == crashpoint::checker::NO_REPLAY_SUPPRESSED).unwrap();
+    assert!(!v.holds, "{}", o.trace);
+    assert_eq!(
+        v.detail,
+        "the replay of e1 to payments at 240.000s was dropped: FIFO deduplication, m1 had been accepted with the same MessageDeduplicationId less than 5 min before"
+    );
+    let payout = o.verdicts.iter().find(|v| v.invariant == "exactly one payout per payment").unwrap();
+    assert_eq!(payout.detail, "payment p1 has no payout");
+}
+
 // ---- PostgreSQL outcome faults ----
 
 #[test]

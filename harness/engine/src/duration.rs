@@ -38,3 +38,8 @@ pub fn format_duration_ms(ms: u64) -> String {
     }
     format!("{ms}ms")
 }
+
+/// A logical instant as the trace prints it: seconds with 3 decimals, `31.000s`.
+pub fn format_instant_ms(ms: u64) -> String {
+    format!("{}.{:03}s", ms / 1000, ms % 1000)
+}

@@ -35,13 +35,20 @@ pub struct QueueSpec {
     /// queue's `MessageRetentionPeriod`). When the logical clock passes a message's enqueue
     /// time plus this, the harness deletes it, as SQS does, whether or not anyone processed it.
     pub retention_s: u64,
+    /// A FIFO queue (`<namespace>-<name>.fifo`, `FifoQueue=true`, no content-based
+    /// deduplication): every send carries a `MessageGroupId` and a `MessageDeduplicationId`
+    /// ([`crate::sim::fifo`]), a send whose identity was accepted less than 5 logical minutes
+    /// ago is accepted but not delivered, and a group's messages are delivered in order, one
+    /// in flight at a time (AWS SQS Developer Guide, "Amazon SQS FIFO queues"). A scenario's
+    /// `[config] fifo_queues = ["<name>"]` sets it.
+    pub fifo: bool,
 }
 
 impl QueueSpec {
     /// Queue `name` with message label prefix `label`, SQS's defaults: a 30 s visibility
     /// timeout and a 4-day retention ([`DEFAULT_RETENTION_S`]), both logical.
     pub const fn new(name: &'static str, label: &'static str) -> QueueSpec {
-        QueueSpec { name, label, visibility_timeout_s: 30, retention_s: DEFAULT_RETENTION_S }
+        QueueSpec { name, label, visibility_timeout_s: 30, retention_s: DEFAULT_RETENTION_S, fifo: false }
     }
 
     /// The same queue with a visibility timeout of `s` logical seconds.
@@ -55,6 +62,18 @@ impl QueueSpec {
     pub const fn retention_s(mut self, s: u64) -> QueueSpec {
         self.retention_s = s;
         self
+    }
+
+    /// The same queue as a FIFO queue ([`QueueSpec::fifo`]).
+    pub const fn fifo(mut self) -> QueueSpec {
+        self.fifo = true;
+        self
+    }
+
+    /// Its SQS name in namespace `ns`: `<ns>-<name>`, with `.fifo` at the end of a FIFO queue's
+    /// (SQS requires it; at most 80 characters).
+    pub fn sqs_name(&self, ns: &str) -> String {
+        format!("{}-{}{}", ns.replace('_', "-"), self.name, if self.fifo { ".fifo" } else { "" })
     }
 }
 

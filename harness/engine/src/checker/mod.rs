@@ -9,7 +9,7 @@
 //! Reusable invariants: [`Quiescence`] (the drain's liveness finding), [`NothingExpired`]
 //! (no message lost to its queue's retention), [`ReleasedByHolder`] (no lock deleted by a worker
 //! that did not hold it), [`FailedAcksHandled`] (no failed batch delete ignored), [`StoppedHoldsNothing`] (a graceful stop
-//! leaves nothing in flight) and [`SqlInvariant`] (a query that returns the
+//! leaves nothing in flight), [`NoReplaySuppressed`] (no replay dropped by FIFO deduplication) and [`SqlInvariant`] (a query that returns the
 //! violating rows). A workload writes the rest against [`CheckCx`].
 
 mod acks;
@@ -17,12 +17,14 @@ mod expired;
 mod locks;
 mod sql;
 mod stops;
+mod suppressed;
 
 pub use acks::{FailedAcksHandled, FAILED_ACKS_HANDLED};
 pub use expired::{NothingExpired, NOTHING_EXPIRED};
 pub use locks::{ReleasedByHolder, RELEASED_BY_HOLDER};
 pub use sql::SqlInvariant;
 pub use stops::{StoppedHoldsNothing, STOPPED_HOLDS_NOTHING};
+pub use suppressed::{NoReplaySuppressed, NO_REPLAY_SUPPRESSED};
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -190,24 +192,22 @@ impl Invariant for Quiescence {
     }
 }
 
-/// `invariants`, with the engine's own appended when none of them is named like it:
+/// `invariants`, with each of the engine's own appended unless one of them is named like it:
 /// [`NothingExpired`], [`ReleasedByHolder`], [`FailedAcksHandled`], [`StoppedHoldsNothing`],
-/// then [`Quiescence`].
+/// [`NoReplaySuppressed`], then [`Quiescence`].
 pub fn with_engine_invariants(mut invariants: Vec<Box<dyn Invariant>>) -> Vec<Box<dyn Invariant>> {
-    if !invariants.iter().any(|i| i.name() == NOTHING_EXPIRED) {
-        invariants.push(Box::new(NothingExpired));
-    }
-    if !invariants.iter().any(|i| i.name() == RELEASED_BY_HOLDER) {
-        invariants.push(Box::new(ReleasedByHolder));
-    }
-    if !invariants.iter().any(|i| i.name() == FAILED_ACKS_HANDLED) {
-        invariants.push(Box::new(FailedAcksHandled));
-    }
-    if !invariants.iter().any(|i| i.name() == STOPPED_HOLDS_NOTHING) {
-        invariants.push(Box::new(StoppedHoldsNothing));
-    }
-    if !invariants.iter().any(|i| i.name() == QUIESCENCE) {
-        invariants.push(Box::new(Quiescence));
+    let engine: [Box<dyn Invariant>; 6] = [
+        Box::new(NothingExpired),
+        Box::new(ReleasedByHolder),
+        Box::new(FailedAcksHandled),
+        Box::new(StoppedHoldsNothing),
+        Box::new(NoReplaySuppressed),
+        Box::new(Quiescence),
+    ];
+    for own in engine {
+        if !invariants.iter().any(|i| i.name() == own.name()) {
+            invariants.push(own);
+        }
     }
     invariants
 }

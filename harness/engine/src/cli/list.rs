@@ -21,10 +21,11 @@ pub fn list(registry: &Registry) -> Result<i32> {
         println!("\nworkload {}: {}", w.name(), w.about());
         for q in w.queues() {
             println!(
-                "  queue {:<30} visibility timeout {}, retention {}",
+                "  queue {:<30} visibility timeout {}, retention {}, {}",
                 q.name,
                 format_duration_ms(q.visibility_timeout_s.saturating_mul(1000)),
-                format_duration_ms(q.retention_s.saturating_mul(1000))
+                format_duration_ms(q.retention_s.saturating_mul(1000)),
+                if q.fifo { "FIFO" } else { "standard (a scenario's fifo_queues makes it FIFO)" }
             );
         }
         println!("  roles (worker names) and crash points:");

@@ -69,6 +69,8 @@ pub struct Stats {
 /// Key in [`Stats::faults`]: schedules in which a dispatch attempt sent nothing (suppressed by a
 /// lock, or the producer crashed before SendMessage).
 pub const UNSENT_DISPATCH: &str = "dispatch sent nothing";
+/// Key in [`Stats::faults`]: schedules in which a FIFO queue dropped a send as a duplicate.
+pub const FIFO_DROPPED: &str = "FIFO dedup dropped a send";
 /// Key in [`Stats::faults`]: schedules whose drain dispatched a never-sent event again.
 pub const UPSTREAM_RETRY: &str = "upstream retry (drain)";
 
@@ -123,6 +125,9 @@ impl Stats {
         }
         if dispatch_sent_nothing(&o.history) {
             *self.faults.entry(UNSENT_DISPATCH.into()).or_default() += 1;
+        }
+        if o.history.facts().any(|f| matches!(f, Fact::Suppressed { .. })) {
+            *self.faults.entry(FIFO_DROPPED.into()).or_default() += 1;
         }
         if o.history.entries.iter().any(|e| matches!(e, Entry::Fault { fault: FaultEvent::UpstreamRetry { .. }, .. })) {
             *self.faults.entry(UPSTREAM_RETRY.into()).or_default() += 1;

@@ -61,6 +61,10 @@ pub fn outcome_text(s: &Step) -> String {
         }
         Outcome::Empty => "empty".into(),
         Outcome::Sent { msg, who } => format!("{msg} ({who})"),
+        Outcome::Suppressed { msg, who, first_ms } => format!(
+            "ok, dropped: FIFO deduplication ({who} was accepted as {msg} at {}, less than 5 min before)",
+            crate::duration::format_instant_ms(*first_ms)
+        ),
         Outcome::Deleted { msg, stale: false } => format!("{msg} deleted"),
         Outcome::Deleted { msg, stale: true } => format!("{msg} deleted with a stale receipt handle (AWS may keep it)"),
         Outcome::NotDeleted { msg } => format!("ok, but {msg} is not deleted: stale receipt handle (sqs:stale-delete-noop)"),

@@ -122,10 +122,14 @@ pub struct Scenario {
     pub exhaustive: Option<ExhaustiveSpec>,
     /// Substrings the trace must contain.
     pub expect_trace: Vec<String>,
-    /// The workload's handler policy from `[config]` (without `visibility_timeout_s`).
+    /// The workload's handler policy from `[config]` (without `visibility_timeout_s` and
+    /// `fifo_queues`, which are the engine's).
     pub config: toml::Table,
     /// `[config] visibility_timeout_s`: overrides every queue's visibility timeout, logical s.
     pub visibility_timeout_s: Option<u64>,
+    /// `[config] fifo_queues`: the workload's queues this scenario makes FIFO queues
+    /// ([`crate::spec::QueueSpec::fifo`]), e.g. `["payments"]`.
+    pub fifo_queues: Vec<&'static str>,
     /// The `[[events]]` tables, in dispatch order, as the workload reads them.
     pub events: Vec<toml::Table>,
     /// The event labels (`name` of each `[[events]]` table).
@@ -330,6 +334,8 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
             line_of_field(&text, "config.visibility_timeout_s")
         ),
     };
+    let fifo_queues = fifo_queues(raw.config.remove("fifo_queues"), &workload.queues())
+        .map_err(|e| anyhow!("{}:{}: field `config.fifo_queues`: {e}", path.display(), line_of_field(&text, "config.fifo_queues")))?;
     workload
         .config(raw.config.clone())
         .map_err(|e| anyhow!("{}:{}: field `config`: {e}", path.display(), line_of_field(&text, "config")))?;
@@ -375,6 +381,7 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
         expect_trace: raw.expect_trace,
         config: raw.config,
         visibility_timeout_s,
+        fifo_queues,
         events,
         event_names,
         sql_invariants,
@@ -480,6 +487,23 @@ fn check_names(
         }
     }
     Ok(())
+}
+
+/// `[config] fifo_queues`: an array of the workload's queue names. Errors: another type, or a
+/// name the workload does not declare (the message lists its queues).
+fn fifo_queues(v: Option<toml::Value>, queues: &[crate::spec::QueueSpec]) -> Result<Vec<&'static str>, String> {
+    let known = || queues.iter().map(|q| q.name).collect::<Vec<_>>().join(", ");
+    let Some(v) = v else { return Ok(Vec::new()) };
+    let toml::Value::Array(names) = v else {
+        return Err(format!("expected an array of queue names ({}), found {v}", known()));
+    };
+    names
+        .iter()
+        .map(|n| {
+            let found = n.as_str().and_then(|n| queues.iter().find(|q| q.name == n));
+            found.map(|q| q.name).ok_or_else(|| format!("expected one of the workload's queues ({}), found {n}", known()))
+        })
+        .collect()
 }
 
 /// The 1-based line of field `name` (dotted, e.g. `config.visibility_timeout_s`): the first

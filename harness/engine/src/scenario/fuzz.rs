@@ -66,7 +66,7 @@ impl Workload for Stub {
         "a stand-in for the scenario loader's fuzz tests"
     }
     fn queues(&self) -> Vec<QueueSpec> {
-        Vec::new()
+        vec![QueueSpec::new("payments", "m"), QueueSpec::new("payouts", "o")]
     }
     fn roles(&self) -> Vec<RoleSpec> {
         ROLES.to_vec()
@@ -188,7 +188,7 @@ fn scenario_like_toml() -> impl Strategy<Value = String> {
         "workload", "description", "workers", "schedule", "explore", "exhaustive", "expect_trace", "config", "events",
         "invariants", "external", "name", "payment", "decisions_max", "sqs_faults", "pg_faults", "stops", "applied", "crash", "visibility_timeout_s",
         "sql", "kind", "command", "points", "labels", "step_timeout_s", "systems", "colour", "bad", "explore.decisions_max",
-        "config.visibility_timeout_s", "\"workers\"",
+        "config.visibility_timeout_s", "config.fifo_queues", "\"workers\"",
     ];
     const VALUES: &[&str] = &[
         "\"p c1\"", "\"p c1 c1\"", "\"x1\"", "\"c1 c3\"", "\"\"", "\"payout\"", "\"ledger\"", "5", "-1", "0", "43201", "1000000",
@@ -330,6 +330,21 @@ fn visibility_timeouts_past_the_sqs_maximum_are_refused() {
     assert_eq!(s.load(format!("{GOOD}[config]\nvisibility_timeout_s = 43200\n")).unwrap().visibility_timeout_s, Some(43_200));
     let e = s.error(&format!("{GOOD}[config]\nbad = 1\n"));
     assert!(e.contains(&format!("{path}:11: field `config`: unknown field `bad`")), "{e}");
+}
+
+#[test]
+fn fifo_queues_must_be_the_workloads_queues() {
+    let s = Scratch::new();
+    let path = s.path.display().to_string();
+    let scenario = s.load(format!("{GOOD}[config]\nfifo_queues = [\"payments\"]\n")).unwrap();
+    assert_eq!(scenario.fifo_queues, vec!["payments"]);
+    let q = crate::scenario::queues(&scenario);
+    assert!(q.iter().map(|q| (q.name, q.fifo)).eq([("payments", true), ("payouts", false)]), "{q:?}");
+    for (v, found) in [("[\"nope\"]", "\"nope\""), ("[3]", "3"), ("\"payments\"", "\"payments\"")] {
+        let e = s.error(&format!("{GOOD}[config]\nfifo_queues = {v}\n"));
+        assert!(e.contains(&format!("{path}:12: field `config.fifo_queues`: expected ")), "{e}");
+        assert!(e.contains("(payments, payouts)") && e.ends_with(&format!("found {found}")), "{e}");
+    }
 }
 
 #[test]

@@ -10,7 +10,8 @@
 //! expect_trace = ["c2   claim"]     # substrings the trace must contain (key trace facts)
 //!
 //! [config]                           # the workload's handler policy; visibility_timeout_s
-//! visibility_timeout_s = 30          # (every queue's, logical s) is the engine's
+//! visibility_timeout_s = 30          # (every queue's, logical s) and fifo_queues (queues
+//! fifo_queues = ["payments"]         # made FIFO: `crate::sim::fifo`) are the engine's
 //!
 //! [[events]]                         # `name` is the engine's; the rest is the workload's
 //! name = "e1"

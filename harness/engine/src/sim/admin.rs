@@ -49,8 +49,8 @@ pub struct Admin {
 }
 
 impl Admin {
-    /// Connects, creates schema `ns` with `ddl` and one queue `<ns>-<name>` per queue spec
-    /// (VisibilityTimeout 3600 s, MessageRetentionPeriod 14 days: only the logical clock
+    /// Connects, creates schema `ns` with `ddl` and one queue per queue spec
+    /// ([`QueueSpec::sqs_name`]; VisibilityTimeout 3600 s, MessageRetentionPeriod 14 days: only the logical clock
     /// expires messages). Errors: a service
     /// unreachable, the DDL failing (with PostgreSQL's message), CreateQueue failing.
     ///
@@ -81,19 +81,25 @@ impl Admin {
             let sqs = clients::sqs_client_counted(&endpoints.sqs_endpoint_url, &sqs_calls);
             let mut urls = Vec::new();
             for q in specs {
-                let out = sqs
+                use aws_sdk_sqs::types::QueueAttributeName as A;
+                let mut create = sqs
                     .create_queue()
-                    .queue_name(format!("{}-{}", schema.replace('_', "-"), q.name))
-                    .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "3600")
-                    .attributes(aws_sdk_sqs::types::QueueAttributeName::MessageRetentionPeriod, "1209600")
+                    .queue_name(q.sqs_name(&schema))
+                    .attributes(A::VisibilityTimeout, "3600")
+                    .attributes(A::MessageRetentionPeriod, "1209600");
+                if q.fifo {
+                    create = create.attributes(A::FifoQueue, "true").attributes(A::ContentBasedDeduplication, "false");
+                }
+                let out = create
                     .send()
                     .await
                     .map_err(|e| anyhow::anyhow!("CreateQueue: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
                 urls.push((q.name, out.queue_url.unwrap_or_default(), q.label));
             }
+            let fifo = specs.iter().filter(|q| q.fifo).map(|q| q.name).collect();
             let redis = clients::redis_connect(&endpoints.redis_url).await?;
             let snapshot = snapshot(&pg, &schema).await.context("taking the schema's snapshot for its reset")?;
-            anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls }, snapshot))
+            anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls, fifo }, snapshot))
         })?;
         Ok(Admin { rt, pg, sqs, redis, schema, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default() })
     }
@@ -292,16 +298,20 @@ impl Admin {
         })
     }
 
-    /// Sends `body` to queue `q` (a redelivery, a replayed message) and returns the new SQS
-    /// MessageId. Errors: SendMessage failed.
-    pub fn send(&self, q: &str, body: &str) -> Result<String> {
+    /// Sends `body` to queue `q` (a redelivery, a replayed message), with `fifo`'s group and
+    /// deduplication ids on a FIFO queue, and returns the SQS MessageId. Errors: SendMessage
+    /// failed.
+    pub fn send(&self, q: &str, body: &str, fifo: Option<&super::fifo::FifoSend>) -> Result<String> {
         let url = self.queues.url(q).to_string();
+        let (group, dedup) = fifo.map(|f| (f.group.clone(), f.dedup.clone())).unzip();
         self.rt.block_on(async {
             let sent = self
                 .sqs
                 .send_message()
                 .queue_url(url)
                 .message_body(body)
+                .set_message_group_id(group)
+                .set_message_deduplication_id(dedup)
                 .send()
                 .await
                 .map_err(|e| anyhow::anyhow!("SendMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;

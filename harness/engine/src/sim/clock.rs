@@ -98,7 +98,7 @@ impl Clock {
             Fact::LockReleased { key, .. } => {
                 self.locks.remove(key);
             }
-            Fact::DependsOn { .. } | Fact::Dispatched { .. } | Fact::DeleteFailed { .. } | Fact::Handling { .. } => {}
+            Fact::DependsOn { .. } | Fact::Dispatched { .. } | Fact::DeleteFailed { .. } | Fact::Handling { .. } | Fact::Suppressed { .. } => {}
         }
     }
 

@@ -16,6 +16,10 @@ pub enum Fact {
     /// A message was accepted by SQS. `identity` is the message identity in its body
     /// (`event_id` or `outbox_id`).
     Sent { queue: &'static str, msg: String, identity: Uuid },
+    /// A send to a FIFO queue was accepted and dropped: SQS had accepted the identity's
+    /// deduplication id as `msg` less than 5 min before ([`crate::sim::fifo`]). `replay` when
+    /// the workload's fault sent it (a replay from the failure transport), not a worker.
+    Suppressed { queue: &'static str, msg: String, identity: Uuid, replay: bool },
     /// A message was received; `receipt` is the real receipt handle (never printed).
     Received { queue: &'static str, msg: String, receive_count: u32, #[serde(skip)] receipt: String },
     /// DeleteMessage (or an entry of DeleteMessageBatch) succeeded for `msg`.
@@ -105,6 +109,9 @@ pub enum Outcome {
     Empty,
     /// SendMessage accepted message `msg` with identity label `who`.
     Sent { msg: String, who: String },
+    /// SendMessage to a FIFO queue was accepted and dropped as a duplicate of `msg` (identity
+    /// label `who`), accepted at logical `first_ms`.
+    Suppressed { msg: String, who: String, first_ms: u64 },
     /// DeleteMessage deleted `msg`; `stale` when the receipt handle was not the latest (AWS
     /// may keep the message then).
     Deleted { msg: String, stale: bool },

@@ -4,6 +4,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod clock;
+pub mod fifo;
 pub mod cx;
 pub(crate) mod fleet;
 pub(crate) mod gate;

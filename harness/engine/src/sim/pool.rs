@@ -25,7 +25,7 @@ use crate::spec::QueueSpec;
 
 /// A namespace's identity for reuse: the same endpoints, DDL, queues and SQL clock.
 fn shape(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bool) -> String {
-    let queues: Vec<&str> = specs.iter().map(|q| q.name).collect();
+    let queues: Vec<String> = specs.iter().map(|q| q.sqs_name("")).collect();
     format!("{}|{}|{}|{}|{sql_clock}|{ddl}", endpoints.database_url, endpoints.sqs_endpoint_url, endpoints.redis_url, queues.join(","))
 }
 
@@ -132,7 +132,7 @@ mod tests {
             let mut r = a.redis.clone();
             let _: () = redis::cmd("SET").arg(key).arg("1").query_async(&mut r).await.unwrap();
         });
-        a.send("work", "{\"left\": true}").unwrap();
+        a.send("work", "{\"left\": true}", None).unwrap();
     }
 
     fn key_exists(a: &Admin, key: &str) -> bool {

@@ -13,6 +13,7 @@ use std::rc::Rc;
 
 use tokio::sync::Notify;
 
+use super::fifo::{Accepted, FifoSend};
 use super::history::Step;
 use crate::spec::{CrashPoint, Event};
 
@@ -134,6 +135,8 @@ pub struct World {
     /// Lock tokens handed out so far ([`crate::sim::cx::Cx::lock`]): the next is one more, so
     /// tokens are unique within the schedule across worker restarts.
     pub lock_tokens: u64,
+    /// The FIFO queues' accepted deduplication ids, in logical time.
+    pub fifo: super::fifo::FifoDedup,
 }
 
 /// The handle workers and the scheduler share.
@@ -153,6 +156,7 @@ impl World {
             receive_counts: BTreeMap::new(),
             net: Default::default(),
             lock_tokens: 0,
+            fifo: super::fifo::FifoDedup::new(),
         }))
     }
 
@@ -162,6 +166,28 @@ impl World {
         let seen = self.receive_counts.entry(msg.to_string()).or_default();
         *seen = reported.unwrap_or(*seen + 1).max(*seen);
         *seen
+    }
+
+    /// Labels the message that SQS answered a send to `queue` with (`message_id`; labels of
+    /// `prefix`) and returns the label. On a FIFO queue (`fifo` is the send's ids) an answer
+    /// naming a message SQS had accepted before means it dropped the send as a duplicate
+    /// (SendMessage answers with the first message's id; LocalStack does too): `Err` with
+    /// that message and when the window says it was accepted. Otherwise the acceptance starts
+    /// the identity's window.
+    pub fn sent(&mut self, queue: &'static str, prefix: &'static str, message_id: &str, fifo: Option<&FifoSend>) -> Result<String, Accepted> {
+        match (fifo, self.names.get(message_id)) {
+            (Some(f), Some(msg)) => {
+                let at_ms = f.inside.as_ref().map_or(self.now_ms, |a| a.at_ms);
+                Err(Accepted { msg, at_ms })
+            }
+            (f, _) => {
+                let msg = self.names.label(prefix, message_id);
+                if let Some(f) = f {
+                    self.fifo.accepted(queue, f, &msg, self.now_ms);
+                }
+                Ok(msg)
+            }
+        }
     }
 
     /// The slot of `worker`. Panics on an unknown name (a harness bug).

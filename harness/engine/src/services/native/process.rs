@@ -65,7 +65,9 @@ impl ManagedChild {
     /// while the child runs and the listener on `port` is its own (the port may have been taken
     /// by another process between being chosen and the bind). `did` says what ready means, for
     /// the errors (`accepted connections`). Errors: [`PortTaken`](crate::services::ports::PortTaken)
-    /// when the child exited and its `log` says the address was in use; the child's exit, an
+    /// when its `log` says the address was in use and the port is not its own (whether the child
+    /// exited or, like LocalStack's gateway, runs on without a listener; it is stopped when the
+    /// caller drops it); the child's exit, an
     /// interrupting signal, or the timeout (with `ready`'s last error), each with the log's end.
     pub async fn wait_ready(
         &mut self,
@@ -78,7 +80,8 @@ impl ManagedChild {
         let deadline = Instant::now() + timeout;
         let mut last = String::new();
         loop {
-            if self.exited().is_none() && crate::services::ports::listened_by_group(port, self.pid()) {
+            let listening = crate::services::ports::listened_by_group(port, self.pid());
+            if self.exited().is_none() && listening {
                 match ready().await {
                     Ok(()) => return Ok(()),
                     Err(e) => last = format!(" ({e})"),
@@ -86,6 +89,11 @@ impl ManagedChild {
             }
             let exited = self.exited();
             let name = &self.name;
+            // LocalStack's twisted gateway logs "Couldn't listen on …: Address already in use"
+            // and goes on running (it even prints "Ready."): its port is lost all the same.
+            if exited.is_none() && !listening && crate::services::ports::says_address_in_use(&tail(log, 40)) {
+                return Err(crate::services::ports::PortTaken { service: name.clone(), port }.into());
+            }
             if let Some(status) = exited {
                 let end = tail(log, 15);
                 return Err(crate::services::ports::exit_error(name, port, &end, || {

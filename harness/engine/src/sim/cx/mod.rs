@@ -106,6 +106,8 @@ pub struct Delivery {
 pub struct QueueUrls {
     /// (queue name, URL, label prefix), in the workload's order.
     pub queues: Vec<(&'static str, String, &'static str)>,
+    /// The names of the FIFO queues among them ([`crate::spec::QueueSpec::fifo`]).
+    pub fifo: Vec<&'static str>,
 }
 
 impl QueueUrls {
@@ -118,6 +120,11 @@ impl QueueUrls {
     /// The label prefix of queue `q`'s messages.
     pub fn prefix(&self, q: &str) -> &'static str {
         self.entry(q).2
+    }
+
+    /// Whether queue `q` is a FIFO queue.
+    pub fn is_fifo(&self, q: &str) -> bool {
+        self.fifo.contains(&q)
     }
 
     /// The declared name of queue `q`, as a static string.

@@ -93,7 +93,8 @@ impl Cx {
     }
 
     /// SendMessage of `body` (JSON) whose message identity is `identity`. A yield point named
-    /// `op`; returns the message's trace label.
+    /// `op`; returns the message's trace label. To a FIFO queue it is
+    /// [`Cx::send_in_group`] with the identity as the message group.
     pub async fn send(
         &mut self,
         op: &'static str,
@@ -101,17 +102,52 @@ impl Cx {
         body: &impl serde::Serialize,
         identity: Uuid,
     ) -> Result<String, CallError> {
+        self.send_in_group(op, queue, body, identity, None).await
+    }
+
+    /// [`Cx::send`] in message group `group` (`MessageGroupId`, e.g. an aggregate id: SQS
+    /// delivers a group's messages in order, one in flight at a time) when `queue` is FIFO; a
+    /// standard queue ignores `group`. The `MessageDeduplicationId` comes from the identity
+    /// ([`crate::sim::fifo`]): inside the 5-minute window (logical) SQS accepts the send and
+    /// drops it, the trace says so, and the label returned is the accepted message's.
+    /// Errors: SendMessage failing ([`CallError::Service`] with SQS's code and message).
+    pub async fn send_in_group(
+        &mut self,
+        op: &'static str,
+        queue: &str,
+        body: &impl serde::Serialize,
+        identity: Uuid,
+        group: Option<&str>,
+    ) -> Result<String, CallError> {
         self.gate(op).await?;
         self.count(0, 1, 0);
         let body = serde_json::to_string(body).map_err(|e| CallError::Service(e.to_string()))?;
-        let r = self.sqs.send_message().queue_url(self.queues.url(queue)).message_body(body).send().await;
-        match r {
+        let (queue, prefix) = (self.queues.name(queue), self.queues.prefix(queue));
+        let fifo = {
+            let w = self.world.borrow();
+            self.queues.is_fifo(queue).then(|| w.fifo.prepare(queue, identity, group, w.now_ms))
+        };
+        let mut req = self.sqs.send_message().queue_url(self.queues.url(queue)).message_body(body);
+        if let Some(f) = &fifo {
+            req = req.message_group_id(&f.group).message_deduplication_id(&f.dedup);
+        }
+        match req.send().await {
             Ok(out) => {
-                let (queue, prefix) = (self.queues.name(queue), self.queues.prefix(queue));
-                let msg = self.label(prefix, out.message_id.unwrap_or_default());
                 let who = self.world.borrow().names.uuid(&identity);
-                self.complete(op, Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![Fact::Sent { queue, msg: msg.clone(), identity }]);
-                Ok(msg)
+                let sent = self.world.borrow_mut().sent(queue, prefix, &out.message_id.unwrap_or_default(), fifo.as_ref());
+                match sent {
+                    Ok(msg) => {
+                        let fact = Fact::Sent { queue, msg: msg.clone(), identity };
+                        self.complete(op, Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![fact]);
+                        Ok(msg)
+                    }
+                    Err(first) => {
+                        let outcome = Outcome::Suppressed { msg: first.msg.clone(), who, first_ms: first.at_ms };
+                        let fact = Fact::Suppressed { queue, msg: first.msg.clone(), identity, replay: false };
+                        self.complete(op, Service::Sqs, outcome, vec![fact]);
+                        Ok(first.msg)
+                    }
+                }
             }
             Err(e) => {
                 let e = format!("SendMessage: {}", aws_err(&e));

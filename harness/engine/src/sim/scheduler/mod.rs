@@ -653,8 +653,10 @@ impl<'a> Run<'a> {
                 }
                 for f in &step.facts {
                     self.apply_fact(f);
+                    // A FIFO queue delivers exactly once: no redelivery after a delete there.
                     if let Fact::Deleted { queue, msg } = f {
-                        if let Some((_, body)) = self.world.borrow_mut().sqs.take_redelivery(msg) {
+                        let fifo = self.admin.queues.is_fifo(queue);
+                        if let Some((_, body)) = (!fifo).then(|| self.world.borrow_mut().sqs.take_redelivery(msg)).flatten() {
                             self.redeliveries.push((msg.clone(), *queue, body));
                         }
                     }

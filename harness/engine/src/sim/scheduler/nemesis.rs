@@ -15,7 +15,7 @@ impl Run<'_> {
     /// is sent to the same queue, and the new SQS message gets the deleted one's label.
     pub(super) fn redeliver(&mut self) -> Result<()> {
         for (msg, queue, body) in std::mem::take(&mut self.redeliveries) {
-            let message_id = self.admin.send(queue, &body)?;
+            let message_id = self.admin.send(queue, &body, None)?;
             self.world.borrow_mut().names.set(&message_id, &msg);
             let identity = serde_json::from_str(&body).ok().and_then(|b| (self.identity)(&b).map(|(_, id)| id));
             let facts = identity.map(|identity| vec![Fact::Sent { queue, msg: msg.clone(), identity }]).unwrap_or_default();
@@ -123,10 +123,28 @@ impl Run<'_> {
         }
         for r in resent {
             let (queue, identity) = (self.identity)(&r.body).unwrap_or_else(|| (self.admin.queues.queues[0].0, uuid::Uuid::nil()));
-            let message_id = self.admin.send(queue, &r.body.to_string())?;
-            let msg = self.world.borrow_mut().names.label(self.admin.queues.prefix(queue), &message_id);
-            let fact = Fact::Sent { queue, msg: msg.clone(), identity };
+            let fifo = {
+                let w = self.world.borrow();
+                self.admin.queues.is_fifo(queue).then(|| w.fifo.prepare(queue, identity, None, w.now_ms))
+            };
+            let message_id = self.admin.send(queue, &r.body.to_string(), fifo.as_ref())?;
             let who = self.world.borrow().names.uuid(&identity);
+            let prefix = self.admin.queues.prefix(queue);
+            let sent = self.world.borrow_mut().sent(queue, prefix, &message_id, fifo.as_ref());
+            let msg = match sent {
+                Ok(msg) => msg,
+                Err(first) => {
+                    let text = format!(
+                        "{name}: SQS accepted the replay of {who} and dropped it: FIFO deduplication ({who} was accepted as {} at {}, less than 5 min before)",
+                        first.msg,
+                        crate::duration::format_instant_ms(first.at_ms)
+                    );
+                    let fact = Fact::Suppressed { queue, msg: first.msg, identity, replay: true };
+                    self.fault(FaultEvent::Workload { name: name.clone(), text }, vec![fact]);
+                    continue;
+                }
+            };
+            let fact = Fact::Sent { queue, msg: msg.clone(), identity };
             let text = self.faults[i].announce(&who, &msg, &r);
             self.fault(FaultEvent::Workload { name: name.clone(), text }, vec![fact]);
         }
