@@ -133,10 +133,21 @@ fn a_replay_inside_the_fifo_window_is_reported_suppressed() {
     assert!(!v.holds, "{}", o.trace);
     assert_eq!(
         v.detail,
-        "the replay of e1 to payments at 240.000s was dropped: FIFO deduplication, m1 had been accepted with the same MessageDeduplicationId less than 5 min before"
+        "the replay of e1 to payments at 240.000s was dropped: FIFO deduplication, m1 had been accepted with the same MessageDeduplicationId less than 5 min before, and no copy of e1 was handled after it"
     );
     let payout = o.verdicts.iter().find(|v| v.invariant == "exactly one payout per payment").unwrap();
     assert_eq!(payout.detail, "payment p1 has no payout");
+}
+
+/// A dropped replay is harmless while the message it duplicates is still on its way: here c1
+/// parks e1 and crashes before its delete, so m1 comes back after its visibility timeout and is
+/// paid; the replay SQS dropped meanwhile is not reported.
+#[test]
+fn a_replay_dropped_while_its_original_is_in_flight_is_not_reported() {
+    let o = run("reference", "payout/fifo-replay", Some("p:lock p:send c1:recv c1:fail@after_receive c1:park c1:crash replay"));
+    assert!(o.trace.contains("replay: SQS accepted the replay of e1 and dropped it"), "{}", o.trace);
+    let failed: Vec<_> = o.verdicts.iter().filter(|v| !v.holds).collect();
+    assert!(failed.is_empty(), "{failed:?}\n{}", o.trace);
 }
 
 // ---- PostgreSQL outcome faults ----
@@ -370,6 +381,25 @@ fn a_stopped_worker_that_keeps_or_drops_messages_is_caught_with_the_delay() {
         let business: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds && !v.invariant.starts_with("a stopped") && !v.invariant.starts_with("expected trace")).map(|v| v.invariant.as_str()).collect();
         assert!(business.is_empty(), "{mutant}: the delayed messages are handled once: {business:?}");
     }
+}
+
+/// The third: a consumer that sends the messages it has not started back as new copies and
+/// releases the originals too. Nothing is held and the effects stay single (the copies are
+/// duplicates the dedup absorbs), but each stop doubles the messages of those identities.
+#[test]
+fn a_stopped_worker_that_resends_its_messages_as_copies_is_caught() {
+    let o = run("stop-resends-copies", "payout/graceful-stop", None);
+    assert!(o.trace.contains("c1     · m2 not started: sent again as m4"), "{}", o.trace);
+    let v = o.verdicts.iter().find(|v| v.invariant == crashpoint::checker::COPIES_BOUNDED).unwrap();
+    assert_eq!(
+        v.detail,
+        "c1 sent m4, a copy of e2 (m2, which it held), back to payments at 0.000s and did not delete m2 before it stopped: both are delivered; \
+         c1 sent m5, a copy of e3 (m3, which it held), back to payments at 0.000s and did not delete m3 before it stopped: both are delivered"
+    );
+    let others: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds && v.invariant != crashpoint::checker::COPIES_BOUNDED).map(|v| v.invariant.as_str()).collect();
+    assert!(others.is_empty(), "only the copies are wrong: {others:?}\n{}", o.trace);
+    let reference = run("reference", "payout/graceful-stop", None);
+    assert!(reference.verdicts.iter().any(|v| v.invariant == crashpoint::checker::COPIES_BOUNDED && v.holds));
 }
 
 /// `c1:stop` in a script is refused for what cannot stop gracefully, naming the decision: the

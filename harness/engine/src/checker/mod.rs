@@ -9,10 +9,11 @@
 //! Reusable invariants: [`Quiescence`] (the drain's liveness finding), [`NothingExpired`]
 //! (no message lost to its queue's retention), [`ReleasedByHolder`] (no lock deleted by a worker
 //! that did not hold it), [`FailedAcksHandled`] (no failed batch delete ignored), [`StoppedHoldsNothing`] (a graceful stop
-//! leaves nothing in flight), [`NoReplaySuppressed`] (no replay dropped by FIFO deduplication) and [`SqlInvariant`] (a query that returns the
+//! leaves nothing in flight), [`CopiesBounded`] (a handler that requeues a copy deletes the original), [`NoReplaySuppressed`] (no replay dropped by FIFO deduplication) and [`SqlInvariant`] (a query that returns the
 //! violating rows). A workload writes the rest against [`CheckCx`].
 
 mod acks;
+mod copies;
 mod expired;
 mod locks;
 mod sql;
@@ -20,6 +21,7 @@ mod stops;
 mod suppressed;
 
 pub use acks::{FailedAcksHandled, FAILED_ACKS_HANDLED};
+pub use copies::{CopiesBounded, COPIES_BOUNDED};
 pub use expired::{NothingExpired, NOTHING_EXPIRED};
 pub use locks::{ReleasedByHolder, RELEASED_BY_HOLDER};
 pub use sql::SqlInvariant;
@@ -194,13 +196,14 @@ impl Invariant for Quiescence {
 
 /// `invariants`, with each of the engine's own appended unless one of them is named like it:
 /// [`NothingExpired`], [`ReleasedByHolder`], [`FailedAcksHandled`], [`StoppedHoldsNothing`],
-/// [`NoReplaySuppressed`], then [`Quiescence`].
+/// [`CopiesBounded`], [`NoReplaySuppressed`], then [`Quiescence`].
 pub fn with_engine_invariants(mut invariants: Vec<Box<dyn Invariant>>) -> Vec<Box<dyn Invariant>> {
-    let engine: [Box<dyn Invariant>; 6] = [
+    let engine: [Box<dyn Invariant>; 7] = [
         Box::new(NothingExpired),
         Box::new(ReleasedByHolder),
         Box::new(FailedAcksHandled),
         Box::new(StoppedHoldsNothing),
+        Box::new(CopiesBounded),
         Box::new(NoReplaySuppressed),
         Box::new(Quiescence),
     ];

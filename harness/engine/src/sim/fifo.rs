@@ -50,6 +50,8 @@ pub struct FifoDedup {
     nonce: String,
     /// The last accepted message of each (queue, identity), with its id's generation.
     accepted: BTreeMap<(&'static str, Uuid), (Accepted, u32)>,
+    /// When each accepted FIFO message was accepted, logical ms, by label.
+    accepted_at: BTreeMap<String, u64>,
     sends: u64,
 }
 
@@ -79,18 +81,25 @@ impl FifoDedup {
         }
     }
 
-    /// A send that is not an identity's (a redelivery the nemesis makes): ids used once.
+    /// A send without an identity (a replayed body the workload cannot place): ids used once.
     pub fn unique(&mut self, group: &str) -> FifoSend {
         self.sends += 1;
-        FifoSend { group: group.to_string(), dedup: format!("redelivery.{}.{}", self.sends, self.nonce), inside: None, identity: Uuid::nil(), generation: 0 }
+        FifoSend { group: group.to_string(), dedup: format!("unique.{}.{}", self.sends, self.nonce), inside: None, identity: Uuid::nil(), generation: 0 }
     }
 
-    /// Records that SQS accepted `send` to `queue` as message `msg` at logical `now_ms` (not
-    /// called for a send the window dropped: the window counts from the first acceptance).
-    pub fn accepted(&mut self, queue: &'static str, send: &FifoSend, msg: &str, now_ms: u64) {
-        if send.generation > 0 && send.inside.is_none() {
+    /// Records that SQS accepted a send to FIFO queue `queue` as new message `msg` at logical
+    /// `now_ms`; with `send` (the ids the engine chose) the identity's window starts now (not
+    /// called for a send SQS dropped: the window counts from the first acceptance).
+    pub fn accepted(&mut self, queue: &'static str, send: Option<&FifoSend>, msg: &str, now_ms: u64) {
+        self.accepted_at.insert(msg.to_string(), now_ms);
+        if let Some(send) = send.filter(|s| s.generation > 0) {
             self.accepted.insert((queue, send.identity), (Accepted { msg: msg.to_string(), at_ms: now_ms }, send.generation));
         }
+    }
+
+    /// When message `msg` was accepted, logical ms; `None` for a message of a standard queue.
+    pub fn accepted_at(&self, msg: &str) -> Option<u64> {
+        self.accepted_at.get(msg).copied()
     }
 }
 
@@ -107,16 +116,16 @@ mod tests {
         let first = d.prepare("q", id, None, 0);
         assert!(first.inside.is_none());
         assert_eq!(first.group, id.to_string());
-        d.accepted("q", &first, "m1", 0);
+        d.accepted("q", Some(&first), "m1", 0);
         let again = d.prepare("q", id, None, DEDUP_WINDOW_MS - 1);
         assert_eq!(again.dedup, first.dedup);
         assert_eq!(again.inside.as_ref().map(|a| a.msg.as_str()), Some("m1"));
-        d.accepted("q", &again, "m1", DEDUP_WINDOW_MS - 1);
-        let past = d.prepare("q", id, Some("p1"), DEDUP_WINDOW_MS);
+                let past = d.prepare("q", id, Some("p1"), DEDUP_WINDOW_MS);
         assert!(past.inside.is_none(), "the window counts from t = 0, not from the dropped send");
         assert_ne!(past.dedup, first.dedup);
         assert_eq!(past.group, "p1");
-        d.accepted("q", &past, "m2", DEDUP_WINDOW_MS);
+        d.accepted("q", Some(&past), "m2", DEDUP_WINDOW_MS);
+        assert_eq!(d.accepted_at("m2"), Some(DEDUP_WINDOW_MS));
         assert_eq!(d.prepare("q", id, None, DEDUP_WINDOW_MS + 1).inside.map(|a| a.msg), Some("m2".to_string()));
         assert!(d.prepare("other", id, None, 1).inside.is_none(), "the window is per queue");
         assert!(FifoDedup::new().prepare("q", id, None, 0).dedup != first.dedup, "each schedule has its own nonce");

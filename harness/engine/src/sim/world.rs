@@ -169,25 +169,22 @@ impl World {
     }
 
     /// Labels the message that SQS answered a send to `queue` with (`message_id`; labels of
-    /// `prefix`) and returns the label. On a FIFO queue (`fifo` is the send's ids) an answer
-    /// naming a message SQS had accepted before means it dropped the send as a duplicate
-    /// (SendMessage answers with the first message's id; LocalStack does too): `Err` with
-    /// that message and when the window says it was accepted. Otherwise the acceptance starts
-    /// the identity's window.
-    pub fn sent(&mut self, queue: &'static str, prefix: &'static str, message_id: &str, fifo: Option<&FifoSend>) -> Result<String, Accepted> {
-        match (fifo, self.names.get(message_id)) {
-            (Some(f), Some(msg)) => {
-                let at_ms = f.inside.as_ref().map_or(self.now_ms, |a| a.at_ms);
-                Err(Accepted { msg, at_ms })
-            }
-            (f, _) => {
-                let msg = self.names.label(prefix, message_id);
-                if let Some(f) = f {
-                    self.fifo.accepted(queue, f, &msg, self.now_ms);
-                }
-                Ok(msg)
-            }
+    /// `prefix`) and returns the label. On a FIFO queue (`fifo_queue`) an answer naming a
+    /// message SQS had accepted before means it dropped the send as a duplicate (SendMessage
+    /// answers with the first message's id; LocalStack does too, and `crashpoint doctor`
+    /// probes it): `Err` with that message and when it was accepted. Otherwise a FIFO message
+    /// is recorded as accepted now, and `send` (the ids the engine chose, `None` for an
+    /// external worker's own) starts its identity's window.
+    pub fn sent(&mut self, queue: &'static str, prefix: &'static str, message_id: &str, fifo_queue: bool, send: Option<&FifoSend>) -> Result<String, Accepted> {
+        if let Some(msg) = self.names.get(message_id).filter(|_| fifo_queue) {
+            let at_ms = self.fifo.accepted_at(&msg).unwrap_or(self.now_ms);
+            return Err(Accepted { msg, at_ms });
         }
+        let msg = self.names.label(prefix, message_id);
+        if fifo_queue {
+            self.fifo.accepted(queue, send, &msg, self.now_ms);
+        }
+        Ok(msg)
     }
 
     /// The slot of `worker`. Panics on an unknown name (a harness bug).

@@ -89,9 +89,11 @@ impl ManagedChild {
             }
             let exited = self.exited();
             let name = &self.name;
-            // LocalStack's twisted gateway logs "Couldn't listen on …: Address already in use"
-            // and goes on running (it even prints "Ready."): its port is lost all the same.
-            if exited.is_none() && !listening && crate::services::ports::says_address_in_use(&tail(log, 40)) {
+            // LocalStack's twisted gateway logs "Couldn't listen on any:PORT: [Errno 98] Address
+            // already in use" and goes on running (it even prints "Ready."): its port is lost
+            // all the same. Only a line naming this port counts (the log is this port's).
+            let lost_port = |l: &str| crate::services::ports::says_address_in_use(l) && l.contains(&format!(":{port}"));
+            if exited.is_none() && !listening && tail(log, 40).lines().any(lost_port) {
                 return Err(crate::services::ports::PortTaken { service: name.clone(), port }.into());
             }
             if let Some(status) = exited {

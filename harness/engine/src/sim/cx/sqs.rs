@@ -134,9 +134,12 @@ impl Cx {
         match req.send().await {
             Ok(out) => {
                 let who = self.world.borrow().names.uuid(&identity);
-                let sent = self.world.borrow_mut().sent(queue, prefix, &out.message_id.unwrap_or_default(), fifo.as_ref());
+                let sent = self.world.borrow_mut().sent(queue, prefix, &out.message_id.unwrap_or_default(), fifo.is_some(), fifo.as_ref());
                 match sent {
                     Ok(msg) => {
+                        if let Some(first) = fifo.as_ref().and_then(|f| f.inside.as_ref()) {
+                            self.note(format!("SQS accepted {msg} as a new message, though {} had its deduplication id less than 5 min before", first.msg));
+                        }
                         let fact = Fact::Sent { queue, msg: msg.clone(), identity };
                         self.complete(op, Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![fact]);
                         Ok(msg)

@@ -123,14 +123,17 @@ impl Run<'_> {
         }
         for r in resent {
             let (queue, identity) = (self.identity)(&r.body).unwrap_or_else(|| (self.admin.queues.queues[0].0, uuid::Uuid::nil()));
-            let fifo = {
-                let w = self.world.borrow();
-                self.admin.queues.is_fifo(queue).then(|| w.fifo.prepare(queue, identity, None, w.now_ms))
-            };
+            let fifo = self.admin.queues.is_fifo(queue).then(|| {
+                let w = &mut *self.world.borrow_mut();
+                match identity.is_nil() {
+                    true => w.fifo.unique("replay"),
+                    false => w.fifo.prepare(queue, identity, None, w.now_ms),
+                }
+            });
             let message_id = self.admin.send(queue, &r.body.to_string(), fifo.as_ref())?;
             let who = self.world.borrow().names.uuid(&identity);
             let prefix = self.admin.queues.prefix(queue);
-            let sent = self.world.borrow_mut().sent(queue, prefix, &message_id, fifo.as_ref());
+            let sent = self.world.borrow_mut().sent(queue, prefix, &message_id, fifo.is_some(), fifo.as_ref());
             let msg = match sent {
                 Ok(msg) => msg,
                 Err(first) => {

@@ -454,10 +454,19 @@ async fn send(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::htt
         Proto::Json => serde_json::from_slice::<serde_json::Value>(&rbody).map(|v| str_of(&v, "MessageId")).unwrap_or_default(),
         Proto::Query => xml_tag(&String::from_utf8_lossy(&rbody), "MessageId").unwrap_or_default(),
     };
-    let msg = p.worker.label(p.worker.queues.prefix(queue), &id);
     let identity = identity.unwrap_or_default();
     let who = p.worker.world.borrow().names.uuid(&identity);
-    p.worker.complete(Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![Fact::Sent { queue, msg, identity }]);
+    // The worker's own MessageDeduplicationId, if any, passes through: on a FIFO queue SQS's
+    // answer with an accepted message's id says it dropped the send (in LocalStack's real time).
+    let fifo = p.worker.queues.is_fifo(queue);
+    let sent = p.worker.world.borrow_mut().sent(queue, p.worker.queues.prefix(queue), &id, fifo, None);
+    match sent {
+        Ok(msg) => p.worker.complete(Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![Fact::Sent { queue, msg, identity }]),
+        Err(first) => {
+            let fact = Fact::Suppressed { queue, msg: first.msg.clone(), identity, replay: false };
+            p.worker.complete(Service::Sqs, Outcome::Suppressed { msg: first.msg, who, first_ms: first.at_ms }, vec![fact]);
+        }
+    }
     passthrough(status, headers, rbody)
 }
 

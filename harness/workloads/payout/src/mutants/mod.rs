@@ -128,6 +128,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("batch-entry-id-identity", "a batch consumer (10 per receive) uses the event id as its DeleteMessageBatch entry id: two deliveries of one event in a batch get the whole batch rejected"),
     ("stop-keeps-prefetched", "a batch consumer (10 per receive) asked to stop keeps the messages it has not started: they stay invisible until their visibility timeout"),
     ("stop-drops-acks", "a batch consumer (10 per receive) asked to stop exits without deleting the messages it handled: they are delivered again"),
+    ("stop-resends-copies", "a batch consumer (10 per receive) asked to stop sends each message it has not started back as a new copy and releases the original too: copies pile up"),
 ];
 
 /// The mutant named `name`, if any.
@@ -155,6 +156,7 @@ pub fn by_name(name: &str) -> Option<Rc<dyn PayoutSystem>> {
         "batch-entry-id-identity" => m.consumer(BatchConsumer(BatchAck { entry_id: EntryId::Identity, ..batch::REFERENCE })),
         "stop-keeps-prefetched" => m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::KeepPrefetched, ..batch::REFERENCE })),
         "stop-drops-acks" => m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::DropAcks, ..batch::REFERENCE })),
+        "stop-resends-copies" => m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::ResendCopies, ..batch::REFERENCE })),
         _ => return None,
     };
     Some(Rc::new(m))

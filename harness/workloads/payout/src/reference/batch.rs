@@ -15,7 +15,8 @@
 //! is on, releases the messages of the batch it has not started (ChangeMessageVisibility 0)
 //! and deletes the ones it handled before it exits. A consumer that keeps the rest delays them
 //! by a visibility timeout ([`OnStop::KeepPrefetched`]); one that exits with its
-//! acknowledgements unsent has them redelivered ([`OnStop::DropAcks`]).
+//! acknowledgements unsent has them redelivered ([`OnStop::DropAcks`]); one that sends them
+//! back as new copies while the originals go back too doubles them ([`OnStop::ResendCopies`]).
 
 use super::{fail_or_retry, park, DispatchLock};
 use crate::messages::PaymentCaptured;
@@ -51,6 +52,9 @@ pub enum OnStop {
     KeepPrefetched,
     /// Releases the messages not started and exits without deleting the handled ones.
     DropAcks,
+    /// Sends each message not started back to its queue as a new copy (SendMessage of the same
+    /// body), then releases the original too: both are delivered, and every stop adds copies.
+    ResendCopies,
 }
 
 /// A batch consumer's acknowledgement policy.
@@ -91,6 +95,9 @@ pub async fn handle_batch(cx: &mut Cx, deliveries: Vec<Delivery>, ack: BatchAck)
     // After an error or at a stop, the messages not started go back to the queue at once.
     if (failure.is_some() || cx.stop_requested()) && ack.on_stop != OnStop::KeepPrefetched {
         for d in rest {
+            if ack.on_stop == OnStop::ResendCopies {
+                resend_copy(cx, &d).await?;
+            }
             cx.note(format!("{} not started: released for another consumer", d.msg));
             cx.change_visibility("release", &d, 0).await?;
         }
@@ -110,6 +117,15 @@ pub async fn handle_batch(cx: &mut Cx, deliveries: Vec<Delivery>, ack: BatchAck)
         }
     }
     cx.crash_point(points::AFTER_DELETE);
+    Ok(())
+}
+
+/// [`OnStop::ResendCopies`]: SendMessage of `d`'s body to its queue as a new message, with
+/// the same identity (a call named `requeue`); a body without an `event_id` is not sent.
+async fn resend_copy(cx: &mut Cx, d: &Delivery) -> Result<(), CallError> {
+    let Ok(ev) = serde_json::from_str::<PaymentCaptured>(&d.body) else { return Ok(()) };
+    let copy = cx.send("requeue", d.queue, &ev, ev.event_id).await?;
+    cx.note(format!("{} not started: sent again as {copy}", d.msg));
     Ok(())
 }
 
