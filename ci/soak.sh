@@ -11,8 +11,9 @@
 # Variables:
 #   SCHEDULES      schedules in all, split evenly over the seeds and scenarios (default 10000)
 #   SEEDS          run seeds 1..SEEDS (default 10)
-#   SCENARIOS      exploration scenarios (default: payout/explore counter/explore orders/explore,
-#                  the reference of every in-tree workload)
+#   SCENARIOS      exploration scenarios (default: payout/explore payout/explore-batches
+#                  payout/explore-fifo counter/explore orders/explore: the reference of every
+#                  in-tree workload, and payout's batch consumer and FIFO queues)
 #   DET_SEEDS      determinism: run seeds 101..100+DET_SEEDS, the scenarios taken in turn (default 20)
 #   DET_SCHEDULES  determinism: schedules per seed (default 100)
 #   JOBS           slots per run (default: crashpoint's, two per core)
@@ -24,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SCHEDULES=${SCHEDULES:-10000}
 SEEDS=${SEEDS:-10}
-SCENARIOS=${SCENARIOS:-payout/explore counter/explore orders/explore}
+SCENARIOS=${SCENARIOS:-payout/explore payout/explore-batches payout/explore-fifo counter/explore orders/explore}
 DET_SEEDS=${DET_SEEDS:-20}
 DET_SCHEDULES=${DET_SCHEDULES:-100}
 OUT=${OUT:-reports/soak}
