@@ -108,6 +108,46 @@ fn a_message_left_past_its_queues_retention_is_reported_expired_unprocessed() {
     assert_eq!(payout.detail, "payment p1 has no payout");
 }
 
+// ---- Dead-letter queues: the move and the redrive, in logical time ----
+
+/// Issue 15: a message received maxReceiveCount times moves to the dead-letter queue when its
+/// visibility expires, and a redrive inside its retention sends it back as a new message.
+#[test]
+fn a_dead_lettered_message_redriven_inside_its_retention_is_paid_once() {
+    window("aws/dead-letter-retention", &["clock +3d", "c1   recv                                    → m2 (receive 1)"]);
+}
+
+/// Issue 15: on a standard queue a dead-letter queue's retention counts from the first
+/// enqueue, so a message moved a few seconds after its send and redriven 4 days later is gone,
+/// although it spent less than 4 days on the dead-letter queue.
+#[test]
+fn a_dead_lettered_message_expires_four_days_after_its_first_enqueue_not_after_the_move() {
+    let schedule = "p:lock p:send c1:recv c1:fail@after_receive c1:retry tick:1s \
+                    c1:recv c1:fail@after_receive c1:retry tick:2s tick:4d sqs:redrive";
+    let o = run("reference", "aws/dead-letter-retention", Some(schedule));
+    assert!(o.trace.contains("dlq1 outlived the message retention of payments-dlq (4d): SQS deleted it unprocessed"), "{}", o.trace);
+    assert!(o.trace.contains("sqs:redrive: the dead-letter queues hold no message"), "nothing is left to redrive\n{}", o.trace);
+    let v = o.verdicts.iter().find(|v| v.invariant == crashpoint::checker::NOTHING_EXPIRED).unwrap();
+    assert!(!v.holds, "{}", o.trace);
+    assert_eq!(
+        v.detail,
+        "dlq1 (e1) on payments-dlq expired unprocessed: the queue's retention is 4d, counted from m1's enqueue \
+         on payments at 0.000s, not from its move to payments-dlq at 3.000s"
+    );
+    let payout = o.verdicts.iter().find(|v| v.invariant == "exactly one payout per payment").unwrap();
+    assert_eq!(payout.detail, "payment p1 has no payout");
+}
+
+/// Issue 15: nobody redrives during the schedule; the drain's operator does, and the new
+/// message is paid once.
+#[test]
+fn the_drain_redrives_what_the_schedule_left_on_the_dead_letter_queue() {
+    let schedule = "p:lock p:send c1:recv c1:fail@after_receive c1:retry tick:1s c1:recv c1:fail@after_receive c1:retry tick:2s";
+    let o = run("reference", "aws/dead-letter-retention", Some(schedule));
+    assert!(o.verdicts.iter().all(|v| v.holds), "{:?}\n{}", o.verdicts, o.trace);
+    assert!(o.trace.contains("redrive: dlq1 moved from payments-dlq back to payments as m2"), "{}", o.trace);
+}
+
 // ---- FIFO queues: deduplication in logical time ----
 
 /// Issue 15: a send inside the 5-minute window is accepted and dropped by SQS (LocalStack

@@ -42,13 +42,32 @@ pub struct QueueSpec {
     /// in flight at a time (AWS SQS Developer Guide, "Amazon SQS FIFO queues"). A scenario's
     /// `[config] fifo_queues = ["<name>"]` sets it.
     pub fifo: bool,
+    /// Its dead-letter queue, if it has one ([`DeadLetter`]). A scenario's
+    /// `[config] dead_letter = { queue = "<name>", max_receive_count = n }` sets it.
+    pub dead_letter: Option<DeadLetter>,
+}
+
+/// A source queue's redrive policy (`RedrivePolicy`: `deadLetterTargetArn`,
+/// `maxReceiveCount`), emulated in logical time: when the visibility timeout of a message that
+/// has been received `max_receive_count` times expires, the harness moves it to `queue`, as SQS
+/// does on the next receive (AWS SQS Developer Guide, "Using dead-letter queues"). On a
+/// standard queue the moved message keeps its MessageId and its enqueue time, so its retention
+/// on the dead-letter queue counts from its first enqueue on the source queue ("Setting-up
+/// dead-letter queue retention"). The real queues get no RedrivePolicy: only the logical clock
+/// moves messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The dead-letter queue's [`QueueSpec::name`].
+    pub queue: &'static str,
+    /// Receives after which a message is moved (SQS accepts 1 to 1000).
+    pub max_receive_count: u32,
 }
 
 impl QueueSpec {
     /// Queue `name` with message label prefix `label`, SQS's defaults: a 30 s visibility
     /// timeout and a 4-day retention ([`DEFAULT_RETENTION_S`]), both logical.
     pub const fn new(name: &'static str, label: &'static str) -> QueueSpec {
-        QueueSpec { name, label, visibility_timeout_s: 30, retention_s: DEFAULT_RETENTION_S, fifo: false }
+        QueueSpec { name, label, visibility_timeout_s: 30, retention_s: DEFAULT_RETENTION_S, fifo: false, dead_letter: None }
     }
 
     /// The same queue with a visibility timeout of `s` logical seconds.
@@ -67,6 +86,13 @@ impl QueueSpec {
     /// The same queue as a FIFO queue ([`QueueSpec::fifo`]).
     pub const fn fifo(mut self) -> QueueSpec {
         self.fifo = true;
+        self
+    }
+
+    /// The same queue with dead-letter queue `queue` after `max_receive_count` receives
+    /// ([`DeadLetter`]).
+    pub const fn dead_letter(mut self, queue: &'static str, max_receive_count: u32) -> QueueSpec {
+        self.dead_letter = Some(DeadLetter { queue, max_receive_count });
         self
     }
 

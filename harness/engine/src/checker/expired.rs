@@ -2,14 +2,16 @@
 //! `MessageRetentionPeriod`, processed or not (AWS SQS Developer Guide, "Amazon SQS message
 //! retention"; seed 000's failure window "replay at the retention edge"). A message whose
 //! identity no copy had been acknowledged (deleted) for when retention removed it is lost, and
-//! the verdict names the queue's retention.
+//! the verdict names the queue's retention. On a dead-letter queue that retention counts from
+//! the message's first enqueue on its source queue ("Setting-up dead-letter queue retention"),
+//! and the verdict says so.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
-use crate::duration::format_duration_ms;
+use crate::duration::{format_duration_ms, format_instant_ms};
 use crate::sim::history::{Entry, Fact, FaultEvent};
 
 /// The name of [`NothingExpired`].
@@ -29,8 +31,12 @@ impl Invariant for NothingExpired {
     fn check(&self, cx: &CheckCx) -> Verdict {
         let mut identity: BTreeMap<&str, Uuid> = BTreeMap::new();
         let mut acknowledged: BTreeSet<Uuid> = BTreeSet::new();
+        let mut moved: BTreeMap<&str, (&str, &str, u64, u64)> = BTreeMap::new();
         let mut problems = Vec::new();
         for e in &cx.history.entries {
+            if let Entry::Fault { t_ms, fault: FaultEvent::DeadLettered { msg, copy, from, enqueued_ms, .. }, .. } = e {
+                moved.insert(copy, (msg, from, *enqueued_ms, *t_ms));
+            }
             let facts = match e {
                 Entry::Step(s) => s.facts.as_slice(),
                 Entry::Fault { facts, .. } => facts.as_slice(),
@@ -55,10 +61,17 @@ impl Invariant for NothingExpired {
                     continue;
                 }
                 let of = id.map(|id| format!(" ({})", cx.label(&id))).unwrap_or_default();
-                let text = format!(
+                let mut text = format!(
                     "{msg}{of} on {queue} expired unprocessed: the queue's retention is {}",
                     format_duration_ms(*retention_ms)
                 );
+                if let Some((original, from, enqueued, at)) = moved.get(msg.as_str()) {
+                    text += &format!(
+                        ", counted from {original}'s enqueue on {from} at {}, not from its move to {queue} at {}",
+                        format_instant_ms(*enqueued),
+                        format_instant_ms(*at)
+                    );
+                }
                 problems.push(Problem::new(text, CulpritKind::Missing, id));
             }
         }

@@ -21,11 +21,15 @@ pub fn list(registry: &Registry) -> Result<i32> {
         println!("\nworkload {}: {}", w.name(), w.about());
         for q in w.queues() {
             println!(
-                "  queue {:<30} visibility timeout {}, retention {}, {}",
+                "  queue {:<30} visibility timeout {}, retention {}, {}, {}",
                 q.name,
                 format_duration_ms(q.visibility_timeout_s.saturating_mul(1000)),
                 format_duration_ms(q.retention_s.saturating_mul(1000)),
-                if q.fifo { "FIFO" } else { "standard (a scenario's fifo_queues makes it FIFO)" }
+                if q.fifo { "FIFO" } else { "standard (a scenario's fifo_queues makes it FIFO)" },
+                match q.dead_letter {
+                    Some(d) => format!("dead-letter queue {} after {} receives", d.queue, d.max_receive_count),
+                    None => "no dead-letter queue (a scenario's dead_letter adds one)".into(),
+                }
             );
         }
         println!("  roles (worker names) and crash points:");

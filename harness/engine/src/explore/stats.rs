@@ -71,6 +71,9 @@ pub struct Stats {
 pub const UNSENT_DISPATCH: &str = "dispatch sent nothing";
 /// Key in [`Stats::faults`]: schedules in which a FIFO queue dropped a send as a duplicate.
 pub const FIFO_DROPPED: &str = "FIFO dedup dropped a send";
+/// The key of [`Stats::faults`] counting schedules in which a message moved to a dead-letter
+/// queue ([`FaultEvent::DeadLettered`]).
+pub const DEAD_LETTERED: &str = "moved to a dead-letter queue";
 /// Key in [`Stats::faults`]: schedules whose drain dispatched a never-sent event again.
 pub const UPSTREAM_RETRY: &str = "upstream retry (drain)";
 
@@ -129,8 +132,12 @@ impl Stats {
         if o.history.facts().any(|f| matches!(f, Fact::Suppressed { .. })) {
             *self.faults.entry(FIFO_DROPPED.into()).or_default() += 1;
         }
-        if o.history.entries.iter().any(|e| matches!(e, Entry::Fault { fault: FaultEvent::UpstreamRetry { .. }, .. })) {
+        let happened = |f: fn(&FaultEvent) -> bool| o.history.entries.iter().any(|e| matches!(e, Entry::Fault { fault, .. } if f(fault)));
+        if happened(|f| matches!(f, FaultEvent::UpstreamRetry { .. })) {
             *self.faults.entry(UPSTREAM_RETRY.into()).or_default() += 1;
+        }
+        if happened(|f| matches!(f, FaultEvent::DeadLettered { .. })) {
+            *self.faults.entry(DEAD_LETTERED.into()).or_default() += 1;
         }
         let mut passed: Vec<CrashPoint> = o.passed.clone();
         passed.sort();

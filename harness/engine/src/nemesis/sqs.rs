@@ -9,6 +9,7 @@
 //! | [`SqsFault::RedeliverAfterDelete`] | `sqs:redeliver-after-delete` | the next message deleted from a standard queue is delivered once more (sent again with the same body, under the same label; a FIFO queue delivers exactly once) | SQS at-least-once delivery: "on rare occasions, one of the servers that stores a copy of a message might be unavailable when you receive or delete a message … you might get that message copy again" |
 //! | [`SqsFault::ReceiveLost`] | `sqs:receive-lost` | the next ReceiveMessage that returns a message is lost on its way: the message is in flight and its receive count went up, but the consumer gets nothing | ReceiveMessage: a received message stays invisible for the visibility timeout whether or not the response reached the consumer |
 //! | [`SqsFault::BatchDeletePartial`] | `sqs:batch-delete-partial` | the next DeleteMessageBatch returns HTTP 200 with its last entry in `Failed` (code `InternalError`): that message is not deleted | DeleteMessageBatch: "the result of the action on each message is reported individually in the response … check for batch errors even when the call returns an HTTP status code of 200" |
+//! | [`SqsFault::Redrive`] | `sqs:redrive` | an operator redrives the dead-letter queues (`[config] dead_letter`): each message there goes back to its source queue as a new message (new MessageId, new enqueue time); not drawn by exploration, and the drain does it too | "Learn how to configure a dead-letter queue redrive": "the redrive task resets the retention period" |
 //!
 //! The harness knows each message's latest receipt handle (from its own receives), so it can
 //! tell a stale DeleteMessage without asking SQS.
@@ -34,12 +35,23 @@ pub enum SqsFault {
     ReceiveLost,
     /// One entry of a DeleteMessageBatch fails while the call succeeds.
     BatchDeletePartial,
+    /// An operator's dead-letter queue redrive, applied at once by the scheduler
+    /// ([`crate::spec::DeadLetter`]).
+    Redrive,
 }
 
 impl SqsFault {
-    /// Every fault, in text order.
+    /// The faults exploration draws (`[explore] sqs_faults`), in text order.
     pub const ALL: [SqsFault; 4] =
         [SqsFault::StaleDeleteNoop, SqsFault::RedeliverAfterDelete, SqsFault::ReceiveLost, SqsFault::BatchDeletePartial];
+    /// Every `sqs:` decision a schedule may name: [`SqsFault::ALL`] and [`SqsFault::Redrive`].
+    pub const NAMED: [SqsFault; 5] = [
+        SqsFault::StaleDeleteNoop,
+        SqsFault::RedeliverAfterDelete,
+        SqsFault::ReceiveLost,
+        SqsFault::BatchDeletePartial,
+        SqsFault::Redrive,
+    ];
 
     /// The name after `sqs:` in schedules, e.g. `stale-delete-noop`.
     pub fn as_str(self) -> &'static str {
@@ -48,12 +60,13 @@ impl SqsFault {
             SqsFault::RedeliverAfterDelete => "redeliver-after-delete",
             SqsFault::ReceiveLost => "receive-lost",
             SqsFault::BatchDeletePartial => "batch-delete-partial",
+            SqsFault::Redrive => "redrive",
         }
     }
 
     /// Parses the name after `sqs:`. Errors list the names.
     pub fn parse(s: &str) -> Result<SqsFault, String> {
-        super::parse_named(&SqsFault::ALL, SqsFault::as_str, "sqs", "an SQS fault", s)
+        super::parse_named(&SqsFault::NAMED, SqsFault::as_str, "sqs", "an SQS fault", s)
     }
 
     /// What the nemesis says in the trace when the schedule applies it.
@@ -67,6 +80,7 @@ impl SqsFault {
             SqsFault::BatchDeletePartial => {
                 "sqs:batch-delete-partial armed: the last entry of the next DeleteMessageBatch fails (InternalError) while the call succeeds"
             }
+            SqsFault::Redrive => "sqs:redrive: every message on a dead-letter queue goes back to its source queue as a new message",
         }
     }
 }
@@ -105,6 +119,8 @@ impl SqsNemesis {
             SqsFault::RedeliverAfterDelete => self.redeliver_after_delete += 1,
             SqsFault::ReceiveLost => self.receive_lost += 1,
             SqsFault::BatchDeletePartial => self.batch_delete_partial += 1,
+            // Applied by the scheduler at once: it moves messages, it arms nothing.
+            SqsFault::Redrive => {}
         }
     }
 
@@ -176,7 +192,7 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_bad_names_list_the_choices() {
-        for f in SqsFault::ALL {
+        for f in SqsFault::NAMED {
             assert_eq!(SqsFault::parse(f.as_str()), Ok(f));
         }
         let e = SqsFault::parse("drop").unwrap_err();

@@ -119,6 +119,8 @@ fn fault_label(f: &FaultEvent) -> String {
         FaultEvent::Armed { .. } | FaultEvent::ArmedFires { .. } => "armed".into(),
         FaultEvent::VisibilityExpired { .. } | FaultEvent::LockExpired { .. } => "expire".into(),
         FaultEvent::Expired { .. } => "retention".into(),
+        FaultEvent::DeadLettered { .. } => "dlq".into(),
+        FaultEvent::Redriven { .. } => "redrive".into(),
         FaultEvent::Workload { name, .. } => short(name, 8),
         FaultEvent::RedisRestart { .. } => "redis".into(),
         FaultEvent::Dispatch { .. } => "dispatch".into(),

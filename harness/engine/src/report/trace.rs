@@ -10,6 +10,7 @@
 
 use std::fmt::Write;
 
+use crate::duration::format_instant_ms;
 use crate::schedule::format_duration_ms;
 use crate::sim::history::{Entry, FaultEvent, History, Outcome, Step};
 
@@ -98,6 +99,16 @@ pub fn fault_text(f: &FaultEvent) -> String {
             format_duration_ms(*retention_ms),
             if *found { "SQS deleted it unprocessed" } else { "SQS no longer had it" }
         ),
+        FaultEvent::DeadLettered { msg, copy, to, receive_count, enqueued_ms, expires_ms, .. } => format!(
+            "{msg} received {receive_count} times, its queue's maxReceiveCount: SQS moved it to {to} as {copy} with its \
+             enqueue time ({}), so it expires there at {}, {} after it was first sent",
+            format_instant_ms(*enqueued_ms),
+            format_instant_ms(*expires_ms),
+            format_duration_ms(expires_ms.saturating_sub(*enqueued_ms))
+        ),
+        FaultEvent::Redriven { msg, from, to, copy } => {
+            format!("redrive: {msg} moved from {from} back to {to} as {copy}, a new message with a new enqueue time")
+        }
         FaultEvent::LockExpired { key } => format!("lock {key} expired"),
         FaultEvent::RedisRestart { locks } => format!("redis restarted: {locks} lock(s) lost"),
         FaultEvent::Dispatch { producer, event } => format!("{producer} will dispatch {event} again"),

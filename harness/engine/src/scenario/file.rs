@@ -122,14 +122,17 @@ pub struct Scenario {
     pub exhaustive: Option<ExhaustiveSpec>,
     /// Substrings the trace must contain.
     pub expect_trace: Vec<String>,
-    /// The workload's handler policy from `[config]` (without `visibility_timeout_s` and
-    /// `fifo_queues`, which are the engine's).
+    /// The workload's handler policy from `[config]` (without `visibility_timeout_s`,
+    /// `fifo_queues` and `dead_letter`, which are the engine's).
     pub config: toml::Table,
     /// `[config] visibility_timeout_s`: overrides every queue's visibility timeout, logical s.
     pub visibility_timeout_s: Option<u64>,
     /// `[config] fifo_queues`: the workload's queues this scenario makes FIFO queues
     /// ([`crate::spec::QueueSpec::fifo`]), e.g. `["payments"]`.
     pub fifo_queues: Vec<&'static str>,
+    /// `[config] dead_letter`: a dead-letter queue for one of the workload's queues
+    /// ([`super::dead_letter`]).
+    pub dead_letter: Option<super::dead_letter::DeadLetterConfig>,
     /// The `[[events]]` tables, in dispatch order, as the workload reads them.
     pub events: Vec<toml::Table>,
     /// The event labels (`name` of each `[[events]]` table).
@@ -336,6 +339,8 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
     };
     let fifo_queues = fifo_queues(raw.config.remove("fifo_queues"), &workload.queues())
         .map_err(|e| anyhow!("{}:{}: field `config.fifo_queues`: {e}", path.display(), line_of_field(&text, "config.fifo_queues")))?;
+    let dead_letter = super::dead_letter::parse(raw.config.remove("dead_letter"), &workload.queues(), &fifo_queues)
+        .map_err(|e| anyhow!("{}:{}: field `config.dead_letter`: {e}", path.display(), line_of_field(&text, "config.dead_letter")))?;
     workload
         .config(raw.config.clone())
         .map_err(|e| anyhow!("{}:{}: field `config`: {e}", path.display(), line_of_field(&text, "config")))?;
@@ -382,6 +387,7 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
         config: raw.config,
         visibility_timeout_s,
         fifo_queues,
+        dead_letter,
         events,
         event_names,
         sql_invariants,

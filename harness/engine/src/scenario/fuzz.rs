@@ -188,7 +188,7 @@ fn scenario_like_toml() -> impl Strategy<Value = String> {
         "workload", "description", "workers", "schedule", "explore", "exhaustive", "expect_trace", "config", "events",
         "invariants", "external", "name", "payment", "decisions_max", "sqs_faults", "pg_faults", "stops", "applied", "crash", "visibility_timeout_s",
         "sql", "kind", "command", "points", "labels", "step_timeout_s", "systems", "colour", "bad", "explore.decisions_max",
-        "config.visibility_timeout_s", "config.fifo_queues", "\"workers\"",
+        "config.visibility_timeout_s", "config.fifo_queues", "config.dead_letter", "\"workers\"",
     ];
     const VALUES: &[&str] = &[
         "\"p c1\"", "\"p c1 c1\"", "\"x1\"", "\"c1 c3\"", "\"\"", "\"payout\"", "\"ledger\"", "5", "-1", "0", "43201", "1000000",

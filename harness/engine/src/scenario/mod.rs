@@ -11,7 +11,8 @@
 //!
 //! [config]                           # the workload's handler policy; visibility_timeout_s
 //! visibility_timeout_s = 30          # (every queue's, logical s) and fifo_queues (queues
-//! fifo_queues = ["payments"]         # made FIFO: `crate::sim::fifo`) are the engine's
+//! fifo_queues = ["payments"]         # made FIFO: `crate::sim::fifo`) and dead_letter (a
+//! dead_letter = { queue = "payments", max_receive_count = 2 }   # DLQ: `dead_letter`) are the engine's
 //!
 //! [[events]]                         # `name` is the engine's; the rest is the workload's
 //! name = "e1"
@@ -26,11 +27,13 @@
 //!
 //! Errors name the file, the line and the field, and say what was expected.
 
+mod dead_letter;
 mod file;
 #[cfg(test)]
 mod fuzz;
 mod run;
 
+pub use dead_letter::DeadLetterConfig;
 pub use file::{discover, load, scenarios_dir, ExhaustiveSpec, ExploreSpec, Scenario};
 pub(crate) use run::run_driven;
 pub use run::{materialize, queues, run_scenario, Phases, ScenarioOutcome};

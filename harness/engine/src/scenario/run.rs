@@ -79,14 +79,17 @@ pub fn materialize(s: &Scenario, ns: Uuid) -> Result<(Vec<Event>, Names)> {
     Ok((events, names))
 }
 
-/// The workload's queues with the scenario's visibility timeout, if it sets one, and its FIFO
-/// queues made FIFO.
+/// The workload's queues with the scenario's visibility timeout, if it sets one, its FIFO
+/// queues made FIFO, and its dead-letter queue added last (`[config] dead_letter`).
 pub fn queues(s: &Scenario) -> Vec<QueueSpec> {
     let mut queues = s.workload.queues();
     if let Some(v) = s.visibility_timeout_s {
         queues.iter_mut().for_each(|q| q.visibility_timeout_s = v);
     }
     queues.iter_mut().filter(|q| s.fifo_queues.contains(&q.name)).for_each(|q| q.fifo = true);
+    if let Some(c) = &s.dead_letter {
+        super::dead_letter::apply(c, &mut queues);
+    }
     queues
 }
 

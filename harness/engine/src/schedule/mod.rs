@@ -19,6 +19,7 @@
 //! | `sqs:stale-delete-noop` | from now on a DeleteMessage with a stale receipt handle deletes nothing |
 //! | `sqs:redeliver-after-delete` | the next message deleted is delivered once more |
 //! | `sqs:receive-lost` | the next message received never reaches its consumer |
+//! | `sqs:redrive` | the dead-letter queues' messages go back to their source queues as new messages |
 //! | `pg:commit-response-lost` | the next COMMIT is applied and its reply lost: the worker sees a connection error |
 //! | `pg:connection-reset` | the next statement finds its connection reset: not applied, the transaction rolled back |
 //! | `net:drop-response@gateway`, `provider:5xx-after@gateway`, … | a network or provider fault ([`crate::nemesis::net`]) |

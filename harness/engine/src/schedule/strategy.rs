@@ -30,6 +30,8 @@ pub struct Menu {
     pub sqs_faults: bool,
     /// Whether the PostgreSQL outcome faults (`pg:…`) are on the menu.
     pub pg_faults: bool,
+    /// Whether `sqs:redrive` joins the SQS faults (the scenario has a dead-letter queue).
+    pub redrive: bool,
     /// Whether graceful stops (`<handler>:stop`) of the handlers are on the menu.
     pub stops: bool,
     /// Calls `X` for which `crash@X:applied` is on the menu (none: the menu is as before).
@@ -107,7 +109,11 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
         s = prop_oneof![10 => s, 1 => periodic].boxed();
     }
     if menu.sqs_faults {
-        let sqs = select(SqsFault::ALL.to_vec()).prop_map(Decision::Sqs);
+        let mut faults = SqsFault::ALL.to_vec();
+        if menu.redrive {
+            faults.push(SqsFault::Redrive);
+        }
+        let sqs = select(faults).prop_map(Decision::Sqs);
         s = prop_oneof![12 => s, 1 => sqs].boxed();
     }
     if menu.pg_faults {
@@ -169,6 +175,7 @@ mod tests {
             decisions_max: 30,
             sqs_faults: true,
             pg_faults: true,
+            redrive: true,
             stops: true,
             applied: vec!["commit".into()],
             vocabulary: crate::schedule::text::tests::vocabulary(),

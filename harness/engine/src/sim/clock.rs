@@ -81,9 +81,15 @@ impl Clock {
                     f.seq = self.seq;
                 }
             }
-            Fact::Deleted { msg, .. } => {
-                self.in_flight.remove(msg);
-                self.stored.remove(msg);
+            Fact::Deleted { queue, msg } => {
+                // Only on its queue: a message moved to a dead-letter queue keeps its label
+                // there, and a late delete on the source does not delete that copy.
+                if self.in_flight.get(msg).is_some_and(|f| f.queue == *queue) {
+                    self.in_flight.remove(msg);
+                }
+                if self.stored.get(msg).is_some_and(|s| s.0 == *queue) {
+                    self.stored.remove(msg);
+                }
             }
             Fact::Sent { queue, msg, .. } => {
                 if let Some(r) = self.retention_ms.get(queue) {
@@ -121,6 +127,36 @@ impl Clock {
         }
         due.sort_by_key(|(at, seq, _)| (*at, *seq));
         due.into_iter().map(|(_, _, d)| d).collect()
+    }
+
+    /// Moves stored message `msg` to dead-letter queue `to` as `copy`, keeping its enqueue time
+    /// (a standard queue's move, AWS SQS Developer Guide, "Setting-up dead-letter queue
+    /// retention"): `copy`'s retention ends at `msg`'s enqueue time plus `to`'s retention.
+    /// Returns (enqueue time, new expiry), logical ms; `None` when `msg` is not stored (deleted
+    /// or expired already).
+    pub fn dead_lettered(&mut self, msg: &str, copy: &str, to: &'static str) -> Option<(u64, u64)> {
+        let (from, deadline, _) = self.stored.remove(msg)?;
+        self.in_flight.remove(msg);
+        let enqueued = deadline.saturating_sub(self.retention_ms.get(from).copied().unwrap_or_default());
+        let expires = enqueued.saturating_add(self.retention_ms.get(to).copied().unwrap_or_default());
+        self.seq += 1;
+        self.stored.insert(copy.to_string(), (to, expires, self.seq));
+        Some((enqueued, expires))
+    }
+
+    /// The messages stored on queue `q` (sent, not deleted, not expired), in order of
+    /// registration.
+    pub fn stored_on(&self, q: &str) -> Vec<String> {
+        let mut on: Vec<(&String, u64)> = self.stored.iter().filter(|(_, s)| s.0 == q).map(|(m, s)| (m, s.2)).collect();
+        on.sort_by_key(|(_, seq)| *seq);
+        on.into_iter().map(|(m, _)| m.clone()).collect()
+    }
+
+    /// Forgets message `msg`: it left its queue other than by a delete the history records
+    /// (a redrive moved it as a new message).
+    pub fn forget(&mut self, msg: &str) {
+        self.stored.remove(msg);
+        self.in_flight.remove(msg);
     }
 
     /// The latest expiry of a lock still held, if any (logical ms).
@@ -182,5 +218,29 @@ mod tests {
         assert_eq!(c.advance_to(345_600_000), vec![Due::Retention { msg: "m1".into(), queue: "q", receipt: Some("r2".into()) }]);
         assert_eq!(c.next_visibility_deadline(), None, "an expired message is no longer in flight");
         assert!(c.advance_to(2 * 345_600_000).is_empty());
+    }
+
+    #[test]
+    fn a_dead_lettered_message_keeps_its_enqueue_time_and_a_redriven_one_is_forgotten() {
+        let day = 86_400_000;
+        let mut c = Clock::new([("q", 30_000)].into(), [("q", 4 * day), ("q-dlq", 4 * day)].into());
+        c.advance_to(day);
+        c.apply(&Fact::Sent { queue: "q", msg: "m1".into(), identity: uuid::Uuid::nil() });
+        c.apply(&Fact::Sent { queue: "q", msg: "m2".into(), identity: uuid::Uuid::nil() });
+        c.advance_to(2 * day);
+        assert_eq!(c.dead_lettered("m1", "dlq1", "q-dlq"), Some((day, 5 * day)), "4 days from its first enqueue, not from the move");
+        assert_eq!(c.dead_lettered("m9", "dlq9", "q-dlq"), None);
+        c.apply(&Fact::Sent { queue: "q-dlq", msg: "dlq1".into(), identity: uuid::Uuid::nil() });
+        c.apply(&Fact::Deleted { queue: "q", msg: "dlq1".into() });
+        assert_eq!(c.stored_on("q-dlq"), vec!["dlq1".to_string()], "a delete on another queue keeps it");
+        assert_eq!(c.stored_on("q"), vec!["m2".to_string()]);
+        assert_eq!(c.advance_to(5 * day), vec![
+            Due::Retention { msg: "m2".into(), queue: "q", receipt: None },
+            Due::Retention { msg: "dlq1".into(), queue: "q-dlq", receipt: None },
+        ]);
+        c.apply(&Fact::Sent { queue: "q-dlq", msg: "dlq2".into(), identity: uuid::Uuid::nil() });
+        c.forget("dlq2");
+        assert!(c.stored_on("q-dlq").is_empty());
+        assert!(c.advance_to(20 * day).is_empty());
     }
 }

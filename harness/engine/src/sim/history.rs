@@ -195,6 +195,24 @@ pub enum FaultEvent {
     /// `msg` outlived its queue's retention (`retention_ms`, logical) and SQS deleted it;
     /// `found` is false when SQS no longer had it.
     Expired { msg: String, queue: &'static str, retention_ms: u64, found: bool },
+    /// `msg` had been received `receive_count` times, its source queue's `maxReceiveCount`,
+    /// when its visibility timeout expired: SQS moved it from `from` to dead-letter queue `to`,
+    /// where it is labelled `copy` (SQS keeps the MessageId; a label of its own keeps the two
+    /// queues' histories apart), with its enqueue time (`enqueued_ms`), so it expires there at
+    /// `expires_ms` (logical).
+    DeadLettered {
+        msg: String,
+        copy: String,
+        from: &'static str,
+        to: &'static str,
+        receive_count: u32,
+        enqueued_ms: u64,
+        expires_ms: u64,
+    },
+    /// A dead-letter queue redrive (`sqs:redrive`, or the drain's operator) moved `msg` from
+    /// `from` back to its source queue `to` as `copy`, a new message with a new MessageId and
+    /// enqueue time.
+    Redriven { msg: String, from: &'static str, to: &'static str, copy: String },
     /// A lock's TTL expired (key with ids replaced by labels).
     LockExpired { key: String },
     /// Redis restarted without persistence, losing `locks` locks.

@@ -26,6 +26,8 @@ pub const DRAIN_ROUNDS_MAX: usize = 200;
 pub const STALLED_ROUNDS_MAX: u32 = 3;
 /// Times the drain dispatches never-sent events again (each after the locks held expired).
 pub const UPSTREAM_RETRIES_MAX: usize = 3;
+/// Times the drain's operator redrives the dead-letter queues when the rest is quiet.
+pub const REDRIVES_MAX: usize = 3;
 
 /// Change counters, the counter each idle worker last polled at, and the messages the
 /// history says are visible on each queue.
@@ -124,7 +126,9 @@ impl Run<'_> {
     /// is not quiescent after [`DRAIN_ROUNDS_MAX`] rounds, or when the same work stays pending
     /// for [`STALLED_ROUNDS_MAX`] rounds with nothing moving and no time to wait for (a lease
     /// ([`crate::workload::Leftover::due_sql`]) or a held request is time to wait for): a
-    /// liveness violation. Every partition of the simulated network is healed first.
+    /// liveness violation. Every partition of the simulated network is healed first, and when
+    /// nothing else moves an operator redrives the dead-letter queues (at most
+    /// [`REDRIVES_MAX`] times), as a team's runbook does.
     pub fn drain(&mut self) -> Result<Option<String>> {
         self.fault(FaultEvent::DrainStart, vec![]);
         self.heal_all()?;
@@ -132,7 +136,7 @@ impl Run<'_> {
             self.workers.iter().filter(|w| self.kind(w) == Some(RoleKind::Periodic)).cloned().collect();
         let drainers: Vec<String> = self.workers.iter().filter(|w| !periodic.contains(w)).cloned().collect();
         self.polls.seen.clear();
-        let mut upstream_rounds = 0;
+        let (mut upstream_rounds, mut redrives) = (0, 0);
         // The pending work and the count of busy steps at the last pending round, and how many
         // pending rounds in a row changed neither.
         let (mut last, mut stalled) = ((String::new(), usize::MAX), 0u32);
@@ -194,6 +198,11 @@ impl Run<'_> {
                     continue;
                 }
             }
+            if redrives < REDRIVES_MAX && self.dead_letters_held() {
+                redrives += 1;
+                self.redrive()?;
+                continue;
+            }
             let (left, visible_on) = self.admin.leftovers(&self.leftovers)?;
             for q in visible_on {
                 if !self.polls.may_receive(q) {
@@ -230,7 +239,7 @@ impl Run<'_> {
     }
 
     /// With external workers: every message the queues no longer hold must have left through
-    /// a recorded DeleteMessage. One that left unseen was received and deleted by a worker
+    /// a recorded DeleteMessage, a dead-letter move, a redrive or its retention. One that left unseen was received and deleted by a worker
     /// talking to LocalStack directly, past its proxy (its SDK was given another endpoint, or
     /// it sends to a queue URL's host). Errors: such a message, naming it.
     fn check_no_bypass(&self) -> Result<()> {
@@ -241,6 +250,14 @@ impl Run<'_> {
         let mut deleted = std::collections::BTreeSet::new();
         let mut received = std::collections::BTreeSet::new();
         for e in &self.history.entries {
+            // A dead-letter move, a redrive or retention took it off its queue: not a worker's doing.
+            if let crate::sim::history::Entry::Fault {
+                fault: FaultEvent::Redriven { msg, .. } | FaultEvent::Expired { msg, .. } | FaultEvent::DeadLettered { msg, .. },
+                ..
+            } = e
+            {
+                deleted.insert(msg.clone());
+            }
             let facts = match e {
                 crate::sim::history::Entry::Step(s) => &s.facts,
                 crate::sim::history::Entry::Fault { facts, .. } => facts,

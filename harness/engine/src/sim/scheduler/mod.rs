@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 mod blocked;
+mod dead_letter;
 mod drain;
 mod nemesis;
 mod network;
@@ -124,6 +125,8 @@ pub struct Run<'a> {
     cuts: Vec<crate::sim::net::Cut>,
     /// Simulation steps taken so far.
     steps: u64,
+    /// The queues with a dead-letter queue, and their redrive policies.
+    dead_letters: Vec<(&'static str, crate::spec::DeadLetter)>,
 }
 
 /// A finished schedule: its history and the admin connections, for the checker.
@@ -210,6 +213,7 @@ impl<'a> Run<'a> {
             providers: setup.providers,
             cuts: Vec::new(),
             steps: 0,
+            dead_letters: setup.queues.iter().filter_map(|q| Some((q.name, q.dead_letter?))).collect(),
         };
         let t1 = Instant::now();
         if let Err(e) = run.settle(None) {
@@ -319,6 +323,7 @@ impl<'a> Run<'a> {
                 self.fault(FaultEvent::Pg { name: fault.to_string(), text: fault.announcement().to_string() }, vec![]);
                 Ok(())
             }
+            Decision::Sqs(crate::nemesis::sqs::SqsFault::Redrive) => self.redrive(),
             Decision::Sqs(fault) => {
                 self.world.borrow_mut().sqs.apply(*fault);
                 self.fault(FaultEvent::Sqs { name: fault.to_string(), text: fault.announcement().to_string() }, vec![]);

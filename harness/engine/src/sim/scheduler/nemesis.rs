@@ -84,6 +84,11 @@ impl Run<'_> {
         for d in due {
             match d {
                 Due::Visibility { msg, queue, receipt } => {
+                    if let Some((to, count)) = self.dead_letter_due(queue, &msg) {
+                        if self.dead_letter(msg.clone(), queue, &receipt, to, count)? {
+                            continue;
+                        }
+                    }
                     let ok = self.admin.expire_visibility(queue, &receipt)?;
                     if ok {
                         self.polls.message_visible(queue, &msg);
