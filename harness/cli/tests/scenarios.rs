@@ -110,8 +110,9 @@ fn a_message_left_past_its_queues_retention_is_reported_expired_unprocessed() {
 
 // ---- Dead-letter queues: the move and the redrive, in logical time ----
 
-/// Issue 15: a message received maxReceiveCount times moves to the dead-letter queue when its
-/// visibility expires, and a redrive inside its retention sends it back as a new message.
+/// Issue 15: a message received maxReceiveCount times moves to the dead-letter queue at the
+/// next receive from its queue (which finds nothing), and a redrive inside its retention sends
+/// it back as a new message.
 #[test]
 fn a_dead_lettered_message_redriven_inside_its_retention_is_paid_once() {
     window("aws/dead-letter-retention", &["clock +3d", "c1   recv                                    → m2 (receive 1)"]);
@@ -123,7 +124,7 @@ fn a_dead_lettered_message_redriven_inside_its_retention_is_paid_once() {
 #[test]
 fn a_dead_lettered_message_expires_four_days_after_its_first_enqueue_not_after_the_move() {
     let schedule = "p:lock p:send c1:recv c1:fail@after_receive c1:retry tick:1s \
-                    c1:recv c1:fail@after_receive c1:retry tick:2s tick:4d sqs:redrive";
+                    c1:recv c1:fail@after_receive c1:retry tick:2s c1:recv tick:4d sqs:redrive";
     let o = run("reference", "aws/dead-letter-retention", Some(schedule));
     assert!(o.trace.contains("dlq1 outlived the message retention of payments-dlq (4d): SQS deleted it unprocessed"), "{}", o.trace);
     assert!(o.trace.contains("sqs:redrive: the dead-letter queues hold no message"), "nothing is left to redrive\n{}", o.trace);
@@ -136,6 +137,20 @@ fn a_dead_lettered_message_expires_four_days_after_its_first_enqueue_not_after_t
     );
     let payout = o.verdicts.iter().find(|v| v.invariant == "exactly one payout per payment").unwrap();
     assert_eq!(payout.detail, "payment p1 has no payout");
+}
+
+/// Issue 15: SQS moves a message at a receive, not when its visibility expires: until another
+/// receive, the holder whose visibility timeout ran out still deletes it with its handle, and
+/// nothing reaches the dead-letter queue.
+#[test]
+fn a_holder_past_its_visibility_timeout_still_deletes_a_message_at_the_receive_limit() {
+    let schedule = "p:lock p:send c1:recv c1:fail@after_receive c1:retry tick:1s c1:recv c1:begin tick:31s \
+                    c1:claim c1:insert_payout c1:insert_outbox c1:commit c1:unlock c1:delete";
+    let o = run("reference", "aws/dead-letter-retention", Some(schedule));
+    assert!(o.verdicts.iter().all(|v| v.holds), "{:?}\n{}", o.verdicts, o.trace);
+    assert!(o.trace.contains("visibility timeout of m1 expired"), "{}", o.trace);
+    assert!(o.trace.contains("c1   delete                                  → m1 deleted"), "{}", o.trace);
+    assert!(!o.trace.contains("payments-dlq"), "nothing moves without a receive\n{}", o.trace);
 }
 
 /// Issue 15: nobody redrives during the schedule; the drain's operator does, and the new

@@ -48,9 +48,10 @@ pub struct QueueSpec {
 }
 
 /// A source queue's redrive policy (`RedrivePolicy`: `deadLetterTargetArn`,
-/// `maxReceiveCount`), emulated in logical time: when the visibility timeout of a message that
-/// has been received `max_receive_count` times expires, the harness moves it to `queue`, as SQS
-/// does on the next receive (AWS SQS Developer Guide, "Using dead-letter queues"). On a
+/// `maxReceiveCount`), emulated in logical time: a message received `max_receive_count` times
+/// and visible again is moved to `queue` by the harness just before the next receive from its
+/// source queue, as SQS moves it at that receive instead of delivering it (AWS SQS Developer
+/// Guide, "Using dead-letter queues"). On a
 /// standard queue the moved message keeps its MessageId and its enqueue time, so its retention
 /// on the dead-letter queue counts from its first enqueue on the source queue ("Setting-up
 /// dead-letter queue retention"). The real queues get no RedrivePolicy: only the logical clock

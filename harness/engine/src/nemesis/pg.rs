@@ -81,6 +81,11 @@ impl PgNemesis {
         *self.armed.entry(fault).or_default() += 1;
     }
 
+    /// Faults armed and not yet fired, all kinds together.
+    pub fn armed_total(&self) -> u32 {
+        self.armed.values().sum()
+    }
+
     /// Whether `fault` is armed.
     pub fn armed(&self, fault: PgFault) -> bool {
         self.armed.get(&fault).is_some_and(|n| *n > 0)

@@ -9,7 +9,7 @@
 //! | [`SqsFault::RedeliverAfterDelete`] | `sqs:redeliver-after-delete` | the next message deleted from a standard queue is delivered once more (sent again with the same body, under the same label; a FIFO queue delivers exactly once) | SQS at-least-once delivery: "on rare occasions, one of the servers that stores a copy of a message might be unavailable when you receive or delete a message … you might get that message copy again" |
 //! | [`SqsFault::ReceiveLost`] | `sqs:receive-lost` | the next ReceiveMessage that returns a message is lost on its way: the message is in flight and its receive count went up, but the consumer gets nothing | ReceiveMessage: a received message stays invisible for the visibility timeout whether or not the response reached the consumer |
 //! | [`SqsFault::BatchDeletePartial`] | `sqs:batch-delete-partial` | the next DeleteMessageBatch returns HTTP 200 with its last entry in `Failed` (code `InternalError`): that message is not deleted | DeleteMessageBatch: "the result of the action on each message is reported individually in the response … check for batch errors even when the call returns an HTTP status code of 200" |
-//! | [`SqsFault::Redrive`] | `sqs:redrive` | an operator redrives the dead-letter queues (`[config] dead_letter`): each message there goes back to its source queue as a new message (new MessageId, new enqueue time); not drawn by exploration, and the drain does it too | "Learn how to configure a dead-letter queue redrive": "the redrive task resets the retention period" |
+//! | [`SqsFault::Redrive`] | `sqs:redrive` | an operator redrives the dead-letter queues (`[config] dead_letter`): each message there goes back to its source queue as a new message (new MessageId, new enqueue time); drawn by exploration only when the scenario has a dead-letter queue, and the drain does it too | "Learn how to configure a dead-letter queue redrive": "the redrive task resets the retention period" |
 //!
 //! The harness knows each message's latest receipt handle (from its own receives), so it can
 //! tell a stale DeleteMessage without asking SQS.
@@ -41,7 +41,8 @@ pub enum SqsFault {
 }
 
 impl SqsFault {
-    /// The faults exploration draws (`[explore] sqs_faults`), in text order.
+    /// The faults exploration draws (`[explore] sqs_faults`), in text order; it adds
+    /// [`SqsFault::Redrive`] when the scenario has a dead-letter queue.
     pub const ALL: [SqsFault; 4] =
         [SqsFault::StaleDeleteNoop, SqsFault::RedeliverAfterDelete, SqsFault::ReceiveLost, SqsFault::BatchDeletePartial];
     /// Every `sqs:` decision a schedule may name: [`SqsFault::ALL`] and [`SqsFault::Redrive`].
@@ -122,6 +123,12 @@ impl SqsNemesis {
             // Applied by the scheduler at once: it moves messages, it arms nothing.
             SqsFault::Redrive => {}
         }
+    }
+
+    /// One-shot faults armed and not yet fired (`sqs:stale-delete-noop` is a mode, not
+    /// counted).
+    pub fn armed(&self) -> u32 {
+        self.redeliver_after_delete + self.receive_lost + self.batch_delete_partial
     }
 
     /// Records a receive of one message; true when this receive is to be lost (an armed

@@ -99,9 +99,14 @@ pub fn fault_text(f: &FaultEvent) -> String {
             format_duration_ms(*retention_ms),
             if *found { "SQS deleted it unprocessed" } else { "SQS no longer had it" }
         ),
-        FaultEvent::DeadLettered { msg, copy, to, receive_count, enqueued_ms, expires_ms, .. } => format!(
-            "{msg} received {receive_count} times, its queue's maxReceiveCount: SQS moved it to {to} as {copy} with its \
-             enqueue time ({}), so it expires there at {}, {} after it was first sent",
+        FaultEvent::DeadLettered { msg, copy, from, to, receive_count, enqueued_ms, expires_ms } => format!(
+            "{msg} was received {}, its queue's maxReceiveCount: at this receive from {from} SQS moved it to {to} as \
+             {copy} with its enqueue time ({}), so it expires there at {}, {} after it was first sent",
+            match receive_count {
+                1 => "once".to_string(),
+                2 => "twice".to_string(),
+                n => format!("{n} times"),
+            },
             format_instant_ms(*enqueued_ms),
             format_instant_ms(*expires_ms),
             format_duration_ms(expires_ms.saturating_sub(*enqueued_ms))

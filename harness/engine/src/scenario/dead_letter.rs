@@ -19,8 +19,8 @@ use crate::spec::{QueueSpec, DEFAULT_RETENTION_S};
 const MAX_RECEIVE_COUNT: std::ops::RangeInclusive<u32> = 1..=1000;
 /// SQS's range for `MessageRetentionPeriod`, s (60 s to 14 days).
 const RETENTION_S: std::ops::RangeInclusive<u64> = 60..=1_209_600;
-/// Label prefix of messages sent to a dead-letter queue directly (none are: a moved message
-/// keeps its label).
+/// Label prefix of the messages on a dead-letter queue: a moved message gets a new label there
+/// (`dlq1`, …), as it is a new SQS message.
 const LABEL: &str = "dlq";
 
 /// A scenario's `[config] dead_letter` table.
@@ -53,9 +53,12 @@ fn default_retention_s() -> u64 {
 pub fn parse(v: Option<toml::Value>, queues: &[QueueSpec], fifo_queues: &[&str]) -> Result<Option<DeadLetterConfig>, String> {
     let Some(v) = v else { return Ok(None) };
     let known = || queues.iter().map(|q| q.name).collect::<Vec<_>>().join(", ");
-    let c: DeadLetterConfig = v.clone().try_into().map_err(|e: toml::de::Error| {
-        format!("expected a table {{ queue = \"<one of: {}>\", max_receive_count = <1 to 1000> }}: {}, found {v}", known(), e.message())
-    })?;
+    let expected = || format!("expected a table {{ queue = \"<one of: {}>\", max_receive_count = <1 to 1000> }}", known());
+    if !v.is_table() {
+        return Err(format!("{}, found {} {v}", expected(), v.type_str()));
+    }
+    let c: DeadLetterConfig =
+        v.clone().try_into().map_err(|e: toml::de::Error| format!("{}: {}, found {v}", expected(), e.message()))?;
     if !queues.iter().any(|q| q.name == c.queue) {
         return Err(format!("expected `queue` to be one of the workload's queues ({}), found \"{}\"", known(), c.queue));
     }

@@ -183,8 +183,8 @@ impl Admin {
         })
     }
 
-    /// Deletes message `message_id` from queue `q` because it outlived the queue's retention,
-    /// as SQS does. With `receipt` (the message is in flight) a DeleteMessage with it; without,
+    /// Deletes message `message_id` from queue `q` as SQS does when it outlived the queue's
+    /// retention or moves to a dead-letter queue (or as a redrive takes it off one). With `receipt` (the message is in flight) a DeleteMessage with it; without,
     /// the harness receives from the queue (10 at a time, at most 100 messages) until it finds
     /// the message, deletes it, and makes every other message it received visible again
     /// (ChangeMessageVisibility to 0). Those others' receive count stays one higher, which AWS
@@ -228,7 +228,7 @@ impl Admin {
                     .map_err(|e| anyhow::anyhow!("ChangeMessageVisibility: {}", DisplayErrorContext(&e)))?;
             }
             if !found && !exhausted {
-                bail!("retention of a message on {q}: it is not among the first 100 visible messages of the queue");
+                bail!("deleting message {message_id} from {q} (retention, dead-letter move or redrive): it is not among the first 100 visible messages of the queue");
             }
             Ok(found)
         })

@@ -82,8 +82,8 @@ impl Clock {
                 }
             }
             Fact::Deleted { queue, msg } => {
-                // Only on its queue: a message moved to a dead-letter queue keeps its label
-                // there, and a late delete on the source does not delete that copy.
+                // Only on its queue: a label names one message on one queue (a moved message
+                // gets a new label on its dead-letter queue), so a delete elsewhere is not it.
                 if self.in_flight.get(msg).is_some_and(|f| f.queue == *queue) {
                     self.in_flight.remove(msg);
                 }

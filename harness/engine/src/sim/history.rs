@@ -196,7 +196,7 @@ pub enum FaultEvent {
     /// `found` is false when SQS no longer had it.
     Expired { msg: String, queue: &'static str, retention_ms: u64, found: bool },
     /// `msg` had been received `receive_count` times, its source queue's `maxReceiveCount`,
-    /// when its visibility timeout expired: SQS moved it from `from` to dead-letter queue `to`,
+    /// and was visible again at a receive from `from`: SQS moved it to dead-letter queue `to`,
     /// where it is labelled `copy` (SQS keeps the MessageId; a label of its own keeps the two
     /// queues' histories apart), with its enqueue time (`enqueued_ms`), so it expires there at
     /// `expires_ms` (logical).

@@ -323,7 +323,8 @@ impl Cx {
 }
 
 /// An SQS error for the trace: `<code>: <message>` of a service error (no request id, date or
-/// raw response, so that traces stay the same from run to run), else the error and its causes.
+/// raw response, and receipt handles replaced, so that traces stay the same from run to run),
+/// else the error and its causes.
 fn aws_err<E, R>(e: &aws_sdk_sqs::error::SdkError<E, R>) -> String
 where
     E: std::error::Error + aws_sdk_sqs::error::ProvideErrorMetadata + 'static,
@@ -332,9 +333,28 @@ where
     use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
     match (e.as_service_error(), e.code()) {
         (Some(_), Some(code)) => match e.message() {
-            Some(m) => format!("{code}: {m}"),
+            Some(m) => format!("{code}: {}", redact_handles(m)),
             None => code.to_string(),
         },
         _ => DisplayErrorContext(e).to_string(),
+    }
+}
+
+/// `m` with every word that looks like a receipt handle (40 or more base64 characters; a
+/// handle encodes the queue URL, the message id and a timestamp, so it differs from run to
+/// run) replaced by `<receipt handle>`. LocalStack quotes the handle in, for example,
+/// `InvalidParameterValue: Value <handle> for parameter ReceiptHandle is invalid.`
+fn redact_handles(m: &str) -> String {
+    let handle = |w: &str| w.len() >= 40 && w.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=_-".contains(&b));
+    m.split(' ').map(|w| if handle(w) { "<receipt handle>" } else { w }).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod redact_tests {
+    #[test]
+    fn receipt_handles_in_error_messages_are_replaced() {
+        let m = "Value ZTU4ZGY0MjMtYjQ1Zi00ZmQ1LWE2YjItNjQ1ZDEwNjg4ZTM0IGFybjphd3M6c3Fz for parameter ReceiptHandle is invalid.";
+        assert_eq!(super::redact_handles(m), "Value <receipt handle> for parameter ReceiptHandle is invalid.");
+        assert_eq!(super::redact_handles("The specified queue does not exist."), "The specified queue does not exist.");
     }
 }

@@ -80,6 +80,14 @@ impl Polls {
 }
 
 impl Run<'_> {
+    /// One-shot faults armed and not yet fired: failures and crashes at crash points, and the
+    /// PostgreSQL and SQS nemeses' faults.
+    fn faults_armed(&self) -> usize {
+        let w = self.world.borrow();
+        let at_points: usize = w.slots.values().map(|s| s.armed_failures.len() + s.armed_crashes.len()).sum();
+        at_points + w.sqs.armed() as usize + w.pg.armed_total() as usize
+    }
+
     /// Labels of the events dispatched (a [`Fact::Dispatched`]) and never sent (no
     /// [`Fact::Sent`] with their identity), not queued for the producer now, in dispatch order.
     fn unsent_dispatches(&self) -> Vec<String> {
@@ -108,14 +116,28 @@ impl Run<'_> {
     /// transaction ended since.
     fn poll_is_stale(&self, w: &str) -> bool {
         let Some(kind) = self.kind(w) else { return false };
-        let at_poll = matches!(self.status(w), Status::Parked { .. }) && self.with_slot(w, |s| s.at_cycle_start);
         let polled_empty_since = self.with_slot(w, |s| s.idle)
             && self.polls.counter(kind).is_some_and(|c| self.polls.seen.get(w) == Some(&c));
-        if let RoleKind::Handler { queue } = kind {
-            // Either is enough: a wrong "visible" in the model cannot make it poll forever.
-            return at_poll && (!self.polls.may_receive(queue) || polled_empty_since);
+        // Either is enough: a wrong "visible" in the model cannot make it poll forever.
+        self.at_poll(w) && (self.receive_finds_nothing(w).is_some() || polled_empty_since)
+    }
+
+    /// Whether `w` is parked at the first call of a new cycle (a handler's receive, a
+    /// poller's poll).
+    pub(super) fn at_poll(&self, w: &str) -> bool {
+        matches!(self.status(w), Status::Parked { .. }) && self.with_slot(w, |s| s.at_cycle_start)
+    }
+
+    /// `Some(queue)` when `w` is a handler parked at its receive and the history says its
+    /// queue holds no visible message (none sent, made visible again or redriven since the
+    /// last was received or deleted), and SQS counted none the history does not explain: the
+    /// receive would find nothing. Generated schedules skip such a receive
+    /// ([`Run::step`]), the drain does not poll it; neither changes what SQS holds.
+    pub(super) fn receive_finds_nothing(&self, w: &str) -> Option<&'static str> {
+        match self.kind(w)? {
+            RoleKind::Handler { queue } if self.at_poll(w) && !self.polls.may_receive(queue) => Some(queue),
+            _ => None,
         }
-        at_poll && polled_empty_since
     }
 
     /// Restarts crashed workers, then runs every worker but the periodic ones round-robin until
@@ -127,8 +149,9 @@ impl Run<'_> {
     /// for [`STALLED_ROUNDS_MAX`] rounds with nothing moving and no time to wait for (a lease
     /// ([`crate::workload::Leftover::due_sql`]) or a held request is time to wait for): a
     /// liveness violation. Every partition of the simulated network is healed first, and when
-    /// nothing else moves an operator redrives the dead-letter queues (at most
-    /// [`REDRIVES_MAX`] times), as a team's runbook does.
+    /// nothing else moves an operator redrives the dead-letter queues, as a team's runbook does:
+    /// [`REDRIVES_MAX`] times, then again only while each redrive is followed by a one-shot
+    /// fault firing; messages still on a dead-letter queue after that are a liveness violation.
     pub fn drain(&mut self) -> Result<Option<String>> {
         self.fault(FaultEvent::DrainStart, vec![]);
         self.heal_all()?;
@@ -136,7 +159,7 @@ impl Run<'_> {
             self.workers.iter().filter(|w| self.kind(w) == Some(RoleKind::Periodic)).cloned().collect();
         let drainers: Vec<String> = self.workers.iter().filter(|w| !periodic.contains(w)).cloned().collect();
         self.polls.seen.clear();
-        let (mut upstream_rounds, mut redrives) = (0, 0);
+        let (mut upstream_rounds, mut redrives, mut armed_at_redrive) = (0, 0, usize::MAX);
         // The pending work and the count of busy steps at the last pending round, and how many
         // pending rounds in a row changed neither.
         let (mut last, mut stalled) = ((String::new(), usize::MAX), 0u32);
@@ -148,6 +171,8 @@ impl Run<'_> {
                     self.restart(w)?;
                     moved = true;
                 }
+                // SQS moves what is due to a dead-letter queue at the receive.
+                self.before_receive(w)?;
                 match self.status(w) {
                     Status::Parked { .. } if !self.poll_is_stale(w) => {
                         self.step(w, None)?;
@@ -198,10 +223,20 @@ impl Run<'_> {
                     continue;
                 }
             }
-            if redrives < REDRIVES_MAX && self.dead_letters_held() {
-                redrives += 1;
-                self.redrive()?;
-                continue;
+            if self.dead_letters_held() {
+                // Past the first few, a redrive is worth it only when a fault fired since the
+                // last: one-shot faults bound the redrives, a handler that always fails does not.
+                if redrives < REDRIVES_MAX || self.faults_armed() < armed_at_redrive {
+                    redrives += 1;
+                    armed_at_redrive = self.faults_armed();
+                    self.redrive()?;
+                    continue;
+                }
+                let held: Vec<String> = self.dead_letters.iter().flat_map(|(_, p)| self.clock.stored_on(p.queue)).collect();
+                return Ok(Some(format!(
+                    "after {redrives} redrives the dead-letter queues still hold {}: each redriven message failed again",
+                    held.join(", ")
+                )));
             }
             let (left, visible_on) = self.admin.leftovers(&self.leftovers)?;
             for q in visible_on {

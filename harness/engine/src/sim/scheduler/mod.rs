@@ -127,6 +127,9 @@ pub struct Run<'a> {
     steps: u64,
     /// The queues with a dead-letter queue, and their redrive policies.
     dead_letters: Vec<(&'static str, crate::spec::DeadLetter)>,
+    /// Messages to move to a dead-letter queue at the next receive from their queue, in the
+    /// order they became due.
+    due_moves: Vec<dead_letter::DueMove>,
 }
 
 /// A finished schedule: its history and the admin connections, for the checker.
@@ -214,6 +217,7 @@ impl<'a> Run<'a> {
             cuts: Vec::new(),
             steps: 0,
             dead_letters: setup.queues.iter().filter_map(|q| Some((q.name, q.dead_letter?))).collect(),
+            due_moves: Vec::new(),
         };
         let t1 = Instant::now();
         if let Err(e) = run.settle(None) {
@@ -282,6 +286,8 @@ impl<'a> Run<'a> {
         match d {
             Decision::Step { worker, op } => {
                 self.check_worker(worker)?;
+                self.before_receive(worker)?;
+                self.skip_empty_receive(worker)?;
                 self.step(worker, op.as_deref())
             }
             Decision::Crash { worker, at } => {
@@ -350,6 +356,7 @@ impl<'a> Run<'a> {
             Status::Waiting { .. } => return Err(inapplicable(format!("{w} has nothing to do"))),
             Status::Starting => return Err(inapplicable(format!("{w} is still starting"))),
         }
+        self.before_receive(w)?;
         let notify = self.with_slot(w, |s| {
             s.granted = true;
             if let Status::Parked { op, at } = s.status {
@@ -360,6 +367,17 @@ impl<'a> Run<'a> {
         });
         notify.notify_one();
         self.settle(Some(w))
+    }
+
+    /// In a generated schedule ([`Run::lenient`]), refuses (inapplicable) to step a handler
+    /// whose receive would find nothing ([`Run::receive_finds_nothing`]): an empty
+    /// ReceiveMessage changes nothing in SQS or in the worker, so the schedule does not spend a
+    /// call on it (issue 14). Scripted schedules make every call they name.
+    fn skip_empty_receive(&self, w: &str) -> Result<()> {
+        match self.receive_finds_nothing(w).filter(|_| self.lenient) {
+            Some(queue) => Err(inapplicable(format!("{w}'s receive would find nothing: {queue} holds no visible message"))),
+            None => Ok(()),
+        }
     }
 
     /// Steps `w` until it stands at crash point `cp`.
@@ -378,7 +396,8 @@ impl<'a> Run<'a> {
                 return Ok(());
             }
             let before = self.status(w);
-            self.step(w, None).map_err(|e| match e.downcast_ref::<Inapplicable>() {
+            self.before_receive(w)?;
+            self.skip_empty_receive(w).and_then(|()| self.step(w, None)).map_err(|e| match e.downcast_ref::<Inapplicable>() {
                 Some(_) => inapplicable(format!("{w} cannot reach {what}: {e}")),
                 None => e,
             })?;
@@ -634,13 +653,29 @@ impl<'a> Run<'a> {
 
     /// Feeds a fact to the logical clock and to the drain's poll bookkeeping.
     fn apply_fact(&mut self, f: &Fact) {
+        // The latest handle of a message its holder releases, before the clock forgets it.
+        let released = match f {
+            Fact::VisibilityChanged { msg, secs: 0, .. } => self.clock.in_flight.get(msg).map(|i| i.receipt.clone()),
+            _ => None,
+        };
         self.clock.apply(f);
         match f {
             Fact::LockTaken { key, .. } => {
                 self.keys.insert(key.clone());
             }
             Fact::Sent { queue, msg, .. } => self.polls.message_visible(queue, msg),
-            Fact::Received { queue, msg, .. } | Fact::Deleted { queue, msg } => self.polls.message_taken(queue, msg),
+            Fact::Received { queue, msg, .. } | Fact::Deleted { queue, msg } => {
+                self.polls.message_taken(queue, msg);
+                self.not_due(msg);
+            }
+            // Released (a graceful stop, a retry without delay): visible again at once.
+            Fact::VisibilityChanged { queue, msg, secs: 0 } => {
+                self.polls.message_visible(queue, msg);
+                if let Some(receipt) = released {
+                    self.visible_again(queue, msg, &receipt);
+                }
+            }
+            Fact::VisibilityChanged { msg, .. } => self.not_due(msg),
             _ => {}
         }
     }

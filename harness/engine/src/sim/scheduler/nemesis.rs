@@ -84,14 +84,10 @@ impl Run<'_> {
         for d in due {
             match d {
                 Due::Visibility { msg, queue, receipt } => {
-                    if let Some((to, count)) = self.dead_letter_due(queue, &msg) {
-                        if self.dead_letter(msg.clone(), queue, &receipt, to, count)? {
-                            continue;
-                        }
-                    }
                     let ok = self.admin.expire_visibility(queue, &receipt)?;
                     if ok {
                         self.polls.message_visible(queue, &msg);
+                        self.visible_again(queue, &msg, &receipt);
                     }
                     self.fault(FaultEvent::VisibilityExpired { msg, found: ok }, vec![]);
                 }
@@ -99,6 +95,7 @@ impl Run<'_> {
                     let id = self.world.borrow().names.id_of(&msg).map(str::to_string).unwrap_or_default();
                     let found = self.admin.expire_message(queue, &id, receipt.as_deref())?;
                     self.polls.message_taken(queue, &msg);
+                    self.not_due(&msg);
                     let retention_ms = self.clock.retention_ms.get(queue).copied().unwrap_or_default();
                     self.fault(FaultEvent::Expired { msg, queue, retention_ms, found }, vec![]);
                 }
