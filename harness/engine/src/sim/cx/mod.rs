@@ -12,7 +12,7 @@ use sqlx::postgres::PgRow;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-mod sqs;
+pub(crate) mod sqs;
 
 pub use sqs::FailedEntry;
 

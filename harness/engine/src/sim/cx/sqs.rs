@@ -344,9 +344,21 @@ where
 /// handle encodes the queue URL, the message id and a timestamp, so it differs from run to
 /// run) replaced by `<receipt handle>`. LocalStack quotes the handle in, for example,
 /// `InvalidParameterValue: Value <handle> for parameter ReceiptHandle is invalid.`
-fn redact_handles(m: &str) -> String {
-    let handle = |w: &str| w.len() >= 40 && w.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=_-".contains(&b));
-    m.split(' ').map(|w| if handle(w) { "<receipt handle>" } else { w }).collect::<Vec<_>>().join(" ")
+pub(crate) fn redact_handles(m: &str) -> String {
+    let base64 = |c: char| c.is_ascii_alphanumeric() || "+/=_-".contains(c);
+    let (mut out, mut word) = (String::with_capacity(m.len()), String::new());
+    for c in m.chars().chain(std::iter::once('\0')) {
+        if base64(c) {
+            word.push(c);
+            continue;
+        }
+        out.push_str(if word.len() >= 40 { "<receipt handle>" } else { &word });
+        word.clear();
+        if c != '\0' {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -356,5 +368,7 @@ mod redact_tests {
         let m = "Value ZTU4ZGY0MjMtYjQ1Zi00ZmQ1LWE2YjItNjQ1ZDEwNjg4ZTM0IGFybjphd3M6c3Fz for parameter ReceiptHandle is invalid.";
         assert_eq!(super::redact_handles(m), "Value <receipt handle> for parameter ReceiptHandle is invalid.");
         assert_eq!(super::redact_handles("The specified queue does not exist."), "The specified queue does not exist.");
+        let quoted = "Value \"ZTU4ZGY0MjMtYjQ1Zi00ZmQ1LWE2YjItNjQ1ZDEwNjg4ZTM0IGFybjphd3M6c3Fz\".";
+        assert_eq!(super::redact_handles(quoted), "Value \"<receipt handle>\".");
     }
 }

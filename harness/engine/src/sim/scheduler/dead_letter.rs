@@ -59,10 +59,11 @@ impl Run<'_> {
         self.due_moves.retain(|m| m.msg != msg);
     }
 
-    /// Before `w`'s receive: when `w` is a handler parked at its receive, every message due
-    /// on its queue moves to the dead-letter queue, as SQS moves it at that receive; a copy
-    /// whose retention there, counted from its first enqueue, is already over expires at once.
-    /// Errors: an SQS call failing.
+    /// Just before `w`'s receive is granted: when `w` is a handler parked at its receive,
+    /// every message due on its queue moves to the dead-letter queue, as SQS moves it at that
+    /// receive; a copy whose retention there, counted from its first enqueue, is already over
+    /// expires at once. It does not settle: nothing else happens before the receive. Errors: an
+    /// SQS call failing.
     pub(super) fn before_receive(&mut self, w: &str) -> Result<()> {
         let Some(RoleKind::Handler { queue }) = self.kind(w) else { return Ok(()) };
         if !self.at_poll(w) || !self.due_moves.iter().any(|m| m.queue == queue) {
@@ -73,7 +74,7 @@ impl Run<'_> {
         for m in moves {
             self.dead_letter(m)?;
         }
-        self.advance_clock(self.clock.now_ms)
+        Ok(())
     }
 
     /// Moves `m` to its dead-letter queue: DeleteMessage on the source with its latest
@@ -102,8 +103,13 @@ impl Run<'_> {
             .dead_lettered(&msg, &copy, to)
             .with_context(|| format!("dead-letter move of {msg}: the clock does not hold it (a harness bug)"))?;
         let facts = vec![Fact::Sent { queue: to, msg: copy.clone(), identity: self.identity_of(&body) }];
-        let fault = FaultEvent::DeadLettered { msg, copy, from, to, receive_count: count, enqueued_ms, expires_ms };
+        let fault = FaultEvent::DeadLettered { msg, copy: copy.clone(), from, to, receive_count: count, enqueued_ms, expires_ms };
         self.fault(fault, facts);
+        if expires_ms <= self.clock.now_ms {
+            // Past the DLQ's retention counted from the first enqueue: SQS deletes it at once.
+            self.clock.forget(&copy);
+            self.expire(copy, to, None)?;
+        }
         Ok(())
     }
 

@@ -171,8 +171,6 @@ impl Run<'_> {
                     self.restart(w)?;
                     moved = true;
                 }
-                // SQS moves what is due to a dead-letter queue at the receive.
-                self.before_receive(w)?;
                 match self.status(w) {
                     Status::Parked { .. } if !self.poll_is_stale(w) => {
                         self.step(w, None)?;

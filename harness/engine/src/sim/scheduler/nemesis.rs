@@ -17,8 +17,10 @@ impl Run<'_> {
         for (msg, queue, body) in std::mem::take(&mut self.redeliveries) {
             let message_id = self.admin.send(queue, &body, None)?;
             self.world.borrow_mut().names.set(&message_id, &msg);
+            // Sent whatever the body: the drain's and the generator's view of what is visible
+            // must include it (nil identity when the workload reads none, as for a replay).
             let identity = serde_json::from_str(&body).ok().and_then(|b| (self.identity)(&b).map(|(_, id)| id));
-            let facts = identity.map(|identity| vec![Fact::Sent { queue, msg: msg.clone(), identity }]).unwrap_or_default();
+            let facts = vec![Fact::Sent { queue, msg: msg.clone(), identity: identity.unwrap_or_default() }];
             self.fault(FaultEvent::Redelivered { msg }, facts);
         }
         Ok(())
@@ -91,14 +93,7 @@ impl Run<'_> {
                     }
                     self.fault(FaultEvent::VisibilityExpired { msg, found: ok }, vec![]);
                 }
-                Due::Retention { msg, queue, receipt } => {
-                    let id = self.world.borrow().names.id_of(&msg).map(str::to_string).unwrap_or_default();
-                    let found = self.admin.expire_message(queue, &id, receipt.as_deref())?;
-                    self.polls.message_taken(queue, &msg);
-                    self.not_due(&msg);
-                    let retention_ms = self.clock.retention_ms.get(queue).copied().unwrap_or_default();
-                    self.fault(FaultEvent::Expired { msg, queue, retention_ms, found }, vec![]);
-                }
+                Due::Retention { msg, queue, receipt } => self.expire(msg, queue, receipt.as_deref())?,
                 Due::Lock { key } => {
                     self.admin.expire_key(&key)?;
                     self.fault(FaultEvent::LockExpired { key }, vec![]);
@@ -107,6 +102,18 @@ impl Run<'_> {
         }
         self.deliver_held();
         self.settle(None)
+    }
+
+    /// Deletes `msg` of `queue` (latest handle `receipt` when in flight) because it outlived
+    /// the queue's retention, as SQS does, and records it. Errors: an SQS call failing.
+    pub(super) fn expire(&mut self, msg: String, queue: &'static str, receipt: Option<&str>) -> Result<()> {
+        let id = self.world.borrow().names.id_of(&msg).map(str::to_string).unwrap_or_default();
+        let found = self.admin.expire_message(queue, &id, receipt)?;
+        self.polls.message_taken(queue, &msg);
+        self.not_due(&msg);
+        let retention_ms = self.clock.retention_ms.get(queue).copied().unwrap_or_default();
+        self.fault(FaultEvent::Expired { msg, queue, retention_ms, found }, vec![]);
+        Ok(())
     }
 
     /// Applies the workload's fault `name` and sends the messages it returns to the queues

@@ -526,7 +526,7 @@ async fn change_visibility(p: &SqsProxy, call: &Call, queue: &'static str, parts
             call.ok_reply("")
         }
         Err(e) => {
-            let e = format!("ChangeMessageVisibility: {}", aws_sdk_sqs::error::DisplayErrorContext(&e));
+            let e = crate::sim::cx::sqs::redact_handles(&format!("ChangeMessageVisibility: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)));
             p.worker.complete(Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
             call.error_reply(&e)
         }
