@@ -115,7 +115,7 @@ impl Run<'_> {
 
     /// The identity of a message body ([`crate::workload::Workload::identity`]), nil when the
     /// workload finds none.
-    fn identity_of(&self, body: &str) -> uuid::Uuid {
+    pub(super) fn identity_of(&self, body: &str) -> uuid::Uuid {
         serde_json::from_str(body).ok().and_then(|b| (self.identity)(&b).map(|(_, id)| id)).unwrap_or_default()
     }
 

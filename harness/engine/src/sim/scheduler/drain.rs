@@ -132,7 +132,7 @@ impl Run<'_> {
     /// queue holds no visible message (none sent, made visible again or redriven since the
     /// last was received or deleted), and SQS counted none the history does not explain: the
     /// receive would find nothing. Generated schedules skip such a receive
-    /// ([`Run::step`]), the drain does not poll it; neither changes what SQS holds.
+    /// (`Run::skip_empty_receive`), the drain does not poll it; neither changes what SQS holds.
     pub(super) fn receive_finds_nothing(&self, w: &str) -> Option<&'static str> {
         match self.kind(w)? {
             RoleKind::Handler { queue } if self.at_poll(w) && !self.polls.may_receive(queue) => Some(queue),

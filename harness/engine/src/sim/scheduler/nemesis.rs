@@ -19,8 +19,7 @@ impl Run<'_> {
             self.world.borrow_mut().names.set(&message_id, &msg);
             // Sent whatever the body: the drain's and the generator's view of what is visible
             // must include it (nil identity when the workload reads none, as for a replay).
-            let identity = serde_json::from_str(&body).ok().and_then(|b| (self.identity)(&b).map(|(_, id)| id));
-            let facts = vec![Fact::Sent { queue, msg: msg.clone(), identity: identity.unwrap_or_default() }];
+            let facts = vec![Fact::Sent { queue, msg: msg.clone(), identity: self.identity_of(&body) }];
             self.fault(FaultEvent::Redelivered { msg }, facts);
         }
         Ok(())
