@@ -64,13 +64,13 @@ fn budgets_cover_the_whole_catalogue() {
     }
 }
 
+/// The mutants explore a few at a time, each on one slot, as `crashpoint catalogue` does.
 #[test]
 fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
+    let scenarios: Vec<_> = BUDGETS.iter().map(|(name, _, _)| common::scenario(&catalogue_scenario(name))).collect();
+    let mutants: Vec<_> = BUDGETS.iter().zip(&scenarios).map(|((name, budget, _), s)| (*name, *budget, s)).collect();
     let mut missed = Vec::new();
-    for (name, budget, invariant) in BUDGETS {
-        let s = common::scenario(&catalogue_scenario(name));
-        let opts = Options { schedules: Some(*budget), time: None, seed: 1, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
-        let r = explore::explore(&testkit::endpoints(), common::payout(name), &s, &opts, |_| {}).unwrap();
+    for ((name, budget, invariant), r) in BUDGETS.iter().zip(common::explore_mutants(&mutants)) {
         match r.failure {
             None => missed.push(format!("{name}: not caught in {budget} schedules")),
             Some(f) => {

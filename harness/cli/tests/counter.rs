@@ -27,9 +27,8 @@ fn every_counter_mutant_is_caught_and_shrunk() {
     let s = common::scenario("counter/explore");
     let names: Vec<&str> = crashpoint_counter::mutants::CATALOGUE.iter().map(|(n, _)| *n).collect();
     assert_eq!(names, MUTANTS.iter().map(|m| m.0).collect::<Vec<_>>());
-    for (name, budget, invariant) in MUTANTS {
-        let opts = Options { schedules: Some(*budget), seed: 1, jobs: explore::default_jobs(), ..Options::default() };
-        let r = explore::explore(&testkit::endpoints(), counter(name), &s, &opts, |_| {}).unwrap();
+    let mutants: Vec<_> = MUTANTS.iter().map(|(name, budget, _)| (*name, *budget, &s)).collect();
+    for ((name, budget, invariant), r) in MUTANTS.iter().zip(common::explore_mutants(&mutants)) {
         let f = r.failure.unwrap_or_else(|| panic!("{name}: not caught in {budget} schedules"));
         let broken: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
         assert!(broken.contains(invariant), "{name}: caught by {broken:?}, not by `{invariant}`\n{}", f.minimal.trace);

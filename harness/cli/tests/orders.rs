@@ -15,30 +15,35 @@ fn orders(name: &str) -> std::rc::Rc<dyn crashpoint::System> {
     crashpoint_orders::Orders.system(name).unwrap_or_else(|| panic!("no orders system {name}"))
 }
 
-/// Each mutant, its budget with seed 1, and the invariant its own defect breaks. Measured
-/// first failures (2026-11-30, `crashpoint catalogue orders`): 2, 2, 2, 1, 2, 1, 2, 7.
-const MUTANTS: &[(&str, u64, &str)] = &[
-    ("key-per-attempt", 20, "at most one charge per order at the gateway"),
-    ("key-hashes-request", 20, "at most one charge per order at the gateway"),
-    ("timeout-is-failure", 20, "at most one charge per order at the gateway"),
-    ("in-progress-forever", 20, "every operation resolved or parked with a reason"),
-    ("in-progress-expiring", 20, "at most one charge per order at the gateway"),
-    ("no-reconciliation", 20, "every operation resolved or parked with a reason"),
-    ("all-or-nothing", 20, "no email sent twice inside the mail provider's dedup window"),
-    ("flag-claim", 20, "local operations and provider ledgers agree"),
+/// Each mutant, its budget with seed 1, and the invariants its own defect breaks: one of them
+/// must be violated. A wrong idempotency key or a retried unknown outcome duplicates the effect
+/// at whichever keyed provider the schedule retries: the gateway's charge or accounting's
+/// record (the minimal schedule keeps the invariant the first failure violated, and seed 1
+/// first retries accounting). Measured first failures (2026-11-30, `crashpoint catalogue
+/// orders`): 2, 2, 2, 1, 2, 1, 2, 7.
+const MUTANTS: &[(&str, u64, &[&str])] = &[
+    ("key-per-attempt", 20, &[ONE_CHARGE, ONE_EXPORT]),
+    ("key-hashes-request", 20, &[ONE_CHARGE, ONE_EXPORT]),
+    ("timeout-is-failure", 20, &[ONE_CHARGE, ONE_EXPORT]),
+    ("in-progress-forever", 20, &["every operation resolved or parked with a reason"]),
+    ("in-progress-expiring", 20, &[ONE_CHARGE, ONE_EXPORT]),
+    ("no-reconciliation", 20, &["every operation resolved or parked with a reason"]),
+    ("all-or-nothing", 20, &["no email sent twice inside the mail provider's dedup window"]),
+    ("flag-claim", 20, &["local operations and provider ledgers agree"]),
 ];
+const ONE_CHARGE: &str = "at most one charge per order at the gateway";
+const ONE_EXPORT: &str = "exactly one accounting record per invoice";
 
 #[test]
 fn every_orders_mutant_is_caught_and_shrunk_to_at_most_5_decisions() {
     let s = common::scenario("orders/explore");
     let names: Vec<&str> = crashpoint_orders::mutants::CATALOGUE.iter().map(|(n, _, _)| *n).collect();
     assert_eq!(names, MUTANTS.iter().map(|m| m.0).collect::<Vec<_>>());
-    for (name, budget, invariant) in MUTANTS {
-        let opts = Options { schedules: Some(*budget), seed: 1, jobs: explore::default_jobs(), ..Options::default() };
-        let r = explore::explore(&testkit::endpoints(), orders(name), &s, &opts, |_| {}).unwrap();
+    let mutants: Vec<_> = MUTANTS.iter().map(|(name, budget, _)| (*name, *budget, &s)).collect();
+    for ((name, budget, invariant), r) in MUTANTS.iter().zip(common::explore_mutants(&mutants)) {
         let f = r.failure.unwrap_or_else(|| panic!("{name}: not caught in {budget} schedules"));
         let broken: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
-        assert!(broken.contains(invariant), "{name}: caught by {broken:?}, not by `{invariant}`\n{}", f.minimal.trace);
+        assert!(broken.iter().any(|b| invariant.contains(b)), "{name}: caught by {broken:?}, not by one of {invariant:?}\n{}", f.minimal.trace);
         assert!(f.minimal.schedule.decisions.len() <= 5, "{name}: shrunk only to {}", f.minimal.schedule);
     }
 }

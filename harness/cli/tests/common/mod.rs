@@ -51,3 +51,21 @@ pub fn passes_twice_identically(names: &[&str]) {
         assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
     }
 }
+
+/// Explores each mutant `(name, budget in schedules, scenario)` with seed 1, a few at a time
+/// and each on one slot (`explore::explore_each`, as `crashpoint catalogue` does), and returns
+/// the reports in the order given. Panics on a harness or services error.
+pub fn explore_mutants(mutants: &[(&str, u64, &Scenario)]) -> Vec<crashpoint::explore::Report> {
+    use crashpoint::explore::{self, Job, Options};
+    let jobs: Vec<Job> = mutants
+        .iter()
+        .map(|&(system, budget, scenario)| Job { system, scenario, options: Options { schedules: Some(budget), seed: 1, ..Options::default() } })
+        .collect();
+    let mut reports = Vec::new();
+    explore::explore_each(&crashpoint::testkit::endpoints(), &jobs, explore::default_jobs(), |job, r| {
+        reports.push(r.map_err(|e| anyhow::anyhow!("{}: {e:#}", job.system))?);
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    reports
+}

@@ -159,7 +159,9 @@ fn workload_catalogue(
     print!("{header}");
     let mut all_caught = true;
     let mut found_after = Vec::new();
-    for_each_mutant(endpoints, &mutants, options, |name, sc, r| {
+    let jobs: Vec<explore::Job> = mutants.iter().map(|&(system, scenario)| explore::Job { system, scenario, options: options.clone() }).collect();
+    explore::explore_each(endpoints, &jobs, options.jobs, |job, r| {
+        let (name, sc) = (job.system, job.scenario);
         let r = r?;
         all_caught &= r.failure.is_some();
         found_after.extend(r.failure.as_ref().map(|f| f.found_after.as_secs_f64()));
@@ -197,50 +199,4 @@ fn workload_catalogue(
     table.push_str(&verdict);
     table.push('\n');
     Ok(())
-}
-
-/// Explores each of `mutants` on its scenario, `options.jobs` mutants at a time (each on one
-/// slot, so that one mutant's shrinking, which is sequential, overlaps another's search), and
-/// calls `each` with every result in the order of `mutants`, as soon as it and those before it
-/// are done. Stops at the first error of `each`.
-fn for_each_mutant(
-    endpoints: &crate::services::Endpoints,
-    mutants: &[(&str, &scenario::Scenario)],
-    options: &Options,
-    mut each: impl FnMut(&str, &scenario::Scenario, Result<Report>) -> Result<()>,
-) -> Result<()> {
-    let one = Options { jobs: 1, ..options.clone() };
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|scope| {
-        for _ in 0..options.jobs.clamp(1, mutants.len().max(1)) {
-            let (tx, next, one) = (tx.clone(), &next, &one);
-            scope.spawn(move || loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&(name, s)) = mutants.get(i) else { return };
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    scenario::system_of(s, name).and_then(|system| explore::explore(endpoints, system, s, one, |_| {}))
-                }))
-                .unwrap_or_else(|p| Err(anyhow!("exploring {name} panicked: {}", crate::error::panic_text(&*p))));
-                if tx.send((i, r)).is_err() {
-                    return;
-                }
-            });
-        }
-        drop(tx);
-        let mut done = std::collections::BTreeMap::new();
-        let mut printed = 0;
-        for (i, r) in rx {
-            done.insert(i, r);
-            while let Some(r) = done.remove(&printed) {
-                if let Err(e) = each(mutants[printed].0, mutants[printed].1, r) {
-                    // Those still running finish; nothing more is reported.
-                    next.store(mutants.len(), std::sync::atomic::Ordering::Relaxed);
-                    return Err(e);
-                }
-                printed += 1;
-            }
-        }
-        Ok(())
-    })
 }

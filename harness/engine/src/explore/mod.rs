@@ -3,13 +3,15 @@
 //!
 //! Each generated schedule has its own case seed, derived from the run seed and its index, so
 //! `crashpoint repro SCENARIO --seed CASE_SEED` regenerates exactly that schedule. A failure
-//! shrinks through proptest's value tree (`simplify`/`complicate`), every candidate run on the
-//! real services. Minimal failures of the reference system are appended to
+//! shrinks by deleting decisions (`ddmin`, in `shrink`), every candidate run on the real
+//! services. Minimal failures of the reference system are appended to
 //! `<scenario>.regressions` next to the scenario file, and re-tried first by later runs.
 
 pub mod exhaustive;
+mod many;
 mod regressions;
 mod shard;
+mod shrink;
 mod slots;
 mod stats;
 
@@ -20,6 +22,7 @@ use anyhow::Result;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
+pub use many::{explore_each, Job};
 pub use shard::{for_shard, Shard};
 pub use slots::default_jobs;
 pub use stats::{schedule_id, Case, Coverage, Stats};
@@ -141,42 +144,6 @@ impl Explorer<'_> {
     fn run(&mut self, schedule: &Schedule) -> Result<ScenarioOutcome> {
         run_scenario(self.endpoints, self.system.clone(), self.scenario, Some(schedule))
     }
-
-    /// Shrinks from a failing value tree: simplify while it still fails, complicate when a
-    /// simplification passes (proptest's algorithm), every candidate on the real services.
-    /// The empty schedule is tried first: when the drain alone exposes the system, no shorter
-    /// schedule exists and the value tree's walk down to it is skipped.
-    fn shrink(&mut self, tree: &mut impl ValueTree<Value = Schedule>, failing: ScenarioOutcome) -> Result<(ScenarioOutcome, usize)> {
-        let mut best = failing;
-        let mut runs = 0;
-        if !best.schedule.decisions.is_empty() {
-            let empty = self.run(&Schedule { decisions: Vec::new() })?;
-            runs += 1;
-            if !empty.passed() {
-                return Ok((empty, runs));
-            }
-        }
-        if !tree.simplify() {
-            return Ok((best, runs));
-        }
-        while runs < SHRINK_RUNS_MAX {
-            let candidate = tree.current();
-            let o = self.run(&candidate)?;
-            runs += 1;
-            let more = if !o.passed() {
-                if candidate.decisions.len() <= best.schedule.decisions.len() {
-                    best = o;
-                }
-                tree.simplify()
-            } else {
-                tree.complicate()
-            };
-            if !more {
-                break;
-            }
-        }
-        Ok((best, runs))
-    }
 }
 
 /// Explores scenario `s` (which must have an `[explore]` table) on `system` within `opts`'
@@ -210,7 +177,6 @@ pub fn explore(
             return Ok(Report { stats: ex.stats, failure: Some(failure) });
         }
     }
-    let strategy = schedules(&menu(s));
     let mut failure = None;
     let system = ex.system.clone();
     slots::run_cases(endpoints, &system, s, opts, started, |ran| {
@@ -225,9 +191,7 @@ pub fn explore(
         let (minimal, shrink_runs) = if ran.divergence.is_some() {
             (ran.outcome, 0)
         } else {
-            // The same seed gives the same value tree the slot drew the schedule from.
-            let mut tree = strategy.new_tree(&mut runner_for(ran.seed)).map_err(|e| anyhow::anyhow!("{e}"))?;
-            ex.shrink(&mut tree, ran.outcome)?
+            shrink::shrink(endpoints, &system, s, opts.jobs, ran.outcome)?
         };
         if persist && ran.divergence.is_none() {
             regressions::save(s, "reference", &minimal)?;

@@ -1,8 +1,8 @@
 //! proptest strategies that generate schedules over a scenario's fault menu.
 //!
-//! Shrinking lives in the value tree, as proptest intends: a failing schedule shrinks by
-//! dropping decisions (the `Vec` strategy) and by turning faults into plain steps (the first
-//! alternative of each `prop_oneof!` is the simplest).
+//! Generation only: a failing schedule shrinks by deleting decisions
+//! (`crate::explore`'s `ddmin`), not through these strategies' value trees, whose walk took
+//! about n runs for n decisions before it reached the element simplifications.
 
 use proptest::prelude::*;
 use proptest::sample::select;
