@@ -22,8 +22,9 @@ pub struct Job<'a> {
 }
 
 /// Explores every job, `slots` at a time (each on one slot), and calls `each` with every
-/// result in the order of `jobs`, as soon as it and those before it are done. The results do
-/// not depend on `slots`: each exploration runs alone on its slot, with its own seed. A
+/// result in the order of `jobs`, as soon as it and those before it are done. With budgets in
+/// schedules the results do not depend on `slots`: each exploration runs alone on its slot,
+/// with its own seed (a budget in time does: explorations sharing the cores fit fewer). A
 /// system that does not resolve, a service failure or a panic inside an exploration is that
 /// job's `Err`. Stops at the first error `each` returns (explorations already running finish,
 /// unreported) and returns it.

@@ -70,7 +70,7 @@ fn ddmin<O>(
     let mut runs = 0;
     // Candidates run that did not show the failure: runs are deterministic, so they are not
     // run again.
-    let mut rejected: HashSet<String> = HashSet::new();
+    let mut rejected: HashSet<Schedule> = HashSet::new();
     let mut chunk = schedule_of(&best).decisions.len();
     while chunk > 0 && runs < SHRINK_RUNS_MAX {
         let mut reduced = false;
@@ -86,7 +86,7 @@ fn ddmin<O>(
                 let candidate = Schedule { decisions };
                 // Deleting either of two equal neighbours gives the same candidate: a
                 // one-at-a-time pass runs it once (the second is rejected by then).
-                if !rejected.contains(&candidate.to_string()) && !batch.contains(&candidate) {
+                if !rejected.contains(&candidate) && !batch.contains(&candidate) {
                     at.push(next);
                     batch.push(candidate);
                 }
@@ -104,7 +104,7 @@ fn ddmin<O>(
                     start = at;
                     break;
                 }
-                rejected.insert(candidate.to_string());
+                rejected.insert(candidate.clone());
             }
         }
         chunk = match (chunk, reduced) {
