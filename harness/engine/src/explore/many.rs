@@ -2,7 +2,7 @@
 //! scenario on one slot, so that one system's shrinking, which is sequential, overlaps
 //! another's search. What `crashpoint catalogue` and the catalogue tests run.
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 
 use super::{explore, Options, Report};
 use crate::scenario::{self, Scenario};
@@ -44,10 +44,9 @@ pub fn explore_each<'a>(
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(job) = jobs.get(i) else { return };
                 let one = Options { jobs: 1, ..job.options.clone() };
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let r = super::slots::guarded(&format!("exploring {}", job.system), || {
                     scenario::system_of(job.scenario, job.system).and_then(|system| explore(endpoints, system, job.scenario, &one, |_| {}))
-                }))
-                .unwrap_or_else(|p| Err(anyhow!("exploring {} panicked: {}", job.system, crate::error::panic_text(&*p))));
+                });
                 if tx.send((i, r)).is_err() {
                     return;
                 }

@@ -25,7 +25,7 @@ use std::rc::Rc;
 
 use anyhow::{anyhow, Result};
 
-use super::SHRINK_RUNS_MAX;
+use super::{slots, SHRINK_RUNS_MAX};
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
 use crate::schedule::Schedule;
 use crate::services::Endpoints;
@@ -45,9 +45,8 @@ pub(super) fn shrink(
     let same_failure = |o: &ScenarioOutcome| {
         !o.passed() && (first.is_none() || o.verdicts.iter().any(|v| !v.holds && Some(&v.invariant) == first.as_ref()))
     };
-    // Several at once only where each thread can make its own instance of the system (as the
-    // slots do), and not with external worker processes (see `slots::run_cases`).
-    let width = match jobs > 1 && s.workload.system(system.name()).is_some() && s.external.is_empty() {
+    // Several at once only where the slots would run several (each thread with its own system).
+    let width = match jobs > 1 && super::slots::parallel_ok(system.as_ref(), s) {
         true => jobs,
         false => 1,
     };
@@ -120,12 +119,11 @@ fn ddmin<O>(
 /// with its own instance of the system. Outcomes in the order of `batch`; a panic is that
 /// candidate's error.
 fn run_all(endpoints: &Endpoints, system: &Rc<dyn System>, s: &Scenario, batch: &[Schedule]) -> Vec<Result<ScenarioOutcome>> {
-    let guarded = |system: Rc<dyn System>, schedule: &Schedule| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_scenario(endpoints, system, s, Some(schedule))))
-            .unwrap_or_else(|p| Err(anyhow!("shrinking: schedule `{schedule}` panicked: {}", crate::error::panic_text(&*p))))
+    let run = |system: Rc<dyn System>, schedule: &Schedule| {
+        slots::guarded(&format!("shrinking: schedule `{schedule}`"), || run_scenario(endpoints, system, s, Some(schedule)))
     };
     if let [only] = batch {
-        return vec![guarded(system.clone(), only)];
+        return vec![run(system.clone(), only)];
     }
     let name = system.name().to_string();
     std::thread::scope(|scope| {
@@ -133,13 +131,10 @@ fn run_all(endpoints: &Endpoints, system: &Rc<dyn System>, s: &Scenario, batch: 
             .iter()
             .enumerate()
             .map(|(k, schedule)| {
-                let (name, guarded) = (name.clone(), &guarded);
+                let (name, run) = (name.clone(), &run);
                 std::thread::Builder::new()
                     .name(format!("shrink-{k}"))
-                    .spawn_scoped(scope, move || match s.workload.system(&name) {
-                        Some(system) => guarded(system, schedule),
-                        None => Err(anyhow!("system `{name}` is not one of workload `{}`", s.workload.name())),
-                    })
+                    .spawn_scoped(scope, move || run(slots::instance(s, &name)?, schedule))
                     .expect("spawning a shrink thread")
             })
             .collect();

@@ -78,7 +78,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
         let seed = case_seed(shared.opts.seed, index);
         // A panic (in a workload's handler, say) is this case's error, handed over in case
         // order like any other, so that the run stops there rather than waiting for it.
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ran = guarded(&format!("case {index} (case seed {seed})"), || {
             let schedule = strategy.new_tree(&mut runner_for(seed)).map_err(|e| anyhow!("{e}"))?.current();
             let outcome = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
             let divergence = match shared.opts.check_determinism {
@@ -86,8 +86,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
                 false => None,
             };
             Ok(Ran { index, seed, schedule, outcome, divergence })
-        }))
-        .unwrap_or_else(|p| Err(anyhow!("case {index} (case seed {seed}) panicked: {}", crate::error::panic_text(&*p))));
+        });
         if ran.as_ref().map_or(true, Ran::stops) {
             shared.stop_at.fetch_min(index, Ordering::Relaxed);
         }
@@ -148,7 +147,7 @@ pub(super) fn run_cases(
     let shared = Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts, started };
     let mut order = InOrder { waiting: BTreeMap::new(), expect: 0, done: None, shared: &shared, each };
     let name = system.name().to_string();
-    if opts.jobs <= 1 || s.workload.system(&name).is_none() || !s.external.is_empty() {
+    if opts.jobs <= 1 || !parallel_ok(system.as_ref(), s) {
         slot(endpoints, system.clone(), s, &shared, |i, r| order.feed(i, r));
         return order.done.unwrap_or(Ok(()));
     }
@@ -159,7 +158,7 @@ pub(super) fn run_cases(
             std::thread::Builder::new()
                 .name(format!("slot-{k}"))
                 .spawn_scoped(scope, move || {
-                    let system = s.workload.system(&name).expect("checked before the slots started");
+                    let system = instance(s, &name).expect("checked before the slots started");
                     slot(endpoints, system, s, shared, |i, r| tx.send((i, r)).is_ok())
                 })
                 .expect("spawning a slot thread");
@@ -170,6 +169,25 @@ pub(super) fn run_cases(
         }
     });
     order.done.unwrap_or(Ok(()))
+}
+
+/// Whether schedules of `system` on scenario `s` may run on several threads at once, each
+/// with its own instance of the system: only when the scenario's workload can instantiate it
+/// by name (a system from elsewhere cannot be copied), and without external worker processes
+/// (their step timeouts assume an unloaded machine).
+pub(super) fn parallel_ok(system: &dyn System, s: &Scenario) -> bool {
+    s.workload.system(system.name()).is_some() && s.external.is_empty()
+}
+
+/// A new instance of the scenario's workload's system `name`, for a thread of its own.
+/// Errors: `name` is not one of the workload's systems.
+pub(super) fn instance(s: &Scenario, name: &str) -> Result<Rc<dyn System>> {
+    s.workload.system(name).ok_or_else(|| anyhow!("system `{name}` is not one of workload `{}`", s.workload.name()))
+}
+
+/// Runs `f`, a panic in it (in a workload's handler, say) becoming an error that names `what`.
+pub(super) fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| Err(anyhow!("{what} panicked: {}", crate::error::panic_text(&*p))))
 }
 
 /// The number of slots a machine can feed: two per core, since a slot waits on the services

@@ -46,6 +46,9 @@ pub struct Admin {
     /// Set when PostgreSQL stopped answering ([`Admin::pg_unreachable`]): removing the
     /// namespace then skips the schema instead of waiting out the pool's timeout again.
     pg_gone: std::sync::atomic::AtomicBool,
+    /// The workers' PostgreSQL connections kept for the namespace's next schedule
+    /// ([`super::worker_pg`]); closed before the schema is dropped.
+    pub(super) kept: Vec<super::worker_pg::WorkerPg>,
 }
 
 impl Admin {
@@ -101,7 +104,7 @@ impl Admin {
             let snapshot = snapshot(&pg, &schema).await.context("taking the schema's snapshot for its reset")?;
             anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls, fifo }, snapshot))
         })?;
-        Ok(Admin { rt, pg, sqs, redis, schema, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default() })
+        Ok(Admin { rt, pg, sqs, redis, schema, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default(), kept: Vec::new() })
     }
 
     /// Records that PostgreSQL did not answer (the checker's probe timed out): a later
@@ -350,7 +353,9 @@ impl Admin {
     /// Drops the schema and deletes the queues and `keys`. Errors are logged, not returned:
     /// cleanup must not hide the verdict.
     pub fn destroy(self, keys: &[String]) {
-        let Admin { rt, pg, sqs, mut redis, schema, queues, pg_gone, .. } = self;
+        let Admin { rt, pg, sqs, mut redis, schema, queues, pg_gone, kept, .. } = self;
+        // Closed first: DROP SCHEMA then waits only for backends already exiting.
+        drop(kept);
         let seed = seed_schema(&schema);
         rt.block_on(async {
             for (_, url, _) in &queues.queues {

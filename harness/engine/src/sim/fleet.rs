@@ -4,15 +4,15 @@
 //! A crash is `Sim::crash`: the host's runtime is dropped with everything on it, so its
 //! sockets close (PostgreSQL rolls back its open transaction; an in-flight SQS message stays
 //! invisible until its visibility expires). A restart is `Sim::bounce`: fresh software that
-//! connects again. Connections are created inside the host future so that a crash closes them.
+//! connects again. Connections are owned by the host future so that a crash closes them; a
+//! worker's PostgreSQL connection left idle at the schedule's end is kept for the namespace's
+//! next schedule ([`super::worker_pg`]).
 
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use sqlx::ConnectOptions;
-
 use super::cx::Cx;
 use super::programs;
 pub use super::host_spec::HostSpec;
@@ -78,14 +78,17 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
 }
 
 async fn host_main(name: String, program: Program, queue: Option<&'static str>, spec: Rc<HostSpec>) -> anyhow::Result<()> {
-    let opts = clients::pg_options(&spec.endpoints.database_url)?
-        .options([("search_path", spec.schema.as_str())]);
-    let pg = opts.connect().await?;
+    // A connection kept from the namespace's schedule before, else a new one.
+    let pg = match spec.pg_kept.take() {
+        Some(pg) => pg,
+        None => {
+            let opts = clients::pg_options(&spec.endpoints.database_url)?.options([("search_path", spec.schema.as_str())]);
+            super::worker_pg::connect(opts).await?
+        }
+    };
     let sqs = clients::sqs_client_counted(&spec.endpoints.sqs_endpoint_url, &spec.sqs_calls);
     let redis = clients::redis_connect(&spec.endpoints.redis_url).await?;
-    let cx = Cx::new(name, spec.world.clone(), pg, sqs, redis, spec.queues.clone(), spec.config.clone())
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cx = Cx::new(name, spec.world.clone(), pg, spec.pg_kept.clone(), sqs, redis, spec.queues.clone(), spec.config.clone());
     programs::run(program, queue, cx).await;
     Ok(())
 }

@@ -36,4 +36,7 @@ pub struct HostSpec {
     pub sqs_calls: crate::services::sqs_calls::SqsCalls,
     /// The workload's providers for this schedule, each a turmoil host of its name.
     pub providers: Vec<Rc<dyn crate::provider::Provider>>,
+    /// PostgreSQL connections kept from the namespace's schedule before, for the workers to
+    /// take, and where they leave theirs at the schedule's end.
+    pub pg_kept: Rc<super::worker_pg::Shelf>,
 }

@@ -15,5 +15,6 @@ pub(crate) mod pool;
 pub(crate) mod programs;
 pub(crate) mod scheduler;
 pub(crate) mod world;
+pub(crate) mod worker_pg;
 pub mod wire;
 pub mod names;

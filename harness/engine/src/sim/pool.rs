@@ -11,8 +11,9 @@
 //! partitions, generated columns) or in which the schedule created or dropped a relation. The
 //! reset then empties every table of the schema and restores what the DDL
 //! left in it: its rows (kept in a side schema `<ns>_seed`) and every sequence's position. The
-//! schedule's Redis keys are deleted. Fresh worker connections are made for every schedule,
-//! so no session state (locks, prepared statements, temp tables) survives either.
+//! schedule's Redis keys are deleted. The workers' connections left idle at the end are kept
+//! with the namespace, their sessions reset as fresh ones ([`super::worker_pg::reset`]), so no
+//! session state (locks, settings, temporary tables) survives either.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -62,10 +63,15 @@ pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bo
 /// calls by operation (those of the reset or the destruction included), and starts the count
 /// afresh for the next user. Errors are logged, not returned: cleanup must not hide the
 /// verdict.
-pub fn give_back(admin: Admin, keys: &[String], drained_clean: bool) -> BTreeMap<String, u64> {
+pub fn give_back(mut admin: Admin, keys: &[String], drained_clean: bool) -> BTreeMap<String, u64> {
     let calls = admin.sqs_calls.clone();
     let reset = match drained_clean && admin.reusable() {
-        true => admin.reset(keys).map_err(|e| tracing::warn!("resetting namespace {} failed, dropping it: {e:#}", admin.schema)),
+        // The kept connections first: a transaction one left open would hold the locks the
+        // TRUNCATE waits for.
+        true => {
+            admin.kept = super::worker_pg::reset(std::mem::take(&mut admin.kept));
+            admin.reset(keys)
+        }.map_err(|e| tracing::warn!("resetting namespace {} failed, dropping it: {e:#}", admin.schema)),
         false => Err(()),
     };
     match reset {

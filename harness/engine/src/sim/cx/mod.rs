@@ -144,7 +144,9 @@ impl QueueUrls {
 pub struct Cx {
     me: String,
     world: SharedWorld,
-    pg: PgConnection,
+    /// `None` only while the host drops it ([`Drop`] leaves it on the shelf or closes it).
+    pg: Option<super::worker_pg::WorkerPg>,
+    shelf: Rc<super::worker_pg::Shelf>,
     sqs: aws_sdk_sqs::Client,
     redis: redis::aio::MultiplexedConnection,
     queues: QueueUrls,
@@ -156,19 +158,26 @@ pub struct Cx {
 }
 
 impl Cx {
-    /// Wraps a worker's connections. `pg` must already have its search_path set.
-    pub(crate) async fn new(
+    /// Wraps a worker's connections. `pg` must already have its search_path set; it goes back
+    /// to `shelf` when the host stops idle at the schedule's end.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
         me: String,
         world: SharedWorld,
-        mut pg: PgConnection,
+        pg: super::worker_pg::WorkerPg,
+        shelf: Rc<super::worker_pg::Shelf>,
         sqs: aws_sdk_sqs::Client,
         redis: redis::aio::MultiplexedConnection,
         queues: QueueUrls,
         config: Rc<dyn std::any::Any>,
-    ) -> Result<Cx, CallError> {
-        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut pg).await?;
-        world.borrow_mut().slot(&me).backend_pid = Some(pid);
-        Ok(Cx { me, world, pg, sqs, redis, queues, config, at: None, in_tx: false, pending_facts: Vec::new() })
+    ) -> Cx {
+        world.borrow_mut().slot(&me).backend_pid = Some(pg.pid);
+        Cx { me, world, pg: Some(pg), shelf, sqs, redis, queues, config, at: None, in_tx: false, pending_facts: Vec::new() }
+    }
+
+    /// The worker's PostgreSQL connection.
+    fn pg(&mut self) -> &mut PgConnection {
+        &mut self.pg.as_mut().expect("taken only when the Cx is dropped").conn
     }
 
     /// The shared world (for the worker loops).
@@ -316,8 +325,8 @@ impl Cx {
         // waits for the next COMMIT. The probe is the harness's, not counted as the worker's.
         let lose_reply = sql == "COMMIT"
             && self.world.borrow().pg.armed(PgFault::CommitResponseLost)
-            && sqlx::raw_sql("SELECT 1").execute(&mut self.pg).await.is_ok();
-        let r = sqlx::raw_sql(sql).execute(&mut self.pg).await;
+            && sqlx::raw_sql("SELECT 1").execute(self.pg()).await.is_ok();
+        let r = sqlx::raw_sql(sql).execute(self.pg()).await;
         // COMMIT and ROLLBACK end the transaction even when they report an error.
         self.in_tx = in_tx_after && r.is_ok();
         if r.is_ok() && lose_reply && self.world.borrow_mut().pg.take(PgFault::CommitResponseLost) {
@@ -341,7 +350,7 @@ impl Cx {
         self.gate(op).await?;
         if self.world.borrow_mut().pg.take(PgFault::ConnectionReset) {
             if self.in_tx {
-                let _ = sqlx::raw_sql("ROLLBACK").execute(&mut self.pg).await;
+                let _ = sqlx::raw_sql("ROLLBACK").execute(self.pg()).await;
                 self.in_tx = false;
             }
             return Err(self.pg_fault_error(op, crate::nemesis::pg::CONNECTION_RESET));
@@ -360,7 +369,7 @@ impl Cx {
         vals: &[Val],
     ) -> Result<Option<PgRow>, CallError> {
         self.pg_gate(op).await?;
-        let r = bind(sqlx::query(sql), vals, self.now()).fetch_optional(&mut self.pg).await;
+        let r = bind(sqlx::query(sql), vals, self.now()).fetch_optional(self.pg()).await;
         let outcome = r.as_ref().map(|o| Outcome::Returned { row: o.is_some() });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
         Ok(r?)
@@ -369,7 +378,7 @@ impl Cx {
     /// Runs `sql` with `vals` and returns all rows. A yield point named `op`.
     pub async fn fetch_all(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<Vec<PgRow>, CallError> {
         self.pg_gate(op).await?;
-        let r = bind(sqlx::query(sql), vals, self.now()).fetch_all(&mut self.pg).await;
+        let r = bind(sqlx::query(sql), vals, self.now()).fetch_all(self.pg()).await;
         let outcome = r.as_ref().map(|rows| Outcome::Fetched { n: rows.len() as u64 });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
         Ok(r?)
@@ -378,7 +387,7 @@ impl Cx {
     /// Runs `sql` with `vals` and returns the number of rows affected. A yield point named `op`.
     pub async fn execute(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<u64, CallError> {
         self.pg_gate(op).await?;
-        let r = bind(sqlx::query(sql), vals, self.now()).execute(&mut self.pg).await;
+        let r = bind(sqlx::query(sql), vals, self.now()).execute(self.pg()).await;
         let outcome = r.as_ref().map(|d| Outcome::Affected { n: d.rows_affected() });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
         Ok(r?.rows_affected())
@@ -505,6 +514,18 @@ impl Cx {
     /// changed, and the trace folds its idle polls. Call it right after the poll's call.
     pub fn idle(&self, idle: bool) {
         self.set_idle(idle);
+    }
+}
+
+impl Drop for Cx {
+    /// The host stops (a crash, a restart, the schedule's end): a connection idle between
+    /// calls, outside a transaction, goes to the shelf, which keeps it only at the schedule's
+    /// end; any other is closed here, and PostgreSQL rolls back what it had open.
+    fn drop(&mut self) {
+        let in_call = self.world.try_borrow_mut().map_or(true, |mut w| w.slot(&self.me).in_pg);
+        if let Some(pg) = self.pg.take().filter(|_| !self.in_tx && !in_call) {
+            self.shelf.leave(pg);
+        }
     }
 }
 

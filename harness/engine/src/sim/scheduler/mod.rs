@@ -95,6 +95,8 @@ const IDLE_PAUSE_MAX_US: u64 = 200;
 /// A schedule being run.
 pub struct Run<'a> {
     sim: turmoil::Sim<'a>,
+    /// The workers' PostgreSQL connections kept between the namespace's schedules.
+    pg_kept: Rc<super::worker_pg::Shelf>,
     world: SharedWorld,
     admin: Admin,
     clock: Clock,
@@ -169,7 +171,8 @@ impl<'a> Run<'a> {
     /// failing, a host failing to connect.
     pub fn start(setup: Setup) -> Result<Run<'a>> {
         let t0 = Instant::now();
-        let admin = super::pool::take(&setup.endpoints, &setup.system.schema_sql(), &setup.queues, !setup.external.is_empty())?;
+        let mut admin = super::pool::take(&setup.endpoints, &setup.system.schema_sql(), &setup.queues, !setup.external.is_empty())?;
+        let pg_kept = Rc::new(super::worker_pg::Shelf::new(std::mem::take(&mut admin.kept)));
         let identity = Rc::new(setup.identity);
         let step_timeout = setup.external.iter().map(|e| Duration::from_secs(e.step_timeout_s)).min();
         let admin_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -189,6 +192,7 @@ impl<'a> Run<'a> {
             config_json: setup.config_json.clone(),
             providers: setup.providers.clone(),
             sqs_calls: admin.sqs_calls.clone(),
+            pg_kept: pg_kept.clone(),
         });
         let sim = fleet::build(&setup.workers, spec)?;
         let history = History { entries: Vec::new(), roles: worker_roles(&setup.workers, &roles) };
@@ -196,6 +200,7 @@ impl<'a> Run<'a> {
         let retention_ms = setup.queues.iter().map(|q| (q.name, q.retention_s.saturating_mul(1000))).collect();
         let mut run = Run {
             sim,
+            pg_kept,
             world,
             admin,
             clock: Clock::new(visibility_ms, retention_ms),
@@ -718,11 +723,15 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Stops every host (closing their connections) and hands over the history and the admin
-    /// connections.
+    /// Stops every host (closing their connections, but for the PostgreSQL ones left idle,
+    /// which go to the namespace for its next schedule) and hands over the history and the
+    /// admin connections.
     pub fn finish(self) -> Finished {
-        let Run { sim, world, admin, history, keys, providers, steps, .. } = self;
+        let Run { sim, world, mut admin, history, keys, providers, steps, pg_kept, .. } = self;
+        // The hosts stop: the connections their workers leave idle are kept.
+        pg_kept.collect();
         drop(sim);
+        admin.kept = pg_kept.drain();
         let effects = providers.iter().flat_map(|p| p.effects()).collect();
         let mut w = world.borrow_mut();
         let passed = w.slots.values().flat_map(|s| s.passed.iter().copied()).collect();
