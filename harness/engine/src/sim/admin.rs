@@ -354,7 +354,7 @@ impl Admin {
     /// cleanup must not hide the verdict.
     pub fn destroy(self, keys: &[String]) {
         let Admin { rt, pg, sqs, mut redis, schema, queues, pg_gone, kept, .. } = self;
-        // Closed first: DROP SCHEMA then waits only for backends already exiting.
+        // Closed before their schema goes (idle, they hold no lock the DROP waits for).
         drop(kept);
         let seed = seed_schema(&schema);
         rt.block_on(async {

@@ -12,8 +12,9 @@
 //! reset then empties every table of the schema and restores what the DDL
 //! left in it: its rows (kept in a side schema `<ns>_seed`) and every sequence's position. The
 //! schedule's Redis keys are deleted. The workers' connections left idle at the end are kept
-//! with the namespace, their sessions reset as fresh ones ([`super::worker_pg::reset`]), so no
-//! session state (locks, settings, temporary tables) survives either.
+//! with the namespace (at most [`super::worker_pg::KEPT_MAX`] in all), their sessions reset as
+//! fresh ones ([`super::worker_pg::reset`]), so no session state (locks, settings, prepared
+//! statements, temporary tables) survives either.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -63,21 +64,24 @@ pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bo
 /// calls by operation (those of the reset or the destruction included), and starts the count
 /// afresh for the next user. Errors are logged, not returned: cleanup must not hide the
 /// verdict.
-pub fn give_back(mut admin: Admin, keys: &[String], drained_clean: bool) -> BTreeMap<String, u64> {
+pub fn give_back(admin: Admin, keys: &[String], drained_clean: bool) -> BTreeMap<String, u64> {
     let calls = admin.sqs_calls.clone();
     let reset = match drained_clean && admin.reusable() {
-        // The kept connections first: a transaction one left open would hold the locks the
-        // TRUNCATE waits for.
-        true => {
-            admin.kept = super::worker_pg::reset(std::mem::take(&mut admin.kept));
-            admin.reset(keys)
-        }.map_err(|e| tracing::warn!("resetting namespace {} failed, dropping it: {e:#}", admin.schema)),
+        true => admin.reset(keys).map_err(|e| tracing::warn!("resetting namespace {} failed, dropping it: {e:#}", admin.schema)),
         false => Err(()),
     };
     match reset {
         Ok(()) => {
             let counted = calls.take();
-            pool().push((admin.shape.clone(), admin));
+            let mut p = pool();
+            p.push((admin.shape.clone(), admin));
+            // Past the bound, the oldest pooled namespaces' connections go first.
+            for (_, pooled) in p.iter_mut() {
+                if super::worker_pg::kept() <= super::worker_pg::KEPT_MAX {
+                    break;
+                }
+                pooled.kept.clear();
+            }
             counted
         }
         Err(()) => {

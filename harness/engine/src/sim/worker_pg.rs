@@ -3,42 +3,54 @@
 //! Forking a backend for every worker of every schedule was about half of PostgreSQL's CPU in
 //! `crashpoint bench` (perf, 2026-12-01: backend start and exit, page faults of a fresh
 //! process, the relation files and catalog caches each new backend loads). So a connection a
-//! worker still holds, idle, when its schedule ends is kept with the namespace
-//! ([`super::pool`]) and handed to a worker of the namespace's next schedule, after
-//! [`reset`] has put its session back as a fresh one would be.
+//! worker still holds, idle and outside a transaction, when its schedule ends is reset as a
+//! fresh session ([`reset`]: `DISCARD ALL`) and kept with the namespace ([`super::pool`]) for
+//! the workers of the namespace's next schedule, which check it first ([`alive`]).
 //!
 //! What does not change: a crash drops the host's runtime with its connection, so the socket
-//! closes and PostgreSQL rolls back the open transaction itself (a crashed worker's connection
-//! is never kept), and a restart connects anew. Connections are made on one long-lived I/O
-//! runtime ([`io`]) rather than on the turmoil host's: a host's runtime is dropped when its
-//! schedule ends, and a socket registered with a dropped runtime's reactor cannot be used
-//! again. The host's tasks still poll the socket; the I/O runtime's thread only waits on
-//! readiness and wakes them.
+//! closes and PostgreSQL rolls back the open transaction itself (a connection is kept only
+//! from hosts stopped at the schedule's end, never from a crash, a graceful stop or a finished
+//! program), and a restarted worker connects anew ([`Shelf::started`]). Connections are made on
+//! one long-lived I/O runtime ([`io`]) rather than on the turmoil host's: a host's runtime is
+//! dropped when its schedule ends, and a socket registered with a dropped runtime's reactor
+//! cannot be used again. The host's tasks still poll the socket; the I/O runtime's thread runs
+//! the connects, the resets and the checks, and otherwise waits on readiness and wakes them.
+//!
+//! The one difference from a fresh session that `DISCARD ALL` leaves: a custom setting
+//! (`SET app.x = …`) once set reads as `''` rather than NULL through
+//! `current_setting('app.x', true)` (PostgreSQL keeps the placeholder).
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions, PgConnection};
+use sqlx::{ConnectOptions, Connection, PgConnection};
 
-/// At most this many connections are kept idle by one process, across all its namespaces:
-/// under PostgreSQL's `max_connections` (100 by default; 300 in `crashpoint up`'s server) with
-/// room for the schedules running meanwhile. A connection past it is closed as before.
-pub const KEPT_MAX: usize = 64;
+/// Kept connections beyond this many, across all the namespaces of one process, are closed
+/// when a namespace goes back to the pool, the oldest pooled namespace's first
+/// ([`super::pool::give_back`]). Under PostgreSQL's default `max_connections` (100; 300 in
+/// `crashpoint up`'s server) with room for the admin connections (2 per pooled namespace) and
+/// for the schedules running meanwhile; enough for 4 slots of 8 workers.
+pub const KEPT_MAX: usize = 40;
 
-/// Connections kept now (idle in a namespace or on a shelf).
+/// How long [`reset`] and [`alive`] wait for all their connections (2 s): one that has not
+/// answered by then is closed, so that a PostgreSQL that stopped answering without closing
+/// its sockets cannot hold the slot.
+const ROUND_TRIP_MAX: Duration = Duration::from_secs(2);
+
+/// Kept connections now: idle with a namespace, on a shelf, or taken by a worker again.
 static KEPT: AtomicUsize = AtomicUsize::new(0);
 
-/// What [`reset`] runs: everything `DISCARD ALL` does (PostgreSQL docs, "DISCARD") except
-/// `DEALLOCATE ALL`, so that sqlx's cache of prepared statements stays valid (the statements
-/// name the namespace's tables, which a reset empties but keeps), after a `ROLLBACK` of any
-/// transaction left open (a warning only when none is).
-const RESET_SQL: &str = "ROLLBACK; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; \
-    SELECT pg_advisory_unlock_all(); DISCARD PLANS; DISCARD TEMP; DISCARD SEQUENCES";
+/// Connections kept now by this process (idle, or taken by a worker again).
+pub fn kept() -> usize {
+    KEPT.load(Ordering::Relaxed)
+}
 
-/// The runtime every worker connection is registered with: one thread that waits on socket
-/// readiness for all slots, and lives as long as the process.
+/// The runtime every worker connection is registered with: one thread for all slots, which
+/// lives as long as the process.
 fn io() -> &'static tokio::runtime::Runtime {
     static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     IO.get_or_init(|| {
@@ -54,11 +66,11 @@ fn io() -> &'static tokio::runtime::Runtime {
 /// A worker's connection and its backend's process id (for `pg_blocking_pids`).
 pub struct WorkerPg {
     /// The connection; its `search_path` is the namespace's schema (a startup parameter, so
-    /// `RESET ALL` keeps it).
+    /// `DISCARD ALL`'s `RESET ALL` keeps it: PostgreSQL docs, "RESET").
     pub conn: PgConnection,
     /// `pg_backend_pid()` of the connection.
     pub pid: i32,
-    /// Whether it counts against [`KEPT_MAX`].
+    /// Whether it counts in [`KEPT`].
     counted: bool,
 }
 
@@ -81,23 +93,52 @@ pub async fn connect(opts: PgConnectOptions) -> anyhow::Result<WorkerPg> {
     .await?
 }
 
-/// Puts kept connections' sessions back as fresh ones are ([`RESET_SQL`]): no open
-/// transaction, cursor, setting, listener, advisory lock, temporary table or sequence state
-/// of the schedule before. Blocks this thread (not a runtime's). Returns those whose reset
-/// succeeded; the others are closed.
-pub fn reset(kept: Vec<WorkerPg>) -> Vec<WorkerPg> {
-    if kept.is_empty() {
-        return kept;
+/// Runs `op` on every connection at once (each on its own backend, so the wait is about one
+/// round trip), on the I/O runtime, blocking this thread (not a runtime's) for at most
+/// [`ROUND_TRIP_MAX`]. Returns, in order, those whose `op` succeeded; the others are closed.
+fn each_at_once<F, Fut>(conns: Vec<WorkerPg>, what: &str, op: F) -> Vec<WorkerPg>
+where
+    F: Fn(WorkerPg) -> Fut,
+    Fut: Future<Output = Result<WorkerPg, sqlx::Error>>,
+{
+    if conns.is_empty() {
+        return conns;
     }
-    io().block_on(async {
-        let mut ok = Vec::with_capacity(kept.len());
-        for mut c in kept {
-            match sqlx::raw_sql(RESET_SQL).execute(&mut c.conn).await {
-                Ok(_) => ok.push(c),
-                Err(e) => tracing::debug!("closing a kept worker connection whose reset failed: {e}"),
-            }
+    let all = futures_util::future::join_all(conns.into_iter().map(op));
+    match io().block_on(async { tokio::time::timeout(ROUND_TRIP_MAX, all).await }) {
+        Ok(done) => done
+            .into_iter()
+            .filter_map(|r| r.map_err(|e| tracing::debug!("closing a kept worker connection: {what} failed: {e}")).ok())
+            .collect(),
+        Err(_) => {
+            tracing::debug!("closing the kept worker connections: {what} took over {ROUND_TRIP_MAX:?}");
+            Vec::new()
         }
-        ok
+    }
+}
+
+/// Puts the sessions of connections left at a schedule's end back as fresh ones: a
+/// `ROLLBACK` of any transaction left open (only a warning when none is), sqlx's cache of
+/// prepared statements cleared (each closed on the server), then `DISCARD ALL` (PostgreSQL
+/// docs, "DISCARD": no cursor, setting, prepared statement or plan, listener, advisory lock,
+/// temporary table or sequence state survives; it cannot run inside a transaction block,
+/// hence three round trips). Returns those whose reset succeeded; see [`each_at_once`].
+pub fn reset(kept: Vec<WorkerPg>) -> Vec<WorkerPg> {
+    each_at_once(kept, "its session reset", |mut c| async move {
+        sqlx::raw_sql("ROLLBACK").execute(&mut c.conn).await?;
+        c.conn.clear_cached_statements().await?;
+        sqlx::raw_sql("DISCARD ALL").execute(&mut c.conn).await?;
+        Ok(c)
+    })
+}
+
+/// Kept connections that still answer (sqlx's `ping`), before a schedule hands them out: one
+/// whose backend is gone (PostgreSQL restarted, the backend terminated) is closed rather than
+/// fail a worker's first call. See [`each_at_once`].
+pub fn alive(kept: Vec<WorkerPg>) -> Vec<WorkerPg> {
+    each_at_once(kept, "its ping", |mut c| async move {
+        c.conn.ping().await?;
+        Ok(c)
     })
 }
 
@@ -107,13 +148,15 @@ pub fn reset(kept: Vec<WorkerPg>) -> Vec<WorkerPg> {
 #[derive(Default)]
 pub struct Shelf {
     kept: RefCell<Vec<WorkerPg>>,
+    /// Kept connections no worker took at the start: a restart does not get them.
+    spare: RefCell<Vec<WorkerPg>>,
     collecting: Cell<bool>,
 }
 
 impl Shelf {
-    /// A shelf holding `kept` (reset already).
+    /// A shelf holding `kept` (reset and checked already).
     pub fn new(kept: Vec<WorkerPg>) -> Shelf {
-        Shelf { kept: RefCell::new(kept), collecting: Cell::new(false) }
+        Shelf { kept: RefCell::new(kept), ..Shelf::default() }
     }
 
     /// A kept connection for a starting worker, if one is left.
@@ -121,27 +164,37 @@ impl Shelf {
         self.kept.borrow_mut().pop()
     }
 
+    /// Every worker has started: the connections none took are set aside, so that a worker
+    /// restarted later connects anew, as a restarted process would.
+    pub fn started(&self) {
+        let rest = std::mem::take(&mut *self.kept.borrow_mut());
+        self.spare.borrow_mut().extend(rest);
+    }
+
     /// From now on (the schedule's end), connections left with [`Shelf::leave`] are kept.
     pub fn collect(&self) {
         self.collecting.set(true);
     }
 
-    /// A worker's idle connection as its host stops: kept when the schedule is ending and
-    /// fewer than [`KEPT_MAX`] are kept, closed otherwise (a crash, a restart).
+    /// The connection of a worker whose host stops while it is idle, outside a transaction:
+    /// kept at the schedule's end ([`Shelf::collect`]), closed otherwise (a crash, a graceful
+    /// stop, a program that returned).
     pub fn leave(&self, mut c: WorkerPg) {
         if !self.collecting.get() {
             return;
         }
-        let counted = c.counted || KEPT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < KEPT_MAX).then_some(n + 1)).is_ok();
-        if counted {
+        if !c.counted {
+            KEPT.fetch_add(1, Ordering::Relaxed);
             c.counted = true;
-            self.kept.borrow_mut().push(c);
         }
+        self.kept.borrow_mut().push(c);
     }
 
     /// Everything on the shelf, for the namespace to keep.
     pub fn drain(&self) -> Vec<WorkerPg> {
-        std::mem::take(&mut *self.kept.borrow_mut())
+        let mut all = std::mem::take(&mut *self.kept.borrow_mut());
+        all.append(&mut self.spare.borrow_mut());
+        all
     }
 }
 
@@ -166,42 +219,48 @@ mod tests {
         let pid = c.pid;
         let count = "SELECT count(*) FROM t";
         // A schedule's worker: a row, a statement sqlx prepares and caches, and session state
-        // a next schedule must not see.
+        // a next schedule must not see, down to a transaction left open.
         a.rt.block_on(async {
             sqlx::raw_sql("INSERT INTO t VALUES (1)").execute(&mut c.conn).await.unwrap();
             assert_eq!(sqlx::query_scalar::<_, i64>(count).fetch_one(&mut c.conn).await.unwrap(), 1);
             sqlx::raw_sql(
                 "SELECT pg_advisory_lock(42); SET application_name = 'left behind'; CREATE TEMP TABLE scratch (v int); \
-                 SET search_path = public",
+                 PREPARE mine AS SELECT 1; SET search_path = public",
             )
             .execute(&mut c.conn)
             .await
             .unwrap();
+            sqlx::raw_sql(&format!("BEGIN; INSERT INTO {}.t VALUES (2)", a.schema)).execute(&mut c.conn).await.unwrap();
         });
-        // The schedule ends with the worker idle: its connection is kept, reset and handed on.
+        // The schedule ends with the worker's host stopped: its connection is kept and reset
+        // (as `Run::finish` does), then checked and handed on (as `Run::start` does).
         let shelf = Shelf::new(Vec::new());
         shelf.collect();
         shelf.leave(c);
-        a.kept = shelf.drain();
+        a.kept = reset(shelf.drain());
         assert_eq!(a.kept.len(), 1);
+        let state: String = a.rt.block_on(sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1").bind(pid).fetch_one(&a.pg)).unwrap();
+        assert_eq!(state, "idle", "the transaction left open was not rolled back");
         pool::give_back(a, &[], true);
         let mut b = pool::take(&e, &ddl, &[], false).unwrap();
-        let mut c = b.kept.pop().expect("the connection was not kept with the namespace");
+        let mut c = alive(std::mem::take(&mut b.kept)).pop().expect("the connection was not kept with the namespace");
         assert_eq!(c.pid, pid, "another backend came back");
-        let ((locks, app, temp, path), rows): ((i64, String, Option<String>, String), Result<i64, sqlx::Error>) = b.rt.block_on(async {
+        let ((locks, app, temp, path, prepared), rows): ((i64, String, Option<String>, String, i64), Result<i64, sqlx::Error>) = b.rt.block_on(async {
             let state = sqlx::query_as(
                 "SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()), \
-                 current_setting('application_name'), to_regclass('pg_temp.scratch')::text, current_setting('search_path')",
+                 current_setting('application_name'), to_regclass('pg_temp.scratch')::text, current_setting('search_path'), \
+                 (SELECT count(*) FROM pg_prepared_statements)",
             );
             let state = state.fetch_one(&mut c.conn).await.unwrap();
-            // The cached prepared statement still runs, on the emptied table.
+            // sqlx's cache was cleared with the server's statements: the statement is prepared anew.
             (state, sqlx::query_scalar(count).fetch_one(&mut c.conn).await)
         });
         assert_eq!(locks, 0, "the advisory lock survived");
         assert_ne!(app, "left behind", "a setting survived");
         assert_eq!(temp, None, "the temporary table survived");
         assert_eq!(path, b.schema, "the search_path is not the namespace's");
-        assert_eq!(rows.expect("the cached statement failed after the reset"), 0, "the schedule's row survived");
+        assert_eq!(prepared, 1, "prepared statements survived (only the check's own is expected)");
+        assert_eq!(rows.expect("a statement failed after the reset"), 0, "the schedule's rows survived");
         // A host that stops mid-schedule (a crash) leaves nothing: its connection closes.
         let mid = Shelf::new(Vec::new());
         mid.leave(c);

@@ -172,7 +172,7 @@ impl<'a> Run<'a> {
     pub fn start(setup: Setup) -> Result<Run<'a>> {
         let t0 = Instant::now();
         let mut admin = super::pool::take(&setup.endpoints, &setup.system.schema_sql(), &setup.queues, !setup.external.is_empty())?;
-        let pg_kept = Rc::new(super::worker_pg::Shelf::new(std::mem::take(&mut admin.kept)));
+        let pg_kept = Rc::new(super::worker_pg::Shelf::new(super::worker_pg::alive(std::mem::take(&mut admin.kept))));
         let identity = Rc::new(setup.identity);
         let step_timeout = setup.external.iter().map(|e| Duration::from_secs(e.step_timeout_s)).min();
         let admin_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -230,6 +230,7 @@ impl<'a> Run<'a> {
             super::pool::give_back(admin, &keys, false);
             return Err(e);
         }
+        run.pg_kept.started();
         tracing::debug!(admin_ms, hosts_ms = t1.elapsed().as_secs_f64() * 1e3, "run started (namespace created; hosts connected)");
         Ok(run)
     }
@@ -731,7 +732,9 @@ impl<'a> Run<'a> {
         // The hosts stop: the connections their workers leave idle are kept.
         pg_kept.collect();
         drop(sim);
-        admin.kept = pg_kept.drain();
+        // Reset now, before the checker's statements and the namespace's TRUNCATE: a
+        // transaction a workload opened by hand would hold the locks the TRUNCATE waits for.
+        admin.kept = super::worker_pg::reset(pg_kept.drain());
         let effects = providers.iter().flat_map(|p| p.effects()).collect();
         let mut w = world.borrow_mut();
         let passed = w.slots.values().flat_map(|s| s.passed.iter().copied()).collect();

@@ -1,0 +1,108 @@
+//! The workers' PostgreSQL connections kept between schedules (issue 14) keep the crash
+//! semantics: a worker idle at a schedule's end hands its backend to the next schedule of the
+//! namespace, and a crashed worker's backend is gone once the schedule is over, as it was when
+//! every schedule connected anew. Real services, started once for this test process through
+//! the harness.
+
+use std::borrow::Cow;
+use std::rc::Rc;
+
+use async_trait::async_trait;
+use crashpoint::scenario::{run_scenario, Scenario};
+use crashpoint::{testkit, CallError, Cx, Delivery, Handler, Program, System};
+use sqlx::{Connection, Row};
+
+mod common;
+
+/// Wraps a consumer: before each delivery it asks its backend's pid and start time (µs since
+/// the epoch) and notes them in the trace as `backend <pid> started <µs>`.
+struct NotesBackend(Rc<dyn Handler>);
+
+#[async_trait(?Send)]
+impl Handler for NotesBackend {
+    async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let sql = "SELECT pg_backend_pid(), (extract(epoch FROM backend_start) * 1e6)::bigint \
+                   FROM pg_stat_activity WHERE pid = pg_backend_pid()";
+        let row = cx.fetch_optional("backend", sql, &[]).await?.expect("a backend sees itself in pg_stat_activity");
+        cx.note(format!("backend {} started {}", row.get::<i32, _>(0), row.get::<i64, _>(1)));
+        self.0.on_delivery(cx, d).await
+    }
+}
+
+/// The payout reference with [`NotesBackend`] around its consumer.
+struct Noting(Rc<dyn System>);
+
+impl System for Noting {
+    fn name(&self) -> &str {
+        "notes-backend"
+    }
+    fn schema_sql(&self) -> Cow<'_, str> {
+        self.0.schema_sql()
+    }
+    fn program(&self, role: &str) -> Option<Program> {
+        match (role, self.0.program(role)) {
+            ("c", Some(Program::Handler(h))) => Some(Program::Handler(Rc::new(NotesBackend(h)))),
+            (_, p) => p,
+        }
+    }
+}
+
+/// Runs `schedule` of `s` on [`Noting`]; it must pass. Returns the backends the consumers
+/// noted, in trace order, as (pid, start in µs since the epoch).
+fn backends(s: &Scenario, schedule: &str) -> Vec<(i32, i64)> {
+    let o = run_scenario(&testkit::endpoints(), Rc::new(Noting(common::payout("reference"))), s, Some(&common::schedule(s, schedule))).unwrap();
+    assert!(o.passed(), "{:?}\n{}", o.verdicts, o.trace);
+    let noted: Vec<(i32, i64)> = o
+        .trace
+        .lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("backend ")? + "backend ".len()..];
+            let (pid, start) = rest.split_once(" started ")?;
+            Some((pid.trim().parse().ok()?, start.trim().parse().ok()?))
+        })
+        .collect();
+    assert!(!noted.is_empty(), "no consumer noted its backend:\n{}", o.trace);
+    noted
+}
+
+/// Whether backend `pid` still runs, asked on a connection of the test's own.
+fn backend_runs(pid: i32) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut c = sqlx::PgConnection::connect(&testkit::endpoints().database_url).await.unwrap();
+        let runs = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)").bind(pid).fetch_one(&mut c).await.unwrap();
+        c.close().await.unwrap();
+        runs
+    })
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64
+}
+
+#[test]
+fn an_idle_worker_hands_its_backend_to_the_next_schedule_and_a_crashed_one_leaves_none() {
+    let mut s = common::scenario("seed/crash-after-commit");
+    s.expect_trace.clear();
+    // The drain alone: a consumer handles e1 and the schedule ends with every worker idle.
+    let (first, _) = backends(&s, "")[0];
+    assert!(backend_runs(first), "the idle worker's backend {first} was closed at the schedule's end");
+    let between = now_us();
+    // The namespace's next schedule (same shape, same thread): its consumer's backend
+    // predates it.
+    let (second, started) = backends(&s, "")[0];
+    assert!(started < between, "backend {second} started after the schedule before ended: a new connection, not a kept one");
+    // c1 crashes inside its transaction (PostgreSQL's rollback of the claim needs the backend
+    // gone), or between two calls: either way its backend must be gone, while the drain still
+    // ends quiescent (the namespace is kept).
+    for at in ["after_claim", "after_commit"] {
+        let (crashed, _) = backends(&s, &format!("p:lock p:send c1:recv c1:crash@{at}"))[0];
+        let gone = (0..200).any(|_| {
+            !backend_runs(crashed) || {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                false
+            }
+        });
+        assert!(gone, "the backend {crashed} of the worker crashed {at} still runs 2 s after its schedule ended");
+    }
+}
