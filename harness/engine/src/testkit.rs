@@ -10,8 +10,11 @@ static SERVICES: Mutex<Option<Services>> = Mutex::new(None);
 
 extern "C" fn stop_at_exit() {
     // Services the harness did not start (given by environment) keep running: drop the
-    // namespaces the tests pooled on them. A failure here must not abort the exit.
-    let _ = std::panic::catch_unwind(crate::sim::pool::release);
+    // namespaces the tests pooled on them. A failure here must not abort the exit. Without
+    // a subscriber: a test's (tracing-test's, at every level) would print the cleanup's SDK
+    // traces after the test results.
+    let quiet = || tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), crate::sim::pool::release);
+    let _ = std::panic::catch_unwind(quiet);
     let taken = SERVICES.lock().map(|mut s| s.take()).unwrap_or(None);
     drop(taken);
     crate::sim::wire::process::remove_logs_dir();

@@ -53,16 +53,13 @@ pub fn explore_each<'a>(
             });
         }
         drop(tx);
-        let mut done = std::collections::BTreeMap::new();
-        let mut reported = 0;
+        let mut order = super::in_order::InOrder::new();
         for (i, r) in rx {
-            done.insert(i, r);
-            while let Some(r) = done.remove(&reported) {
-                if let Err(e) = each(&jobs[reported], r) {
+            for (i, r) in order.put(i as u64, r, |_| false) {
+                if let Err(e) = each(&jobs[i as usize], r) {
                     next.store(jobs.len(), Ordering::Relaxed);
                     return Err(e);
                 }
-                reported += 1;
             }
         }
         Ok(())

@@ -8,6 +8,7 @@
 //! `<scenario>.regressions` next to the scenario file, and re-tried first by later runs.
 
 pub mod exhaustive;
+mod in_order;
 mod many;
 mod regressions;
 mod shard;

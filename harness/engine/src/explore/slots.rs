@@ -7,7 +7,6 @@
 //! the first failure in case order wins, whatever slot found it first, and cases after it that
 //! ran anyway are dropped unseen.
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -16,6 +15,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 use proptest::strategy::{Strategy, ValueTree};
 
+use super::in_order::InOrder;
 use super::{case_seed, first_divergence, menu, runner_for, Options};
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
 use crate::schedule::{schedules, Schedule};
@@ -97,24 +97,21 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
 }
 
 /// Puts results back in case order and hands them to the consumer.
-struct InOrder<'a, F> {
-    waiting: BTreeMap<u64, Result<Ran>>,
-    expect: u64,
+struct Consumer<'a, F> {
+    order: InOrder<Result<Ran>>,
     done: Option<Result<()>>,
     shared: &'a Shared<'a>,
     each: F,
 }
 
-impl<F: FnMut(Ran) -> Result<bool>> InOrder<'_, F> {
+impl<F: FnMut(Ran) -> Result<bool>> Consumer<'_, F> {
     /// Takes the result of case `index`; returns `false` once the consumer is done.
     fn feed(&mut self, index: u64, ran: Result<Ran>) -> bool {
-        self.waiting.insert(index, ran);
-        while self.done.is_none() {
-            while !self.shared.opts.shard.owns(self.expect) {
-                self.expect += 1;
+        let shard = &self.shared.opts.shard;
+        for (index, ran) in self.order.put(index, ran, |i| !shard.owns(i)) {
+            if self.done.is_some() {
+                break;
             }
-            let Some(ran) = self.waiting.remove(&self.expect) else { break };
-            self.expect += 1;
             match ran.and_then(&mut self.each) {
                 Ok(true) => {}
                 Ok(false) => self.done = Some(Ok(())),
@@ -122,8 +119,7 @@ impl<F: FnMut(Ran) -> Result<bool>> InOrder<'_, F> {
             }
             if self.done.is_some() {
                 // Later cases need not run; those running finish and are dropped.
-                self.shared.stop_at.fetch_min(self.expect, Ordering::Relaxed);
-                self.waiting.clear();
+                self.shared.stop_at.fetch_min(index + 1, Ordering::Relaxed);
             }
         }
         self.done.is_none()
@@ -145,7 +141,7 @@ pub(super) fn run_cases(
     each: impl FnMut(Ran) -> Result<bool>,
 ) -> Result<()> {
     let shared = Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts, started };
-    let mut order = InOrder { waiting: BTreeMap::new(), expect: 0, done: None, shared: &shared, each };
+    let mut order = Consumer { order: InOrder::new(), done: None, shared: &shared, each };
     let name = system.name().to_string();
     if opts.jobs <= 1 || !parallel_ok(system.as_ref(), s) {
         slot(endpoints, system.clone(), s, &shared, |i, r| order.feed(i, r));
