@@ -65,19 +65,29 @@ fn backends(s: &Scenario, schedule: &str) -> Vec<(i32, i64)> {
     noted
 }
 
-/// Whether backend `pid` still runs, asked on a connection of the test's own.
-fn backend_runs(pid: i32) -> bool {
+/// Runs `sql` (one bigint or boolean-like value, bound to `arg`) on a connection of the
+/// test's own.
+fn ask<T>(sql: &str, arg: i32) -> T
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+{
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let mut c = sqlx::PgConnection::connect(&testkit::endpoints().database_url).await.unwrap();
-        let runs = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)").bind(pid).fetch_one(&mut c).await.unwrap();
+        let v = sqlx::query_scalar(sql).bind(arg).fetch_one(&mut c).await.unwrap();
         c.close().await.unwrap();
-        runs
+        v
     })
 }
 
-fn now_us() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64
+/// Whether backend `pid` still runs.
+fn backend_runs(pid: i32) -> bool {
+    ask("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", pid)
+}
+
+/// The server's clock now, µs since the epoch (the clock `backend_start` is read on).
+fn server_now_us() -> i64 {
+    ask("SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint + $1", 0)
 }
 
 #[test]
@@ -87,7 +97,7 @@ fn an_idle_worker_hands_its_backend_to_the_next_schedule_and_a_crashed_one_leave
     // The drain alone: a consumer handles e1 and the schedule ends with every worker idle.
     let (first, _) = backends(&s, "")[0];
     assert!(backend_runs(first), "the idle worker's backend {first} was closed at the schedule's end");
-    let between = now_us();
+    let between = server_now_us();
     // The namespace's next schedule (same shape, same thread): its consumer's backend
     // predates it.
     let (second, started) = backends(&s, "")[0];

@@ -45,7 +45,7 @@ pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bo
     let shape = shape(endpoints, ddl, specs, sql_clock);
     let pooled = {
         let mut p = pool();
-        p.iter().position(|(s, _)| *s == shape).map(|i| p.swap_remove(i).1)
+        p.iter().position(|(s, _)| *s == shape).map(|i| p.remove(i).1)
     };
     match pooled {
         Some(admin) => Ok(admin),
@@ -75,7 +75,8 @@ pub fn give_back(admin: Admin, keys: &[String], drained_clean: bool) -> BTreeMap
             let counted = calls.take();
             let mut p = pool();
             p.push((admin.shape.clone(), admin));
-            // Past the bound, the oldest pooled namespaces' connections go first.
+            // Past the bound, the connections of the namespaces unused longest go first (the
+            // pool is in the order namespaces came back: `take` removes without reordering).
             for (_, pooled) in p.iter_mut() {
                 if super::worker_pg::kept() <= super::worker_pg::KEPT_MAX {
                     break;

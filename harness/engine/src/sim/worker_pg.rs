@@ -29,17 +29,18 @@ use std::time::Duration;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
-/// Kept connections beyond this many, across all the namespaces of one process, are closed
-/// when a namespace goes back to the pool, the oldest pooled namespace's first
-/// ([`super::pool::give_back`]). Under PostgreSQL's default `max_connections` (100; 300 in
+/// Kept connections beyond this many, across all the namespaces of one process (those taken
+/// by running schedules included), are closed when a namespace goes back to the pool, the
+/// pooled namespace unused longest first ([`super::pool::give_back`]); until then running
+/// schedules may keep a few more. Under PostgreSQL's default `max_connections` (100; 300 in
 /// `crashpoint up`'s server) with room for the admin connections (2 per pooled namespace) and
 /// for the schedules running meanwhile; enough for 4 slots of 8 workers.
 pub const KEPT_MAX: usize = 40;
 
-/// How long [`reset`] and [`alive`] wait for all their connections (2 s): one that has not
-/// answered by then is closed, so that a PostgreSQL that stopped answering without closing
-/// its sockets cannot hold the slot.
-const ROUND_TRIP_MAX: Duration = Duration::from_secs(2);
+/// How long [`reset`] and [`alive`] wait for one connection (2 s): one that has not answered
+/// by then is closed, so that a PostgreSQL that stopped answering without closing its sockets
+/// cannot hold the slot.
+const ANSWER_MAX: Duration = Duration::from_secs(2);
 
 /// Kept connections now: idle with a namespace, on a shelf, or taken by a worker again.
 static KEPT: AtomicUsize = AtomicUsize::new(0);
@@ -93,9 +94,10 @@ pub async fn connect(opts: PgConnectOptions) -> anyhow::Result<WorkerPg> {
     .await?
 }
 
-/// Runs `op` on every connection at once (each on its own backend, so the wait is about one
-/// round trip), on the I/O runtime, blocking this thread (not a runtime's) for at most
-/// [`ROUND_TRIP_MAX`]. Returns, in order, those whose `op` succeeded; the others are closed.
+/// Runs `op` on every connection at once (each on its own backend, so the wait is that of the
+/// slowest connection, not the sum), on the I/O runtime, blocking this thread (not a
+/// runtime's) for at most [`ANSWER_MAX`]. Returns, in order, those whose `op` succeeded in
+/// time; the others are closed.
 fn each_at_once<F, Fut>(conns: Vec<WorkerPg>, what: &str, op: F) -> Vec<WorkerPg>
 where
     F: Fn(WorkerPg) -> Fut,
@@ -104,17 +106,22 @@ where
     if conns.is_empty() {
         return conns;
     }
-    let all = futures_util::future::join_all(conns.into_iter().map(op));
-    match io().block_on(async { tokio::time::timeout(ROUND_TRIP_MAX, all).await }) {
-        Ok(done) => done
-            .into_iter()
-            .filter_map(|r| r.map_err(|e| tracing::debug!("closing a kept worker connection: {what} failed: {e}")).ok())
-            .collect(),
-        Err(_) => {
-            tracing::debug!("closing the kept worker connections: {what} took over {ROUND_TRIP_MAX:?}");
-            Vec::new()
-        }
-    }
+    // The timers are made inside the runtime: they need its clock.
+    let all = async { futures_util::future::join_all(conns.into_iter().map(|c| tokio::time::timeout(ANSWER_MAX, op(c)))).await };
+    io().block_on(all)
+        .into_iter()
+        .filter_map(|r| match r {
+            Ok(Ok(c)) => Some(c),
+            Ok(Err(e)) => {
+                tracing::debug!("closing a kept worker connection: {what} failed: {e}");
+                None
+            }
+            Err(_) => {
+                tracing::debug!("closing a kept worker connection: {what} took over {ANSWER_MAX:?}");
+                None
+            }
+        })
+        .collect()
 }
 
 /// Puts the sessions of connections left at a schedule's end back as fresh ones: a
