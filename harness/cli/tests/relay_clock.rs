@@ -3,12 +3,11 @@
 //! backoff) is not published until the clock passes it. Real services, started once for this
 //! test process through the harness.
 
-use std::borrow::Cow;
 use std::rc::Rc;
 
 use async_trait::async_trait;
 use crashpoint::scenario::run_scenario;
-use crashpoint::{testkit, CallError, Cx, Delivery, Handler, Program, System, Val};
+use crashpoint::{testkit, CallError, Cx, Delivery, Handler, Val};
 use crashpoint_payout::messages::PaymentCaptured;
 use crashpoint_payout::reference::consumer::{claim, insert_payout, CONSUMER};
 use crashpoint_payout::reference::{acknowledge, DispatchLock};
@@ -41,30 +40,12 @@ impl Handler for DeferredOutbox {
     }
 }
 
-/// The payout reference with [`DeferredOutbox`] as its consumer.
-struct Deferred(Rc<dyn System>);
-
-impl System for Deferred {
-    fn name(&self) -> &str {
-        "deferred-outbox"
-    }
-    fn schema_sql(&self) -> Cow<'_, str> {
-        self.0.schema_sql()
-    }
-    fn program(&self, role: &str) -> Option<Program> {
-        match role {
-            "c" => Some(Program::Handler(Rc::new(DeferredOutbox))),
-            _ => self.0.program(role),
-        }
-    }
-}
-
 #[test]
 fn a_row_due_in_an_hour_waits_for_the_logical_clock() {
     let mut s = common::scenario("seed/relay-death-after-send");
     s.expect_trace.clear();
     let schedule = common::schedule(&s, "p:lock p:send c1:crash@after_delete r1:begin r1:select r1 tick:3601s r1:begin r1:select");
-    let system = Rc::new(Deferred(common::payout("reference")));
+    let system = common::payout_with_consumer("deferred-outbox", |_| Rc::new(DeferredOutbox));
     let o = run_scenario(&testkit::endpoints(), system, &s, Some(&schedule)).unwrap();
     assert!(o.passed(), "{:?}\n{}", o.verdicts, o.trace);
     let selects: Vec<&str> = o.trace.lines().filter(|l| l.contains("r1   select")).collect();

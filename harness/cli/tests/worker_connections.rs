@@ -4,12 +4,11 @@
 //! every schedule connected anew. Real services, started once for this test process through
 //! the harness.
 
-use std::borrow::Cow;
 use std::rc::Rc;
 
 use async_trait::async_trait;
 use crashpoint::scenario::{run_scenario, Scenario};
-use crashpoint::{testkit, CallError, Cx, Delivery, Handler, Program, System};
+use crashpoint::{testkit, CallError, Cx, Delivery, Handler};
 use sqlx::{Connection, Row};
 
 mod common;
@@ -29,28 +28,10 @@ impl Handler for NotesBackend {
     }
 }
 
-/// The payout reference with [`NotesBackend`] around its consumer.
-struct Noting(Rc<dyn System>);
-
-impl System for Noting {
-    fn name(&self) -> &str {
-        "notes-backend"
-    }
-    fn schema_sql(&self) -> Cow<'_, str> {
-        self.0.schema_sql()
-    }
-    fn program(&self, role: &str) -> Option<Program> {
-        match (role, self.0.program(role)) {
-            ("c", Some(Program::Handler(h))) => Some(Program::Handler(Rc::new(NotesBackend(h)))),
-            (_, p) => p,
-        }
-    }
-}
-
-/// Runs `schedule` of `s` on [`Noting`]; it must pass. Returns the backends the consumers
+/// Runs `schedule` of `s` on the payout reference with [`NotesBackend`] around its consumer; it must pass. Returns the backends the consumers
 /// noted, in trace order, as (pid, start in µs since the epoch).
 fn backends(s: &Scenario, schedule: &str) -> Vec<(i32, i64)> {
-    let o = run_scenario(&testkit::endpoints(), Rc::new(Noting(common::payout("reference"))), s, Some(&common::schedule(s, schedule))).unwrap();
+    let o = run_scenario(&testkit::endpoints(), common::payout_with_consumer("notes-backend", |h| Rc::new(NotesBackend(h))), s, Some(&common::schedule(s, schedule))).unwrap();
     assert!(o.passed(), "{:?}\n{}", o.verdicts, o.trace);
     let noted: Vec<(i32, i64)> = o
         .trace

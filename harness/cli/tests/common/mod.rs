@@ -23,6 +23,34 @@ pub fn payout(name: &str) -> Rc<dyn System> {
     crashpoint_payout::Payout.system(name).unwrap_or_else(|| panic!("no payout system {name}"))
 }
 
+/// The payout reference with its consumer (role `c`) replaced by `consumer(the reference's
+/// consumer)`, under the system name `name`: a test's own variant of the handler.
+pub fn payout_with_consumer(name: &'static str, consumer: fn(Rc<dyn crashpoint::Handler>) -> Rc<dyn crashpoint::Handler>) -> Rc<dyn System> {
+    Rc::new(WithConsumer { name, base: payout("reference"), consumer })
+}
+
+/// See [`payout_with_consumer`].
+struct WithConsumer {
+    name: &'static str,
+    base: Rc<dyn System>,
+    consumer: fn(Rc<dyn crashpoint::Handler>) -> Rc<dyn crashpoint::Handler>,
+}
+
+impl System for WithConsumer {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn schema_sql(&self) -> std::borrow::Cow<'_, str> {
+        self.base.schema_sql()
+    }
+    fn program(&self, role: &str) -> Option<crashpoint::Program> {
+        match (role, self.base.program(role)) {
+            ("c", Some(crashpoint::Program::Handler(h))) => Some(crashpoint::Program::Handler((self.consumer)(h))),
+            (_, p) => p,
+        }
+    }
+}
+
 /// A schedule's text form parsed for scenario `s`'s workload.
 pub fn schedule(s: &Scenario, text: &str) -> crashpoint::schedule::Schedule {
     crashpoint::schedule::parse(text, &crashpoint::schedule::Vocabulary::of(s.workload.as_ref())).expect("schedule parses")
