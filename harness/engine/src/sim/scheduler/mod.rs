@@ -82,15 +82,20 @@ pub struct Setup {
 }
 
 /// Simulation steps in a row without a worker changing state before the scheduler pauses
-/// between steps.
-const IDLE_SPINS: u32 = 4;
+/// between steps. None: the step right after a grant runs at once, every further step with the
+/// same workers moving waits first, since they then wait on a real service.
+const IDLE_SPINS: u32 = 0;
 /// The first pause between idle simulation steps, µs; each further idle step doubles it, up
-/// to [`IDLE_PAUSE_MAX_US`]. A step ticks every host's runtime (about 20 µs of CPU for a
-/// payout fleet), and a worker waiting on a real service waits 0.1 ms (Redis) to 2 ms (SQS):
-/// stepping at once would burn the CPU the services need.
-const IDLE_PAUSE_US: u64 = 10;
+/// to [`IDLE_PAUSE_MAX_US`]. A step ticks every host's runtime (an `epoll_wait` and a timer
+/// wheel each: about 85 µs of CPU per step for a payout fleet in a debug build), and a worker
+/// waiting on a real service waits 0.1 ms (Redis) to 1.5 ms (SQS): stepping again at once only
+/// burns the CPU the services need. Measured 2026-12-02 (`crashpoint bench --jobs 1`, debug,
+/// payout/explore): 4 immediate steps then 10 µs doubling to 200 µs took 900 steps and 123–133 ms
+/// of harness CPU per schedule at 3.0–3.6 schedules/s; no immediate step and 100 µs doubling
+/// to 400 µs took 415 steps and 80 ms at 4.3–4.6 schedules/s.
+const IDLE_PAUSE_US: u64 = 100;
 /// The longest pause between idle simulation steps, µs.
-const IDLE_PAUSE_MAX_US: u64 = 200;
+const IDLE_PAUSE_MAX_US: u64 = 400;
 
 /// A schedule being run.
 pub struct Run<'a> {
