@@ -45,6 +45,10 @@ fn every_orders_mutant_is_caught_and_shrunk_to_at_most_5_decisions() {
         let broken: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
         assert!(broken.iter().any(|b| invariant.contains(b)), "{name}: caught by {broken:?}, not by one of {invariant:?}\n{}", f.minimal.trace);
         assert!(f.minimal.schedule.decisions.len() <= 5, "{name}: shrunk only to {}", f.minimal.schedule);
+        // The repro prints the same trace: ids the workload never labelled (keys a mutant
+        // derives from random ids) are labelled too.
+        let again = run_scenario(&testkit::endpoints(), orders(name), &s, Some(&f.minimal.schedule)).unwrap();
+        assert_eq!(again.trace, f.minimal.trace, "{name}: the minimal schedule run again gave another trace");
     }
 }
 

@@ -4,6 +4,30 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
+/// The label prefix of a UUID first seen in trace text ([`Names::relabel_all`]).
+const UNKNOWN_PREFIX: &str = "k";
+
+/// The hyphenated UUIDs in `text` (8-4-4-4-12 hex digits not inside a longer hex run), in
+/// order of appearance.
+fn uuids_in(text: &str) -> Vec<&str> {
+    const LEN: usize = 36;
+    let b = text.as_bytes();
+    let is_part = |c: u8| c.is_ascii_hexdigit() || c == b'-';
+    let shaped = |w: &[u8]| w.iter().enumerate().all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { *c == b'-' } else { c.is_ascii_hexdigit() });
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + LEN <= b.len() {
+        let bounded = (i == 0 || !is_part(b[i - 1])) && b.get(i + LEN).is_none_or(|c| !is_part(*c));
+        if bounded && shaped(&b[i..i + LEN]) {
+            out.push(&text[i..i + LEN]);
+            i += LEN;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
 /// Readable labels for identifiers, so that traces never show random ids.
 ///
 /// Scenario names (`e1`, `p1`) are registered up front; other ids get a label the first time
@@ -30,6 +54,21 @@ impl Names {
             }
         }
         out
+    }
+
+    /// `text` with every known id replaced by its label, and every other UUID (hyphenated, 36
+    /// characters) labelled `k<n>` in order of first sight: an id the workload never registered,
+    /// in practice an idempotency key a handler derived from random ids (`key-per-attempt`'s
+    /// `uuid_v5(operation, "attempt-2")`), which would otherwise make the same schedule print
+    /// another trace on every run. Known ids keep their labels; the same unknown id gets the
+    /// same `k<n>` each time it appears.
+    pub fn relabel_all(&mut self, text: &str) -> String {
+        for id in uuids_in(text) {
+            if !self.labels.contains_key(id) {
+                self.label(UNKNOWN_PREFIX, id);
+            }
+        }
+        self.relabel(text)
     }
 
     /// Registers a fixed label.
@@ -69,3 +108,30 @@ impl Names {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "7ea6c87a-0d5e-57cb-97cf-4e206b835970";
+    const B: &str = "e5e7504f-4dd8-51e0-9579-847f7a0dd990";
+
+    #[test]
+    fn unknown_uuids_get_labels_in_order_of_first_sight_and_known_ones_keep_theirs() {
+        let mut names = Names::default();
+        names.set(B, "op1");
+        let first = names.relabel_all(&format!("PUT /invoices/{A} from o2: inv1 applied under key {A}; op {B}"));
+        assert_eq!(first, "PUT /invoices/k1 from o2: inv1 applied under key k1; op op1");
+        let c = "133babce-64df-5871-ba60-19eab5e54c53";
+        assert_eq!(names.relabel_all(&format!("{c} then {A}")), "k2 then k1");
+    }
+
+    #[test]
+    fn only_whole_hyphenated_uuids_are_labelled() {
+        let mut names = Names::default();
+        let longer = format!("{A}0");
+        let text = format!("x{longer} 7ea6c87a0d5e57cb97cf4e206b835970 {}", &A[..35]);
+        assert_eq!(names.relabel_all(&text), text);
+        assert!(names.get(A).is_none());
+    }
+}

@@ -547,8 +547,8 @@ impl<'a> Run<'a> {
     /// Records what the nemesis did, with ids in its text replaced by their labels.
     fn fault(&mut self, mut fault: FaultEvent, facts: Vec<Fact>) {
         {
-            let w = self.world.borrow();
-            let relabel = |t: &mut String| *t = w.names.relabel(t);
+            let mut w = self.world.borrow_mut();
+            let mut relabel = |t: &mut String| *t = w.names.relabel_all(t);
             match &mut fault {
                 FaultEvent::Skipped { why, .. } | FaultEvent::Armed { why, .. } => relabel(why),
                 FaultEvent::LockExpired { key } => relabel(key),
@@ -701,7 +701,7 @@ impl<'a> Run<'a> {
             let (step, notes) = self.with_slot(&w, |s| (s.completed.take(), std::mem::take(&mut s.notes)));
             if let Some(mut step) = step {
                 if let super::history::Outcome::Error { message } = &mut step.outcome {
-                    *message = self.world.borrow().names.relabel(message);
+                    *message = self.world.borrow_mut().names.relabel_all(message);
                 }
                 for f in &step.facts {
                     self.apply_fact(f);
@@ -723,7 +723,7 @@ impl<'a> Run<'a> {
                 self.history.entries.push(Entry::Step(step));
             }
             for text in notes {
-                let text = self.world.borrow().names.relabel(&text);
+                let text = self.world.borrow_mut().names.relabel_all(&text);
                 self.history.entries.push(Entry::Note { t_ms: self.now(), worker: w.clone(), text });
             }
         }

@@ -111,7 +111,7 @@ impl Run<'_> {
     pub(super) fn collect_provider_log(&mut self) {
         let lines = std::mem::take(&mut self.world.borrow_mut().net.log);
         for (provider, text) in lines {
-            let text = self.world.borrow().names.relabel(&text);
+            let text = self.world.borrow_mut().names.relabel_all(&text);
             self.history.entries.push(Entry::Note { t_ms: self.now(), worker: provider.to_string(), text });
         }
     }
