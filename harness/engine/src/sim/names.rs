@@ -7,12 +7,12 @@ use uuid::Uuid;
 /// The label prefix of a UUID first seen in trace text ([`Names::relabel_all`]).
 const UNKNOWN_PREFIX: &str = "k";
 
-/// The hyphenated UUIDs in `text` (8-4-4-4-12 hex digits not inside a longer hex run), in
-/// order of appearance.
+/// The hyphenated UUIDs in `text` (8-4-4-4-12 hex digits, not inside a longer run of letters
+/// and digits: `lock-<uuid>` and `<uuid>-retry` hold one), in order of appearance.
 fn uuids_in(text: &str) -> Vec<&str> {
     const LEN: usize = 36;
     let b = text.as_bytes();
-    let is_part = |c: u8| c.is_ascii_hexdigit() || c == b'-';
+    let is_part = |c: u8| c.is_ascii_alphanumeric();
     let shaped = |w: &[u8]| w.iter().enumerate().all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { *c == b'-' } else { c.is_ascii_hexdigit() });
     let mut out = Vec::new();
     let mut i = 0;
@@ -39,6 +39,9 @@ pub struct Names {
     /// The id each label was last given to (a redelivered copy takes its original's label).
     latest: BTreeMap<String, String>,
     counters: BTreeMap<&'static str, u32>,
+    /// UUIDs first seen in trace text, with their `k<n>` labels ([`Names::relabel_all`]): kept
+    /// apart so that [`Names::label`], [`Names::get`] and [`Names::id_of`] never see them.
+    unknown: BTreeMap<String, String>,
 }
 
 impl Names {
@@ -48,7 +51,8 @@ impl Names {
             return text.to_string();
         }
         let mut out = text.to_string();
-        for (id, label) in &self.labels {
+        // A registered label wins over a `k<n>` given before the workload registered it.
+        for (id, label) in self.labels.iter().chain(self.unknown.iter().filter(|(id, _)| !self.labels.contains_key(*id))) {
             if id.len() == 36 && out.contains(id.as_str()) {
                 out = out.replace(id.as_str(), label);
             }
@@ -64,8 +68,9 @@ impl Names {
     /// same `k<n>` each time it appears.
     pub fn relabel_all(&mut self, text: &str) -> String {
         for id in uuids_in(text) {
-            if !self.labels.contains_key(id) {
-                self.label(UNKNOWN_PREFIX, id);
+            if !self.labels.contains_key(id) && !self.unknown.contains_key(id) {
+                let n = self.unknown.len() + 1;
+                self.unknown.insert(id.to_string(), format!("{UNKNOWN_PREFIX}{n}"));
             }
         }
         self.relabel(text)
@@ -132,6 +137,15 @@ mod tests {
         let longer = format!("{A}0");
         let text = format!("x{longer} 7ea6c87a0d5e57cb97cf4e206b835970 {}", &A[..35]);
         assert_eq!(names.relabel_all(&text), text);
-        assert!(names.get(A).is_none());
+        assert_eq!(names.relabel_all(&format!("lock-{A}-retry {B}-{A}")), "lock-k1-retry k2-k1");
+    }
+
+    #[test]
+    fn a_generic_label_stays_out_of_the_workloads_labels_and_gives_way_to_them() {
+        let mut names = Names::default();
+        assert_eq!(names.relabel_all(&format!("key {A}")), "key k1");
+        assert!(names.get(A).is_none() && names.id_of("k1").is_none());
+        assert_eq!(names.label("m", A), "m1");
+        assert_eq!(names.relabel_all(&format!("key {A}")), "key m1");
     }
 }

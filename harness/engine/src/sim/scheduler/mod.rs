@@ -92,7 +92,8 @@ const IDLE_SPINS: u32 = 0;
 /// burns the CPU the services need. Measured 2026-12-02 (`crashpoint bench --jobs 1`, debug,
 /// payout/explore): 4 immediate steps then 10 µs doubling to 200 µs took 900 steps and 123–133 ms
 /// of harness CPU per schedule at 3.0–3.6 schedules/s; no immediate step and 100 µs doubling
-/// to 400 µs took 415 steps and 80 ms at 4.3–4.6 schedules/s.
+/// to 400 µs, paused before a step rather than after it, took 345–370 steps and 70–86 ms at
+/// 4.8–5.7 schedules/s.
 const IDLE_PAUSE_US: u64 = 100;
 /// The longest pause between idle simulation steps, µs.
 const IDLE_PAUSE_MAX_US: u64 = 400;
@@ -587,14 +588,9 @@ impl<'a> Run<'a> {
                 }
                 break;
             }
-            self.steps += 1;
-            if let Err(e) = self.sim.step() {
-                // A fatal condition (a worker requiring TLS) explains a host's failure best.
-                bail!("{}", self.fatal().unwrap_or_else(|| format!("a worker host failed: {e}")));
-            }
-            self.make_cuts();
             // While the same workers wait on real I/O, stepping again at once only burns the
-            // CPU that PostgreSQL and LocalStack need: after a few idle steps, pause briefly.
+            // CPU that PostgreSQL and LocalStack need: before each further step with the same
+            // workers moving, pause briefly (never after the step that ends the settle).
             if moving == last_moving {
                 spins += 1;
                 // Only real I/O needs the pause: a call on the simulated network advances with
@@ -608,6 +604,12 @@ impl<'a> Run<'a> {
                 spins = 0;
                 last_moving = moving.clone();
             }
+            self.steps += 1;
+            if let Err(e) = self.sim.step() {
+                // A fatal condition (a worker requiring TLS) explains a host's failure best.
+                bail!("{}", self.fatal().unwrap_or_else(|| format!("a worker host failed: {e}")));
+            }
+            self.make_cuts();
             if last_check.elapsed() >= Duration::from_millis(2) {
                 self.detect_blocked(&moving)?;
                 last_check = Instant::now();
