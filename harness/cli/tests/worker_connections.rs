@@ -46,16 +46,17 @@ fn backends(s: &Scenario, schedule: &str) -> Vec<(i32, i64)> {
     noted
 }
 
-/// Runs `sql` (one bigint or boolean-like value, bound to `arg`) on a connection of the
-/// test's own.
-fn ask<T>(sql: &str, arg: i32) -> T
+/// Runs `sql` with `args` bound in order ($1, $2, …) on a connection of the test's own, and
+/// returns its one value.
+fn ask<T>(sql: &str, args: &[i32]) -> T
 where
     T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
 {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let mut c = sqlx::PgConnection::connect(&testkit::endpoints().database_url).await.unwrap();
-        let v = sqlx::query_scalar(sql).bind(arg).fetch_one(&mut c).await.unwrap();
+        let q = args.iter().fold(sqlx::query_scalar(sql), |q, a| q.bind(*a));
+        let v = q.fetch_one(&mut c).await.unwrap();
         c.close().await.unwrap();
         v
     })
@@ -63,12 +64,12 @@ where
 
 /// Whether backend `pid` still runs.
 fn backend_runs(pid: i32) -> bool {
-    ask("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", pid)
+    ask("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", &[pid])
 }
 
 /// The server's clock now, µs since the epoch (the clock `backend_start` is read on).
 fn server_now_us() -> i64 {
-    ask("SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint + $1", 0)
+    ask("SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint", &[])
 }
 
 #[test]

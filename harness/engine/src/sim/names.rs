@@ -51,8 +51,9 @@ impl Names {
             return text.to_string();
         }
         let mut out = text.to_string();
-        // A registered label wins over a `k<n>` given before the workload registered it.
-        for (id, label) in self.labels.iter().chain(self.unknown.iter().filter(|(id, _)| !self.labels.contains_key(*id))) {
+        // The registered labels go first, so one wins over a `k<n>` given to the same id
+        // before the workload registered it: by then that id is no longer in the text.
+        for (id, label) in self.labels.iter().chain(&self.unknown) {
             if id.len() == 36 && out.contains(id.as_str()) {
                 out = out.replace(id.as_str(), label);
             }
