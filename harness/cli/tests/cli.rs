@@ -182,7 +182,11 @@ fn a_service_killed_mid_run_ends_it_with_exit_2_naming_the_service() {
             if let Some(s) = child.try_wait().unwrap() {
                 break s;
             }
-            assert!(killed.elapsed() < Duration::from_secs(10), "run still going 10 s after {process} was killed");
+            if killed.elapsed() >= Duration::from_secs(10) {
+                let err = std::fs::read_to_string(stderr.path()).unwrap_or_default();
+                let tail: Vec<&str> = err.lines().rev().take(20).collect::<Vec<_>>().into_iter().rev().collect();
+                panic!("run still going 10 s after {process} was killed; its stderr ends:\n{}", tail.join("\n"));
+            }
             std::thread::sleep(Duration::from_millis(50));
         };
         eprintln!("{process} killed: the run ended {:.1} s later", killed.elapsed().as_secs_f64());

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
+use sqlx::{Connection, PgConnection, PgPool};
 
 use super::cx::QueueUrls;
 use crate::services::sqs_calls::SqsCalls;
@@ -66,9 +66,12 @@ impl Admin {
         let sqs_calls = SqsCalls::default();
         let (pg, sqs, redis, queues, snapshot) = rt.block_on(async {
             let opts = clients::pg_options(&endpoints.database_url)?;
-            let bootstrap = PgPoolOptions::new().max_connections(1).connect_with(opts.clone()).await?;
-            sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")).execute(&bootstrap).await?;
-            bootstrap.close().await;
+            // One connection, tried once: a pool would retry a refused connect until its
+            // acquire timeout (30 s by default), and a PostgreSQL killed under the run between
+            // two schedules must end the run at once (issue 16), not 30 s later.
+            let mut bootstrap = PgConnection::connect_with(&opts).await?;
+            sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")).execute(&mut bootstrap).await?;
+            bootstrap.close().await?;
             // 3 s to get a connection: the harness uses its two one at a time, so a wait that
             // long means PostgreSQL stopped answering (sqlx retries a refused connect until
             // then), and the run should end with that error soon after.
@@ -507,4 +510,33 @@ async fn snapshot(pg: &PgPool, schema: &str) -> Result<Option<Snapshot>> {
         sql.push_str(&format!("SELECT setval('{name}', {value}, {called});\n"));
     }
     Ok(Some(Snapshot { relations: relations(pg, schema).await?, sql }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loopback port nobody listens on: connecting to it is refused at once.
+    fn refusing_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// Issue 16: a PostgreSQL killed between two schedules makes the next namespace fail at
+    /// its first connect, where a pool would retry the refused connect for its acquire timeout
+    /// (30 s by default) and the run would outlive its 10 s.
+    #[test]
+    fn creating_a_namespace_on_a_refusing_postgres_fails_without_retrying() {
+        let e = Endpoints {
+            database_url: format!("postgres://postgres@127.0.0.1:{}/postgres", refusing_port()),
+            sqs_endpoint_url: format!("http://127.0.0.1:{}", refusing_port()),
+            redis_url: format!("redis://127.0.0.1:{}", refusing_port()),
+        };
+        let started = Instant::now();
+        let err = match Admin::create(&e, "cp_refused", "", &[], false) {
+            Ok(_) => panic!("created a namespace on a port that refuses connections"),
+            Err(err) => format!("{err:#}"),
+        };
+        assert!(err.contains("Connection refused"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}: the refused connect was retried", started.elapsed());
+    }
 }
