@@ -119,7 +119,7 @@ impl<F: FnMut(Ran) -> Result<bool>> Consumer<'_, F> {
             }
             if self.done.is_some() {
                 // Later cases need not run; those running finish and are dropped.
-                self.shared.stop_at.fetch_min(index + 1, Ordering::Relaxed);
+                self.shared.stop_at.fetch_min(index, Ordering::Relaxed);
             }
         }
         self.done.is_none()
