@@ -68,10 +68,14 @@ impl Admin {
             let opts = clients::pg_options(&endpoints.database_url)?;
             // One connection, tried once: a pool would retry a refused connect until its
             // acquire timeout (30 s by default), and a PostgreSQL killed under the run between
-            // two schedules must end the run at once (issue 16), not 30 s later.
-            let mut bootstrap = PgConnection::connect_with(&opts).await?;
+            // two schedules must end the run at once (issue 16), not 30 s later. One that
+            // accepts the connection but does not answer gets the schema pool's 3 s.
+            let mut bootstrap = tokio::time::timeout(Duration::from_secs(3), PgConnection::connect_with(&opts))
+                .await
+                .map_err(|_| anyhow::anyhow!("PostgreSQL did not complete a connection within 3 s"))??;
             sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")).execute(&mut bootstrap).await?;
-            bootstrap.close().await?;
+            // The schema exists; a failed goodbye on a connection no longer needed is no error.
+            let _ = bootstrap.close().await;
             // 3 s to get a connection: the harness uses its two one at a time, so a wait that
             // long means PostgreSQL stopped answering (sqlx retries a refused connect until
             // then), and the run should end with that error soon after.
@@ -538,5 +542,24 @@ mod tests {
         };
         assert!(err.contains("Connection refused"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(3), "took {:?}: the refused connect was retried", started.elapsed());
+    }
+
+    /// A PostgreSQL that accepts the connection but never answers (here a listening socket
+    /// nobody serves: the kernel completes the handshake) fails the namespace after 3 s.
+    #[test]
+    fn creating_a_namespace_on_a_silent_postgres_gives_up_after_3_s() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = Endpoints {
+            database_url: format!("postgres://postgres@127.0.0.1:{}/postgres", silent.local_addr().unwrap().port()),
+            sqs_endpoint_url: format!("http://127.0.0.1:{}", refusing_port()),
+            redis_url: format!("redis://127.0.0.1:{}", refusing_port()),
+        };
+        let started = Instant::now();
+        let err = match Admin::create(&e, "cp_silent", "", &[], false) {
+            Ok(_) => panic!("created a namespace on a server that never answers"),
+            Err(err) => format!("{err:#}"),
+        };
+        assert!(err.contains("did not complete a connection within 3 s"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     }
 }
