@@ -21,6 +21,10 @@ const CLOCK_DDL: &str = "CREATE TABLE crashpoint_clock (now_ms BIGINT NOT NULL);
     CREATE FUNCTION crashpoint_now() RETURNS timestamptz LANGUAGE sql STABLE AS \
     $$ SELECT timestamptz '2026-01-01 00:00:00+00' + now_ms * interval '1 millisecond' FROM crashpoint_clock $$;";
 
+/// How long the harness waits for a PostgreSQL connection of its own (3 s): the namespace's
+/// first connect and its pool's acquire timeout. Longer means PostgreSQL stopped answering.
+const CONNECT_MAX: Duration = Duration::from_secs(3);
+
 /// Admin connections and the namespace of one schedule.
 pub struct Admin {
     /// The runtime the admin clients live on.
@@ -69,19 +73,19 @@ impl Admin {
             // One connection, tried once: a pool would retry a refused connect until its
             // acquire timeout (30 s by default), and a PostgreSQL killed under the run between
             // two schedules must end the run at once (issue 16), not 30 s later. One that
-            // accepts the connection but does not answer gets the schema pool's 3 s.
-            let mut bootstrap = tokio::time::timeout(Duration::from_secs(3), PgConnection::connect_with(&opts))
+            // accepts the connection but does not answer gets the schema pool's time.
+            let mut bootstrap = tokio::time::timeout(CONNECT_MAX, PgConnection::connect_with(&opts))
                 .await
-                .map_err(|_| anyhow::anyhow!("PostgreSQL did not complete a connection within 3 s"))??;
+                .map_err(|_| anyhow::anyhow!("PostgreSQL did not complete a connection within {} s", CONNECT_MAX.as_secs()))??;
             sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")).execute(&mut bootstrap).await?;
             // The schema exists; a failed goodbye on a connection no longer needed is no error.
             let _ = bootstrap.close().await;
-            // 3 s to get a connection: the harness uses its two one at a time, so a wait that
-            // long means PostgreSQL stopped answering (sqlx retries a refused connect until
+            // The harness uses its two connections one at a time, so a wait of CONNECT_MAX
+            // for one means PostgreSQL stopped answering (sqlx retries a refused connect until
             // then), and the run should end with that error soon after.
             let pg = PgPoolOptions::new()
                 .max_connections(2)
-                .acquire_timeout(Duration::from_secs(3))
+                .acquire_timeout(CONNECT_MAX)
                 .connect_with(opts.options([("search_path", schema.as_str())]))
                 .await?;
             sqlx::raw_sql(ddl).execute(&pg).await.context("creating the system's schema")?;
@@ -519,10 +523,21 @@ async fn snapshot(pg: &PgPool, schema: &str) -> Result<Option<Snapshot>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::services::ports::free_port;
 
-    /// A loopback port nobody listens on: connecting to it is refused at once.
-    fn refusing_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    /// `Admin::create` with PostgreSQL at loopback port `pg` (SQS and Redis on ports nobody
+    /// listens on: they are never reached): its error, and how long it took to fail.
+    fn create_fails(pg: u16) -> (String, Duration) {
+        let e = Endpoints {
+            database_url: format!("postgres://postgres@127.0.0.1:{pg}/postgres"),
+            sqs_endpoint_url: format!("http://127.0.0.1:{}", free_port().unwrap()),
+            redis_url: format!("redis://127.0.0.1:{}", free_port().unwrap()),
+        };
+        let started = Instant::now();
+        match Admin::create(&e, "cp_unreachable", "", &[], false) {
+            Ok(_) => panic!("created a namespace on port {pg}, where no PostgreSQL answers"),
+            Err(err) => (format!("{err:#}"), started.elapsed()),
+        }
     }
 
     /// Issue 16: a PostgreSQL killed between two schedules makes the next namespace fail at
@@ -530,18 +545,10 @@ mod tests {
     /// (30 s by default) and the run would outlive its 10 s.
     #[test]
     fn creating_a_namespace_on_a_refusing_postgres_fails_without_retrying() {
-        let e = Endpoints {
-            database_url: format!("postgres://postgres@127.0.0.1:{}/postgres", refusing_port()),
-            sqs_endpoint_url: format!("http://127.0.0.1:{}", refusing_port()),
-            redis_url: format!("redis://127.0.0.1:{}", refusing_port()),
-        };
-        let started = Instant::now();
-        let err = match Admin::create(&e, "cp_refused", "", &[], false) {
-            Ok(_) => panic!("created a namespace on a port that refuses connections"),
-            Err(err) => format!("{err:#}"),
-        };
+        // A free port nobody listens on: connecting to it is refused at once.
+        let (err, took) = create_fails(free_port().unwrap());
         assert!(err.contains("Connection refused"), "{err}");
-        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}: the refused connect was retried", started.elapsed());
+        assert!(took < Duration::from_secs(3), "took {took:?}: the refused connect was retried");
     }
 
     /// A PostgreSQL that accepts the connection but never answers (here a listening socket
@@ -549,17 +556,8 @@ mod tests {
     #[test]
     fn creating_a_namespace_on_a_silent_postgres_gives_up_after_3_s() {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let e = Endpoints {
-            database_url: format!("postgres://postgres@127.0.0.1:{}/postgres", silent.local_addr().unwrap().port()),
-            sqs_endpoint_url: format!("http://127.0.0.1:{}", refusing_port()),
-            redis_url: format!("redis://127.0.0.1:{}", refusing_port()),
-        };
-        let started = Instant::now();
-        let err = match Admin::create(&e, "cp_silent", "", &[], false) {
-            Ok(_) => panic!("created a namespace on a server that never answers"),
-            Err(err) => format!("{err:#}"),
-        };
+        let (err, took) = create_fails(silent.local_addr().unwrap().port());
         assert!(err.contains("did not complete a connection within 3 s"), "{err}");
-        assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+        assert!(took < Duration::from_secs(10), "took {took:?}");
     }
 }
