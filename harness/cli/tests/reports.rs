@@ -252,25 +252,65 @@ fn timeless(dir: &Path, stdout: &str) -> Vec<(String, String)> {
     out
 }
 
-#[test]
-fn outputs_and_reports_do_not_depend_on_jobs() {
+/// Runs `crashpoint <args> --jobs J --report-dir …` for J = 1 and then 4, each on services
+/// of its own, expecting exit `code`; asserts that the two stdouts (each line through `mask`,
+/// which blanks what is wall time there) and every report file are the same, apart from
+/// wall-clock fields; returns the stdout of `--jobs 1`.
+fn same_for_1_and_4_jobs(args: &[&str], code: i32, mask: impl Fn(&str) -> String) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let mut runs = Vec::new();
+    let (mut runs, mut first) = (Vec::new(), String::new());
     for jobs in ["1", "4"] {
         let reports = dir.path().join(format!("jobs-{jobs}"));
-        let o = crashpoint()
-            .args(["run", "payout/explore", "--system", "check-then-insert", "--budget", "40", "--seed", "7", "--no-calibrate"])
-            .args(["--jobs", jobs, "--report-dir"])
-            .arg(&reports)
-            .output()
-            .unwrap();
+        let o = crashpoint().args(args).args(["--jobs", jobs, "--report-dir"]).arg(&reports).output().unwrap();
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        assert_eq!(o.status.code(), Some(1), "--jobs {jobs}: the mutant was not caught:\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
-        assert!(out.contains("minimal schedule"), "--jobs {jobs}: no shrunk schedule printed:\n{out}");
-        runs.push(timeless(&reports, &out));
+        assert_eq!(o.status.code(), Some(code), "--jobs {jobs}: exit code\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
+        let masked: Vec<String> = out.lines().map(&mask).collect();
+        runs.push(timeless(&reports, &masked.join("\n")));
+        if first.is_empty() {
+            first = out;
+        }
     }
     assert_eq!(runs[0].len(), runs[1].len(), "the two runs wrote different report files");
     for ((name, one), (_, four)) in runs[0].iter().zip(&runs[1]) {
         assert!(one == four, "{name} differs between --jobs 1 and --jobs 4:\n--- jobs 1\n{one}\n--- jobs 4\n{four}");
     }
+    first
+}
+
+#[test]
+fn outputs_and_reports_do_not_depend_on_jobs() {
+    let args = ["run", "payout/explore", "--system", "check-then-insert", "--budget", "40", "--seed", "7", "--no-calibrate"];
+    let out = same_for_1_and_4_jobs(&args, 1, str::to_string);
+    assert!(out.contains("minimal schedule"), "no shrunk schedule printed:\n{out}");
+}
+
+/// The catalogue's table with its wall times blanked: a row's "s to first failure" and "wall
+/// s" cells, the verdict line's slot count and median time to a first failure (and the
+/// path of `catalogue.md`, in a directory per run).
+fn catalogue_wall_free(line: &str) -> String {
+    if line.starts_with("written to ") {
+        return "written to …".into();
+    }
+    let mut cells: Vec<&str> = line.split('|').collect();
+    if line.starts_with('|') && cells.len() == 9 {
+        (cells[4], cells[5]) = (" s ", " s ");
+        return cells.join("|");
+    }
+    match (line.split_once(" slot(s): "), line.split_once("; median time")) {
+        (Some((head, _)), Some((verdict, _))) => {
+            let before = head.rsplit_once(", ").map_or(head, |h| h.0);
+            format!("{before}, … slot(s): {}", verdict.split_once(" slot(s): ").map_or("", |v| v.1))
+        }
+        _ => line.to_string(),
+    }
+}
+
+/// The catalogue's explorations share the slots through a job board: with 4, the slots that
+/// finish the counter's three mutants help its reference search; with 1, nobody helps. The
+/// table and the reports are the same.
+#[test]
+fn the_catalogue_does_not_depend_on_jobs() {
+    let out = same_for_1_and_4_jobs(&["catalogue", "counter", "--budget", "60", "--seed", "1"], 0, catalogue_wall_free);
+    assert!(out.contains("every mutant caught, the reference passes"), "{out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("| ") && l.contains(" | yes | ")).count(), 3, "three mutants caught:\n{out}");
 }

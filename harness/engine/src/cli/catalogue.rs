@@ -37,9 +37,9 @@ pub struct CatalogueArgs {
     /// mutants' timelines go.
     #[arg(long, default_value = "reports/catalogue")]
     pub report_dir: PathBuf,
-    /// Mutants explored at once, each on one slot (see `run --jobs`); the reference then runs
-    /// on this many slots. Default: two per core. The table and reports do not depend on it,
-    /// apart from wall times.
+    /// Explorations run at once (see `run --jobs`): each mutant and each reference starts on
+    /// one slot, and slots with nothing left to start help those still searching. Default:
+    /// two per core. The table and reports do not depend on it, apart from wall times.
     #[arg(long, default_value_t = explore::default_jobs())]
     pub jobs: usize,
 }
@@ -97,12 +97,29 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
     let _hold = crate::services::native::process::ReportHold::take();
     let started = Instant::now();
     let mut report = new_report("catalogue", args.seed, Budget { schedules: Some(args.budget), seconds: None }, Shard::default());
+    let options = Options { schedules: Some(args.budget), seed: args.seed, jobs: args.jobs, ..Options::default() };
+    // One list of explorations for every workload, so that the slots stay busy across
+    // workloads: each workload's mutants, then its reference on each scenario used.
+    let (mut jobs, mut sections) = (Vec::new(), Vec::new());
+    for plan in &chosen {
+        sections.push(Section::plan(plan, &options, &mut jobs));
+    }
     let result = with_services(rt, opts, |endpoints| {
-        let options = Options { schedules: Some(args.budget), seed: args.seed, jobs: args.jobs, ..Options::default() };
         let mut table = String::new();
-        for plan in &chosen {
-            workload_catalogue(endpoints, plan, &options, &dir, &mut report, &mut table)?;
-        }
+        let mut at = 0;
+        explore::explore_each(endpoints, &jobs, options.jobs, |job, r| {
+            let section = sections.iter_mut().find(|x| x.jobs.contains(&at)).expect("every job is in a section");
+            let last = at + 1 == section.jobs.end;
+            if at == section.jobs.start {
+                section.header(&options, &mut table)?;
+            }
+            at += 1;
+            section.row(job, r?, &dir, &mut report, &mut table)?;
+            if last {
+                section.verdict(&options, &mut table);
+            }
+            Ok(())
+        })?;
         let md = dir.path().join("catalogue.md");
         std::fs::write(&md, &table)?;
         println!("written to {}", md.display());
@@ -119,84 +136,110 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
     Ok(report.exit_code())
 }
 
-/// Explores every mutant of one workload on its scenario (`plan`: each mutant with its
-/// scenario; the workload's first scenario is the main one), then the reference on each
-/// scenario used, with `options`; prints the detection table, appends it to `table` (a
-/// section per workload) and the scenario reports to `report`. A row of a mutant or reference
-/// run on another scenario than the main one names it. Errors: services, or a report that
-/// cannot be written.
-fn workload_catalogue(
-    endpoints: &crate::services::Endpoints,
-    plan: &[(&'static str, scenario::Scenario)],
-    options: &Options,
-    dir: &ReportDir,
-    report: &mut crate::report::model::RunReport,
-    table: &mut String,
-) -> Result<()> {
-    let s = &plan[0].1;
-    let mutants: Vec<(&str, &scenario::Scenario)> = plan.iter().filter(|(n, _)| *n != "reference").map(|(n, s)| (*n, s)).collect();
-    let mut scenarios: Vec<&scenario::Scenario> = Vec::new();
-    for (_, sc) in plan {
-        if !scenarios.iter().any(|x| x.name == sc.name) {
-            scenarios.push(sc);
+const HEADER: &str = "| system | caught | schedules to first failure | s to first failure | wall s (with shrinking) | shrunk length | invariant |\n|---|---|---|---|---|---|---|\n";
+
+/// One workload's part of the catalogue: its explorations (each mutant on its scenario, then
+/// the reference on each scenario used) are `jobs` of the whole list, and its rows form one
+/// table whose verdict line follows them. A row of a system explored on another scenario
+/// than the workload's main one (its first) names it.
+struct Section<'s> {
+    main: &'s scenario::Scenario,
+    mutants: usize,
+    jobs: std::ops::Range<usize>,
+    all_caught: bool,
+    reference_ok: bool,
+    found_after: Vec<f64>,
+}
+
+impl<'s> Section<'s> {
+    /// Appends the explorations of `plan` (each mutant with its scenario; the first scenario
+    /// is the workload's main one) to `jobs`, with `options`, and returns their section.
+    fn plan(plan: &'s [(&'static str, scenario::Scenario)], options: &Options, jobs: &mut Vec<explore::Job<'s>>) -> Section<'s> {
+        let start = jobs.len();
+        let mutants: Vec<_> = plan.iter().filter(|(n, _)| *n != "reference").collect();
+        jobs.extend(mutants.iter().map(|(system, scenario)| explore::Job { system, scenario, options: options.clone() }));
+        let mut scenarios: Vec<&scenario::Scenario> = Vec::new();
+        for (_, sc) in plan {
+            if !scenarios.iter().any(|x| x.name == sc.name) {
+                scenarios.push(sc);
+            }
+        }
+        jobs.extend(scenarios.into_iter().map(|scenario| explore::Job { system: "reference", scenario, options: options.clone() }));
+        Section {
+            main: &plan[0].1,
+            mutants: mutants.len(),
+            jobs: start..jobs.len(),
+            all_caught: true,
+            reference_ok: true,
+            found_after: Vec::new(),
         }
     }
-    let label = |name: &str, sc: &scenario::Scenario| match sc.name == s.name {
-        true => name.to_string(),
-        false => format!("{name} (on {})", sc.name),
-    };
-    let header = "| system | caught | schedules to first failure | s to first failure | wall s (with shrinking) | shrunk length | invariant |\n|---|---|---|---|---|---|---|\n";
-    println!(
-        "catalogue of {}: {} mutants, then the reference; budget {} schedules each, seed {}, scenario {}\n",
-        s.workload.name(),
-        mutants.len(),
-        options.schedules.unwrap_or_default(),
-        options.seed,
-        s.name
-    );
-    writeln!(table, "## {}\n", s.workload.name())?;
-    table.push_str(header);
-    print!("{header}");
-    let mut all_caught = true;
-    let mut found_after = Vec::new();
-    let jobs: Vec<explore::Job> = mutants.iter().map(|&(system, scenario)| explore::Job { system, scenario, options: options.clone() }).collect();
-    explore::explore_each(endpoints, &jobs, options.jobs, |job, r| {
+
+    fn label(&self, name: &str, sc: &scenario::Scenario) -> String {
+        match sc.name == self.main.name {
+            true => name.to_string(),
+            false => format!("{name} (on {})", sc.name),
+        }
+    }
+
+    /// Prints the section's title and table header, and appends them to `table`.
+    fn header(&self, options: &Options, table: &mut String) -> Result<()> {
+        let s = self.main;
+        println!(
+            "catalogue of {}: {} mutants, then the reference; budget {} schedules each, seed {}, scenario {}\n",
+            s.workload.name(),
+            self.mutants,
+            options.schedules.unwrap_or_default(),
+            options.seed,
+            s.name
+        );
+        writeln!(table, "## {}\n", s.workload.name())?;
+        table.push_str(HEADER);
+        print!("{HEADER}");
+        Ok(())
+    }
+
+    /// Records the exploration `r` of `job` (a mutant must be caught, the reference must
+    /// not): its scenario report and timeline into `report` and `dir`, its row printed and
+    /// appended to `table`. Errors: a timeline that cannot be written.
+    fn row(&mut self, job: &explore::Job, r: Report, dir: &ReportDir, report: &mut crate::report::model::RunReport, table: &mut String) -> Result<()> {
         let (name, sc) = (job.system, job.scenario);
-        let r = r?;
-        all_caught &= r.failure.is_some();
-        found_after.extend(r.failure.as_ref().map(|f| f.found_after.as_secs_f64()));
         let mut sr = ScenarioReport::explored(sc, name, &r);
-        sr.expected = Outcome::Fail;
+        let label = match name == "reference" {
+            true => {
+                self.reference_ok &= r.failure.is_none();
+                "reference (must not be caught)"
+            }
+            false => {
+                self.all_caught &= r.failure.is_some();
+                self.found_after.extend(r.failure.as_ref().map(|f| f.found_after.as_secs_f64()));
+                sr.expected = Outcome::Fail;
+                name
+            }
+        };
         add_timeline(dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
         report.scenarios.push(sr);
-        let line = row(&label(name, sc), &r);
+        let line = row(&self.label(label, sc), &r);
         println!("{line}");
         writeln!(table, "{line}")?;
         Ok(())
-    })?;
-    let mut reference_ok = true;
-    for sc in scenarios {
-        let r = explore::explore(endpoints, scenario::system_of(sc, "reference")?, sc, options, |_| {})?;
-        reference_ok &= r.failure.is_none();
-        let mut sr = ScenarioReport::explored(sc, "reference", &r);
-        add_timeline(dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
-        report.scenarios.push(sr);
-        let line = row(&label("reference (must not be caught)", sc), &r);
-        println!("{line}");
-        writeln!(table, "{line}")?;
     }
-    found_after.sort_by(f64::total_cmp);
-    let median = found_after.get(found_after.len() / 2).map_or("–".to_string(), |m| format!("{m:.1} s"));
-    let verdict = format!(
-        "\nbudget {} schedules per system, seed {}, scenario {}, {} slot(s): {}; median time to a mutant's first failure {median}\n",
-        options.schedules.unwrap_or_default(),
-        options.seed,
-        s.name,
-        options.jobs.max(1),
-        if all_caught && reference_ok { "every mutant caught, the reference passes" } else { "FAIL" }
-    );
-    print!("{verdict}");
-    table.push_str(&verdict);
-    table.push('\n');
-    Ok(())
+
+    /// Prints the section's verdict line (every mutant caught and the reference passing, or
+    /// FAIL; the median time to a mutant's first failure) and appends it to `table`.
+    fn verdict(&mut self, options: &Options, table: &mut String) {
+        self.found_after.sort_by(f64::total_cmp);
+        let median = self.found_after.get(self.found_after.len() / 2).map_or("–".to_string(), |m| format!("{m:.1} s"));
+        let verdict = format!(
+            "\nbudget {} schedules per system, seed {}, scenario {}, {} slot(s): {}; median time to a mutant's first failure {median}\n",
+            options.schedules.unwrap_or_default(),
+            options.seed,
+            self.main.name,
+            options.jobs.max(1),
+            if self.all_caught && self.reference_ok { "every mutant caught, the reference passes" } else { "FAIL" }
+        );
+        print!("{verdict}");
+        table.push_str(&verdict);
+        table.push('\n');
+    }
 }

@@ -1,10 +1,12 @@
 //! Several explorations at once: each system (a mutant, or the reference) explores its
 //! scenario on one slot, so that one system's shrinking, which is sequential, overlaps
-//! another's search. What `crashpoint catalogue` and the catalogue tests run.
+//! another's search, and slots with no exploration left to start help those still searching.
+//! What `crashpoint catalogue` and the catalogue tests run.
 
 use anyhow::Result;
 
-use super::{explore, Options, Report};
+use super::board::{Board, Next};
+use super::{explore_on, Options, Report};
 use crate::scenario::{self, Scenario};
 use crate::services::Endpoints;
 
@@ -22,10 +24,12 @@ pub struct Job<'a> {
 }
 
 /// Explores every job, `slots` at a time (each on one slot), and calls `each` with every
-/// result in the order of `jobs`, as soon as it and those before it are done. With budgets in
-/// schedules the results do not depend on `slots`: each exploration runs alone on its slot,
-/// with its own seed (a budget in time does: explorations sharing the cores fit fewer). A
-/// system that does not resolve, a service failure or a panic inside an exploration is that
+/// result in the order of `jobs`, as soon as it and those before it are done. Once no job is
+/// left to start, idle slots help the explorations still running by running their generated
+/// cases ([`super::board`]). With budgets in schedules the results do not depend on `slots`:
+/// each exploration's cases have their own seeds and reach its consumer in case order,
+/// whichever slot ran them (a budget in time does: explorations sharing the cores fit fewer).
+/// A system that does not resolve, a service failure or a panic inside an exploration is that
 /// job's `Err`. Stops at the first error `each` returns (explorations already running finish,
 /// unreported) and returns it.
 pub fn explore_each<'a>(
@@ -34,21 +38,30 @@ pub fn explore_each<'a>(
     slots: usize,
     mut each: impl FnMut(&Job<'a>, Result<Report>) -> Result<()>,
 ) -> Result<()> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let next = AtomicUsize::new(0);
+    let board = Board::new(jobs.len());
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
         for _ in 0..slots.clamp(1, jobs.len().max(1)) {
-            let (tx, next) = (tx.clone(), &next);
+            let (tx, board) = (tx.clone(), &board);
             scope.spawn(move || loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(job) = jobs.get(i) else { return };
-                let one = Options { jobs: 1, ..job.options.clone() };
-                let r = super::slots::guarded(&format!("exploring {}", job.system), || {
-                    scenario::system_of(job.scenario, job.system).and_then(|system| explore(endpoints, system, job.scenario, &one, |_| {}))
-                });
-                if tx.send((i, r)).is_err() {
-                    return;
+                match board.next() {
+                    Next::Start(i) => {
+                        let job = &jobs[i];
+                        let one = Options { jobs: 1, ..job.options.clone() };
+                        let r = super::slots::guarded(&format!("exploring {}", job.system), || {
+                            let system = scenario::system_of(job.scenario, job.system)?;
+                            explore_on(endpoints, system, job.scenario, &one, Some(board), |_| {})
+                        });
+                        board.finished();
+                        if tx.send((i, r)).is_err() {
+                            return;
+                        }
+                    }
+                    Next::Help(ticket, work) => {
+                        work();
+                        board.withdraw(ticket);
+                    }
+                    Next::Done => return,
                 }
             });
         }
@@ -57,7 +70,7 @@ pub fn explore_each<'a>(
         for (i, r) in rx {
             for (i, r) in order.put(i as u64, r, |_| false) {
                 if let Err(e) = each(&jobs[i as usize], r) {
-                    next.store(jobs.len(), Ordering::Relaxed);
+                    board.stop();
                     return Err(e);
                 }
             }

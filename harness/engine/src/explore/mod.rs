@@ -7,6 +7,7 @@
 //! services. Minimal failures of the reference system are appended to
 //! `<scenario>.regressions` next to the scenario file, and re-tried first by later runs.
 
+mod board;
 pub mod exhaustive;
 mod in_order;
 mod many;
@@ -155,6 +156,19 @@ pub fn explore(
     system: Rc<dyn System>,
     s: &Scenario,
     opts: &Options,
+    progress: impl FnMut(&Stats),
+) -> Result<Report> {
+    explore_on(endpoints, system, s, opts, None, progress)
+}
+
+/// [`explore`], offering the generated cases to the idle threads of `board` (those of
+/// [`explore_each`]) when there is one.
+fn explore_on<'e>(
+    endpoints: &'e Endpoints,
+    system: Rc<dyn System>,
+    s: &'e Scenario,
+    opts: &Options,
+    board: Option<&board::Board<'e>>,
     mut progress: impl FnMut(&Stats),
 ) -> Result<Report> {
     let started = Instant::now();
@@ -180,7 +194,7 @@ pub fn explore(
     }
     let mut failure = None;
     let system = ex.system.clone();
-    slots::run_cases(endpoints, &system, s, opts, started, |ran| {
+    slots::run_cases(endpoints, &system, s, opts, started, board, |ran| {
         ex.stats.cases.push(Case { index: ran.index, case_seed: ran.seed, schedule: stats::schedule_id(&ran.schedule) });
         ex.stats.record(&ran.outcome);
         progress(&ex.stats);

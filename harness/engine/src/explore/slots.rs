@@ -9,12 +9,13 @@
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use anyhow::{anyhow, Result};
 use proptest::strategy::{Strategy, ValueTree};
 
+use super::board::{Board, Work};
 use super::in_order::InOrder;
 use super::{case_seed, first_divergence, menu, runner_for, Options};
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
@@ -44,14 +45,14 @@ impl Ran {
 
 /// What the slots share: the next index to take, and the lowest index at which the run stops
 /// (a failure or an error found there; later indices need not run).
-struct Shared<'a> {
+struct Shared {
     next: AtomicU64,
     stop_at: AtomicU64,
-    opts: &'a Options,
+    opts: Options,
     started: Instant,
 }
 
-impl Shared<'_> {
+impl Shared {
     /// The next index this shard owns, or `None` when the budget is spent or the run stops.
     fn take(&self) -> Option<u64> {
         loop {
@@ -100,7 +101,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
 struct Consumer<'a, F> {
     order: InOrder<Result<Ran>>,
     done: Option<Result<()>>,
-    shared: &'a Shared<'a>,
+    shared: &'a Shared,
     each: F,
 }
 
@@ -131,23 +132,51 @@ impl<F: FnMut(Ran) -> Result<bool>> Consumer<'_, F> {
 /// stop at) or an error comes up. Each slot instantiates the system of `system`'s name from
 /// the scenario's workload; a system that is not the workload's own, and a scenario with
 /// external worker processes (whose step timeouts assume an unloaded machine), run on one
-/// slot, in this thread. Errors: a service failure of a case, in case order.
-pub(super) fn run_cases(
-    endpoints: &Endpoints,
+/// slot, in this thread. On one slot with a `board` (inside [`super::explore_each`]), the
+/// cases are also offered to the board's idle threads, each of which runs them as one more
+/// slot. Errors: a service failure of a case, in case order.
+pub(super) fn run_cases<'e>(
+    endpoints: &'e Endpoints,
     system: &Rc<dyn System>,
-    s: &Scenario,
+    s: &'e Scenario,
     opts: &Options,
     started: Instant,
+    board: Option<&Board<'e>>,
     each: impl FnMut(Ran) -> Result<bool>,
 ) -> Result<()> {
-    let shared = Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts, started };
+    let shared = Arc::new(Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts: opts.clone(), started });
     let mut order = Consumer { order: InOrder::new(), done: None, shared: &shared, each };
     let name = system.name().to_string();
-    if opts.jobs <= 1 || !parallel_ok(system.as_ref(), s) {
+    let parallel = parallel_ok(system.as_ref(), s);
+    let (tx, rx) = mpsc::channel::<(u64, Result<Ran>)>();
+    if let (true, true, Some(board)) = (parallel, opts.jobs <= 1, board) {
+        let helper: Work<'e> = {
+            let (shared, tx) = (shared.clone(), tx.clone());
+            Arc::new(move || {
+                let system = instance(s, &name).expect("checked before the cases were offered");
+                slot(endpoints, system, s, &shared, |i, r| tx.send((i, r)).is_ok())
+            })
+        };
+        let ticket = board.offer(helper);
+        drop(tx);
+        slot(endpoints, system.clone(), s, &shared, |i, r| {
+            let more = order.feed(i, r);
+            while let Ok((i, r)) = rx.try_recv() {
+                order.feed(i, r);
+            }
+            more
+        });
+        // No thread starts helping now; those helping finish their case and drop their sender.
+        board.withdraw(ticket);
+        for (index, ran) in rx {
+            order.feed(index, ran);
+        }
+        return order.done.unwrap_or(Ok(()));
+    }
+    if opts.jobs <= 1 || !parallel {
         slot(endpoints, system.clone(), s, &shared, |i, r| order.feed(i, r));
         return order.done.unwrap_or(Ok(()));
     }
-    let (tx, rx) = mpsc::channel();
     std::thread::scope(|scope| {
         for k in 0..opts.jobs {
             let (tx, shared, name): (mpsc::Sender<(u64, Result<Ran>)>, _, _) = (tx.clone(), &shared, name.clone());
