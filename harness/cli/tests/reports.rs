@@ -253,34 +253,35 @@ fn timeless(dir: &Path, stdout: &str) -> Vec<(String, String)> {
 }
 
 /// Runs `crashpoint <args> --jobs J --report-dir …` for J = 1 and then 4, each on services
-/// of its own, expecting exit `code`; asserts that the two stdouts (each line through `mask`,
-/// which blanks what is wall time there) and every report file are the same, apart from
-/// wall-clock fields; returns the stdout of `--jobs 1`.
-fn same_for_1_and_4_jobs(args: &[&str], code: i32, mask: impl Fn(&str) -> String) -> String {
+/// of its own and with the slots' debug log on, expecting exit `code`; asserts that the two
+/// stdouts (each line through `mask`, which blanks what is wall time there) and every report
+/// file are the same, apart from wall-clock fields. Returns the stdout and stderr of each run,
+/// `--jobs 1` first.
+fn same_for_1_and_4_jobs(args: &[&str], code: i32, mask: impl Fn(&str) -> String) -> Vec<(String, String)> {
     let dir = tempfile::tempdir().unwrap();
-    let (mut runs, mut first) = (Vec::new(), String::new());
+    let (mut runs, mut outputs) = (Vec::new(), Vec::new());
     for jobs in ["1", "4"] {
         let reports = dir.path().join(format!("jobs-{jobs}"));
-        let o = crashpoint().args(args).args(["--jobs", jobs, "--report-dir"]).arg(&reports).output().unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        assert_eq!(o.status.code(), Some(code), "--jobs {jobs}: exit code\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
+        let mut c = crashpoint();
+        c.env("RUST_LOG", "warn,crashpoint::explore::slots=debug");
+        let o = c.args(args).args(["--jobs", jobs, "--report-dir"]).arg(&reports).output().unwrap();
+        let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+        assert_eq!(o.status.code(), Some(code), "--jobs {jobs}: exit code\n{out}\n{err}");
         let masked: Vec<String> = out.lines().map(&mask).collect();
         runs.push(timeless(&reports, &masked.join("\n")));
-        if first.is_empty() {
-            first = out;
-        }
+        outputs.push((out, err));
     }
     assert_eq!(runs[0].len(), runs[1].len(), "the two runs wrote different report files");
     for ((name, one), (_, four)) in runs[0].iter().zip(&runs[1]) {
         assert!(one == four, "{name} differs between --jobs 1 and --jobs 4:\n--- jobs 1\n{one}\n--- jobs 4\n{four}");
     }
-    first
+    outputs
 }
 
 #[test]
 fn outputs_and_reports_do_not_depend_on_jobs() {
     let args = ["run", "payout/explore", "--system", "check-then-insert", "--budget", "40", "--seed", "7", "--no-calibrate"];
-    let out = same_for_1_and_4_jobs(&args, 1, str::to_string);
+    let out = &same_for_1_and_4_jobs(&args, 1, str::to_string)[0].0;
     assert!(out.contains("minimal schedule"), "no shrunk schedule printed:\n{out}");
 }
 
@@ -306,11 +307,15 @@ fn catalogue_wall_free(line: &str) -> String {
 }
 
 /// The catalogue's explorations share the slots through a job board: with 4, the slots that
-/// finish the counter's three mutants help its reference search; with 1, nobody helps. The
-/// table and the reports are the same.
+/// finish the counter's three mutants help its reference search (their debug log says so);
+/// with 1, nobody helps. The table and the reports are the same.
 #[test]
 fn the_catalogue_does_not_depend_on_jobs() {
-    let out = same_for_1_and_4_jobs(&["catalogue", "counter", "--budget", "60", "--seed", "1"], 0, catalogue_wall_free);
+    let runs = same_for_1_and_4_jobs(&["catalogue", "counter", "--budget", "60", "--seed", "1"], 0, catalogue_wall_free);
+    let helps = |k: usize| runs[k].1.matches("an idle slot helps an exploration").count();
+    assert_eq!(helps(0), 0, "a slot helped with --jobs 1:\n{}", runs[0].1);
+    assert!(helps(1) > 0, "no slot helped the reference with --jobs 4:\n{}", runs[1].1);
+    let out = &runs[0].0;
     assert!(out.contains("every mutant caught, the reference passes"), "{out}");
     assert_eq!(out.lines().filter(|l| l.starts_with("| ") && l.contains(" | yes | ")).count(), 3, "three mutants caught:\n{out}");
 }

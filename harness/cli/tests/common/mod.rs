@@ -81,7 +81,7 @@ pub fn passes_twice_identically(names: &[&str]) {
 }
 
 /// Explores each mutant `(name, budget in schedules, scenario)` with seed 1, a few at a time
-/// and each on one slot (`explore::explore_each`, as `crashpoint catalogue` does), and returns
+/// each starting on one slot (`explore::explore_each`, as `crashpoint catalogue` does), and returns
 /// the reports in the order given. Panics on a harness or services error.
 pub fn explore_mutants(mutants: &[(&str, u64, &Scenario)]) -> Vec<crashpoint::explore::Report> {
     use crashpoint::explore::{self, Job, Options};

@@ -1,4 +1,5 @@
-//! `crashpoint catalogue`: every mutant, then the reference, explored under the same budget.
+//! `crashpoint catalogue`: every mutant and the reference, explored under the same budget, and
+//! tabled mutants first.
 
 use std::fmt::Write;
 
@@ -61,9 +62,9 @@ fn row(name: &str, r: &Report) -> String {
     }
 }
 
-/// Explores every mutant of the catalogue and then the reference with the same budget and
-/// seed, prints the detection table, and writes it as `catalogue.md` into `--report-dir` beside
-/// the reports (where a mutant's test case passes when it is caught). Exit 0 when every mutant
+/// Explores every mutant of the catalogue and the reference (at once, on a job board) with the
+/// same budget and seed, prints the detection table, and writes it as `catalogue.md` into
+/// `--report-dir` beside the reports (where a mutant's test case passes when it is caught). Exit 0 when every mutant
 /// was caught and the reference passed, 1 otherwise.
 pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &CatalogueArgs, registry: &Registry) -> Result<i32> {
     let workloads = match &args.workload {

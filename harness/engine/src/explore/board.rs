@@ -17,7 +17,7 @@ pub(super) type Work<'e> = Arc<dyn Fn() + Send + Sync + 'e>;
 pub(super) enum Next<'e> {
     /// Start exploration `i` (an index into the jobs).
     Start(usize),
-    /// Help: run this work; once it returns, the exploration takes no more cases, and the
+    /// Help: run this work (the offer's ticket, and its work); once it returns, the exploration takes no more cases, and the
     /// thread withdraws the offer ([`Board::withdraw`]) so that nobody else starts it.
     Help(u64, Work<'e>),
     /// Nothing is left to start or to help: the thread ends.
@@ -32,6 +32,7 @@ struct State<'e> {
     running: usize,
     /// Offers, oldest first, with their tickets.
     offers: Vec<(u64, Work<'e>)>,
+    /// The last ticket given out (tickets count from 1).
     tickets: u64,
 }
 

@@ -11,8 +11,8 @@ use crate::scenario::{self, Scenario};
 use crate::services::Endpoints;
 
 /// One exploration to run: `system` (a name of the scenario's workload, e.g. `no-dedup`) on
-/// `scenario` with `options` (its budget and seed; its `jobs` is ignored, each exploration
-/// runs on one slot).
+/// `scenario` with `options` (its budget and seed; its `jobs` is ignored: each exploration
+/// starts on one slot, and idle slots may help it).
 #[derive(Debug, Clone)]
 pub struct Job<'a> {
     /// The system's name in the scenario's workload.
@@ -30,8 +30,9 @@ pub struct Job<'a> {
 /// each exploration's cases have their own seeds and reach its consumer in case order,
 /// whichever slot ran them (a budget in time does: explorations sharing the cores fit fewer).
 /// A system that does not resolve, a service failure or a panic inside an exploration is that
-/// job's `Err`. Stops at the first error `each` returns (explorations already running finish,
-/// unreported) and returns it.
+/// job's `Err`. When a job's scenario has external worker processes, whose step timeouts
+/// assume an unloaded machine, the explorations run one at a time. Stops at the first error
+/// `each` returns (explorations already running finish, unreported) and returns it.
 pub fn explore_each<'a>(
     endpoints: &Endpoints,
     jobs: &[Job<'a>],
@@ -40,8 +41,13 @@ pub fn explore_each<'a>(
 ) -> Result<()> {
     let board = Board::new(jobs.len());
     let (tx, rx) = std::sync::mpsc::channel();
+    let slots = match jobs.iter().any(|j| !j.scenario.external.is_empty()) {
+        true => 1,
+        // More threads than jobs help the last ones; those with nothing to do end at once.
+        false => slots.max(1),
+    };
     std::thread::scope(|scope| {
-        for _ in 0..slots.clamp(1, jobs.len().max(1)) {
+        for _ in 0..slots {
             let (tx, board) = (tx.clone(), &board);
             scope.spawn(move || loop {
                 match board.next() {

@@ -132,9 +132,10 @@ impl<F: FnMut(Ran) -> Result<bool>> Consumer<'_, F> {
 /// stop at) or an error comes up. Each slot instantiates the system of `system`'s name from
 /// the scenario's workload; a system that is not the workload's own, and a scenario with
 /// external worker processes (whose step timeouts assume an unloaded machine), run on one
-/// slot, in this thread. On one slot with a `board` (inside [`super::explore_each`]), the
-/// cases are also offered to the board's idle threads, each of which runs them as one more
-/// slot. Errors: a service failure of a case, in case order.
+/// slot, in this thread ([`parallel_ok`]). When the others may run in parallel and
+/// `opts.jobs` is 1 (inside [`super::explore_each`]), the cases are also offered to `board`'s
+/// idle threads, each of which runs them as one more slot. Errors: a service failure of a
+/// case, in case order.
 pub(super) fn run_cases<'e>(
     endpoints: &'e Endpoints,
     system: &Rc<dyn System>,
@@ -148,52 +149,80 @@ pub(super) fn run_cases<'e>(
     let mut order = Consumer { order: InOrder::new(), done: None, shared: &shared, each };
     let name = system.name().to_string();
     let parallel = parallel_ok(system.as_ref(), s);
-    let (tx, rx) = mpsc::channel::<(u64, Result<Ran>)>();
-    if let (true, true, Some(board)) = (parallel, opts.jobs <= 1, board) {
-        let helper: Work<'e> = {
-            let (shared, tx) = (shared.clone(), tx.clone());
-            Arc::new(move || {
-                let system = instance(s, &name).expect("checked before the cases were offered");
-                slot(endpoints, system, s, &shared, |i, r| tx.send((i, r)).is_ok())
-            })
-        };
-        let ticket = board.offer(helper);
-        drop(tx);
-        slot(endpoints, system.clone(), s, &shared, |i, r| {
+    match (parallel, opts.jobs <= 1, board) {
+        (true, true, Some(board)) => helped(endpoints, system, s, &shared, board, &mut order),
+        (true, false, _) => {
+            let (tx, rx) = mpsc::channel();
+            std::thread::scope(|scope| {
+                for k in 0..opts.jobs {
+                    let (tx, shared, name) = (tx.clone(), &shared, name.clone());
+                    std::thread::Builder::new()
+                        .name(format!("slot-{k}"))
+                        .spawn_scoped(scope, move || sending_slot(endpoints, s, &name, shared, &tx))
+                        .expect("spawning a slot thread");
+                }
+                drop(tx);
+                rx.into_iter().for_each(|(index, ran)| {
+                    order.feed(index, ran);
+                });
+            });
+        }
+        _ => slot(endpoints, system.clone(), s, &shared, |i, r| order.feed(i, r)),
+    }
+    order.done.unwrap_or(Ok(()))
+}
+
+/// A slot of its own for a thread: a new instance of the system `name` runs the cases it
+/// takes from `shared` and sends each result to `tx`.
+fn sending_slot(endpoints: &Endpoints, s: &Scenario, name: &str, shared: &Shared, tx: &mpsc::Sender<(u64, Result<Ran>)>) {
+    let system = instance(s, name).expect("parallel_ok checked that the workload has the system");
+    slot(endpoints, system, s, shared, |i, r| tx.send((i, r)).is_ok())
+}
+
+/// Runs the cases on this thread while offering them to `board`'s idle threads, each of which
+/// runs them as one more slot (see [`super::board`]), and feeds every result to `order`, in
+/// case order. Returns once no thread runs a case any more, also when the consumer panics
+/// (the panic then goes on): no helper outlives the exploration.
+fn helped<'e, F: FnMut(Ran) -> Result<bool>>(
+    endpoints: &'e Endpoints,
+    system: &Rc<dyn System>,
+    s: &'e Scenario,
+    shared: &Arc<Shared>,
+    board: &Board<'e>,
+    order: &mut Consumer<'_, F>,
+) {
+    let (tx, rx) = mpsc::channel();
+    let work: Work<'e> = {
+        let (shared, name) = (shared.clone(), system.name().to_string());
+        Arc::new(move || {
+            tracing::debug!(system = %name, scenario = %s.name, "an idle slot helps an exploration");
+            sending_slot(endpoints, s, &name, &shared, &tx)
+        })
+    };
+    let ticket = board.offer(work);
+    let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        slot(endpoints, system.clone(), s, shared, |i, r| {
             let more = order.feed(i, r);
             while let Ok((i, r)) = rx.try_recv() {
                 order.feed(i, r);
             }
             more
-        });
-        // No thread starts helping now; those helping finish their case and drop their sender.
-        board.withdraw(ticket);
-        for (index, ran) in rx {
+        })
+    }));
+    // No thread starts helping now (the board held the only other sender); those helping
+    // finish their case, find nothing left to take, and drop their copy of the work.
+    board.withdraw(ticket);
+    match mine {
+        Ok(()) => rx.into_iter().for_each(|(index, ran)| {
             order.feed(index, ran);
+        }),
+        Err(panic) => {
+            // Nobody takes another case; the results of those running are dropped.
+            shared.stop_at.fetch_min(0, Ordering::Relaxed);
+            rx.into_iter().for_each(drop);
+            std::panic::resume_unwind(panic)
         }
-        return order.done.unwrap_or(Ok(()));
     }
-    if opts.jobs <= 1 || !parallel {
-        slot(endpoints, system.clone(), s, &shared, |i, r| order.feed(i, r));
-        return order.done.unwrap_or(Ok(()));
-    }
-    std::thread::scope(|scope| {
-        for k in 0..opts.jobs {
-            let (tx, shared, name): (mpsc::Sender<(u64, Result<Ran>)>, _, _) = (tx.clone(), &shared, name.clone());
-            std::thread::Builder::new()
-                .name(format!("slot-{k}"))
-                .spawn_scoped(scope, move || {
-                    let system = instance(s, &name).expect("checked before the slots started");
-                    slot(endpoints, system, s, shared, |i, r| tx.send((i, r)).is_ok())
-                })
-                .expect("spawning a slot thread");
-        }
-        drop(tx);
-        for (index, ran) in rx {
-            order.feed(index, ran);
-        }
-    });
-    order.done.unwrap_or(Ok(()))
 }
 
 /// Whether schedules of `system` on scenario `s` may run on several threads at once, each

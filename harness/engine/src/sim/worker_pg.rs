@@ -124,17 +124,22 @@ where
         .collect()
 }
 
-/// Puts the sessions of connections left at a schedule's end back as fresh ones: a
-/// `ROLLBACK` of any transaction left open (only a warning when none is), sqlx's cache of
-/// prepared statements cleared (each closed on the server), then `DISCARD ALL` (PostgreSQL
-/// docs, "DISCARD": no cursor, setting, prepared statement or plan, listener, advisory lock,
-/// temporary table or sequence state survives; it cannot run inside a transaction block,
-/// hence three round trips). Returns those whose reset succeeded; see [`each_at_once`].
+/// Puts the sessions of connections left at a schedule's end back as fresh ones: `DISCARD ALL`
+/// (PostgreSQL docs, "DISCARD": no cursor, setting, prepared statement or plan, listener,
+/// advisory lock, temporary table or sequence state survives), then sqlx's cache of prepared
+/// statements cleared (the statements are gone on the server already, and closing one that
+/// does not exist is no error there). `DISCARD ALL` cannot run inside a transaction block: when
+/// it fails (a transaction left open), a `ROLLBACK` and a second `DISCARD ALL` follow. So a
+/// session outside a transaction, the usual case, takes one round trip and no `ROLLBACK`, which
+/// PostgreSQL would log as a warning ("there is no transaction in progress"). Returns those
+/// whose reset succeeded; see [`each_at_once`].
 pub fn reset(kept: Vec<WorkerPg>) -> Vec<WorkerPg> {
     each_at_once(kept, "its session reset", |mut c| async move {
-        sqlx::raw_sql("ROLLBACK").execute(&mut c.conn).await?;
+        if sqlx::raw_sql("DISCARD ALL").execute(&mut c.conn).await.is_err() {
+            sqlx::raw_sql("ROLLBACK").execute(&mut c.conn).await?;
+            sqlx::raw_sql("DISCARD ALL").execute(&mut c.conn).await?;
+        }
         c.conn.clear_cached_statements().await?;
-        sqlx::raw_sql("DISCARD ALL").execute(&mut c.conn).await?;
         Ok(c)
     })
 }
