@@ -43,7 +43,8 @@ pub fn explore_each<'a>(
     let (tx, rx) = std::sync::mpsc::channel();
     let slots = match jobs.iter().any(|j| !j.scenario.external.is_empty()) {
         true => 1,
-        // More threads than jobs help the last ones; those with nothing to do end at once.
+        // More threads than jobs help the last ones: they wait on the board for offers and
+        // end when no exploration runs any more.
         false => slots.max(1),
     };
     std::thread::scope(|scope| {

@@ -173,16 +173,22 @@ pub(super) fn run_cases<'e>(
 }
 
 /// A slot of its own for a thread: a new instance of the system `name` runs the cases it
-/// takes from `shared` and sends each result to `tx`.
-fn sending_slot(endpoints: &Endpoints, s: &Scenario, name: &str, shared: &Shared, tx: &mpsc::Sender<(u64, Result<Ran>)>) {
+/// takes from `shared` and sends each result to `tx`. Returns the number of cases it ran.
+fn sending_slot(endpoints: &Endpoints, s: &Scenario, name: &str, shared: &Shared, tx: &mpsc::Sender<(u64, Result<Ran>)>) -> usize {
     let system = instance(s, name).expect("parallel_ok checked that the workload has the system");
-    slot(endpoints, system, s, shared, |i, r| tx.send((i, r)).is_ok())
+    let mut ran = 0;
+    slot(endpoints, system, s, shared, |i, r| {
+        ran += 1;
+        tx.send((i, r)).is_ok()
+    });
+    ran
 }
 
 /// Runs the cases on this thread while offering them to `board`'s idle threads, each of which
 /// runs them as one more slot (see [`super::board`]), and feeds every result to `order`, in
 /// case order. Returns once no thread runs a case any more, also when the consumer panics
-/// (the panic then goes on): no helper outlives the exploration.
+/// (the panic then goes on, after the cases running elsewhere have ended): no helper
+/// outlives the exploration. A helper that ran cases says so in a debug log line.
 fn helped<'e, F: FnMut(Ran) -> Result<bool>>(
     endpoints: &'e Endpoints,
     system: &Rc<dyn System>,
@@ -195,33 +201,34 @@ fn helped<'e, F: FnMut(Ran) -> Result<bool>>(
     let work: Work<'e> = {
         let (shared, name) = (shared.clone(), system.name().to_string());
         Arc::new(move || {
-            tracing::debug!(system = %name, scenario = %s.name, "an idle slot helps an exploration");
-            sending_slot(endpoints, s, &name, &shared, &tx)
+            let cases = sending_slot(endpoints, s, &name, &shared, &tx);
+            if cases > 0 {
+                tracing::debug!(system = %name, scenario = %s.name, cases, "an idle slot helped an exploration");
+            }
         })
     };
     let ticket = board.offer(work);
-    let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let fed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         slot(endpoints, system.clone(), s, shared, |i, r| {
             let more = order.feed(i, r);
             while let Ok((i, r)) = rx.try_recv() {
                 order.feed(i, r);
             }
             more
-        })
-    }));
-    // No thread starts helping now (the board held the only other sender); those helping
-    // finish their case, find nothing left to take, and drop their copy of the work.
-    board.withdraw(ticket);
-    match mine {
-        Ok(()) => rx.into_iter().for_each(|(index, ran)| {
+        });
+        // No thread starts helping now (the board held the only other sender); those helping
+        // finish their case, find nothing left to take, and drop their copy of the work.
+        board.withdraw(ticket);
+        for (index, ran) in rx.iter() {
             order.feed(index, ran);
-        }),
-        Err(panic) => {
-            // Nobody takes another case; the results of those running are dropped.
-            shared.stop_at.fetch_min(0, Ordering::Relaxed);
-            rx.into_iter().for_each(drop);
-            std::panic::resume_unwind(panic)
         }
+    }));
+    if let Err(panic) = fed {
+        // Nobody takes another case; the results of those running are dropped.
+        board.withdraw(ticket);
+        shared.stop_at.fetch_min(0, Ordering::Relaxed);
+        rx.iter().for_each(drop);
+        std::panic::resume_unwind(panic)
     }
 }
 
