@@ -64,8 +64,8 @@ fn row(name: &str, r: &Report) -> String {
 
 /// Explores every mutant of the catalogue and the reference (at once, on a job board) with the
 /// same budget and seed, prints the detection table, and writes it as `catalogue.md` into
-/// `--report-dir` beside the reports (where a mutant's test case passes when it is caught). Exit 0 when every mutant
-/// was caught and the reference passed, 1 otherwise.
+/// `--report-dir` beside the reports (where a mutant's test case passes when it is caught).
+/// Exit 0 when every mutant was caught and the reference passed, 1 otherwise.
 pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &CatalogueArgs, registry: &Registry) -> Result<i32> {
     let workloads = match &args.workload {
         Some(w) => vec![registry
