@@ -6,7 +6,8 @@
 //! invisible until its visibility expires). A restart is `Sim::bounce`: fresh software that
 //! connects again. Connections are owned by the host future so that a crash closes them; a
 //! worker's PostgreSQL connection left idle at the schedule's end is kept for the namespace's
-//! next schedule ([`super::worker_pg`]).
+//! next schedule ([`super::worker_pg`]). The sockets to the services belong to the I/O
+//! runtime, and every host task's wakes reach the scheduler ([`super::io`]).
 
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -39,7 +40,8 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
         .build();
     for p in &spec.providers {
         let (provider, world) = (p.clone(), spec.world.clone());
-        sim.host(p.name(), move || super::net::host::serve(provider.clone(), world.clone()));
+        let wake = spec.wake.clone();
+        sim.host(p.name(), move || wake.wrap(super::net::host::serve(provider.clone(), world.clone())));
     }
     for w in workers {
         let role = role_of(&spec.roles, w).ok_or_else(|| anyhow::anyhow!("worker name `{w}` matches no role"))?;
@@ -52,7 +54,8 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
         if let Some(ext) = spec.external.iter().find(|e| e.role == prefix).cloned() {
             sim.host(w.as_str(), move || {
                 let (name, spec, ext) = (name.clone(), spec.clone(), ext.clone());
-                async move { crate::sim::wire::host::run(name, ext, queue, spec).await.map_err(|e| format!("{e:#}").into()) }
+                let wake = spec.wake.clone();
+                wake.wrap(async move { crate::sim::wire::host::run(name, ext, queue, spec).await.map_err(|e| format!("{e:#}").into()) })
             });
             continue;
         }
@@ -62,7 +65,8 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
             .ok_or_else(|| anyhow::anyhow!("system `{}` has no program for role `{}`", spec.system.name(), role.prefix))?;
         sim.host(w.as_str(), move || {
             let (name, spec) = (name.clone(), spec.clone());
-            async move {
+            let wake = spec.wake.clone();
+            wake.wrap(async move {
                 let program = spec.system.program(prefix).expect("checked when the fleet was built");
                 // A panic in the workload's code is this worker's failure, a harness error
                 // that names it (issue 16), never a pass nor a torn-down process.
@@ -71,7 +75,7 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
                     .await
                     .unwrap_or_else(|p| Err(anyhow::anyhow!("worker {name} panicked: {}", crate::error::panic_text(&*p))))
                     .map_err(|e| format!("{e:#}").into())
-            }
+            })
         });
     }
     Ok(sim)
@@ -87,7 +91,9 @@ async fn host_main(name: String, program: Program, queue: Option<&'static str>, 
         }
     };
     let sqs = clients::sqs_client_counted(&spec.endpoints.sqs_endpoint_url, &spec.sqs_calls);
-    let redis = clients::redis_connect(&spec.endpoints.redis_url).await?;
+    // Connected on the I/O runtime, which then runs the connection's driver ([`super::io`]).
+    let url = spec.endpoints.redis_url.clone();
+    let redis = super::io::on_io(async move { clients::redis_connect(&url).await }).await?;
     let cx = Cx::new(name, spec.world.clone(), pg, spec.pg_kept.clone(), sqs, redis, spec.queues.clone(), spec.config.clone());
     programs::run(program, queue, cx).await;
     Ok(())

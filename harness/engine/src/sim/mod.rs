@@ -9,6 +9,7 @@ pub mod cx;
 pub(crate) mod fleet;
 pub(crate) mod gate;
 pub(crate) mod host_spec;
+pub(crate) mod io;
 pub(crate) mod net;
 pub mod history;
 pub(crate) mod pool;

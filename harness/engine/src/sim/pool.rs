@@ -158,6 +158,11 @@ mod tests {
         let ddl = format!("{DDL} -- pool test {}", unique_namespace());
         let a = take(&e, &ddl, &specs(), false).unwrap();
         let first = a.schema.clone();
+        // A schedule that wrote nothing: its reset empties only the seeded `jobs`, which
+        // `runs` (no page) references, so the TRUNCATE must take `runs` too or fail.
+        give_back(a, &[], true);
+        let a = take(&e, &ddl, &specs(), false).unwrap();
+        assert_eq!(a.schema, first, "the namespace of a schedule that wrote nothing was not reused");
         let fresh = rows(&a);
         assert_eq!(fresh, (vec![(1, "seeded by the DDL".to_string())], 0, 101));
         let key = format!("{first}:lock");

@@ -11,7 +11,7 @@
 //! closes and PostgreSQL rolls back the open transaction itself (a connection is kept only
 //! from hosts stopped at the schedule's end, never from a crash, a graceful stop or a finished
 //! program), and a restarted worker connects anew ([`Shelf::started`]). Connections are made on
-//! one long-lived I/O runtime ([`io`]) rather than on the turmoil host's: a host's runtime is
+//! one long-lived I/O runtime ([`super::io::runtime`]) rather than on the turmoil host's: a host's runtime is
 //! dropped when its schedule ends, and a socket registered with a dropped runtime's reactor
 //! cannot be used again. The host's tasks still poll the socket; the I/O runtime's thread runs
 //! the connects, the resets and the checks, and otherwise waits on readiness and wakes them.
@@ -23,11 +23,10 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions, Connection, PgConnection};
+use sqlx::{ConnectOptions, Connection, PgConnection, Row};
 
 /// Kept connections beyond this many, across all the namespaces of one process (those taken
 /// by running schedules included), are closed when a namespace goes back to the pool, the
@@ -50,20 +49,6 @@ pub fn kept() -> usize {
     KEPT.load(Ordering::Relaxed)
 }
 
-/// The runtime every worker connection is registered with: one thread for all slots, which
-/// lives as long as the process.
-fn io() -> &'static tokio::runtime::Runtime {
-    static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    IO.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("crashpoint-pg-io")
-            .enable_all()
-            .build()
-            .expect("starting the runtime of the workers' PostgreSQL connections")
-    })
-}
-
 /// A worker's connection and its backend's process id (for `pg_blocking_pids`).
 pub struct WorkerPg {
     /// The connection; its `search_path` is the namespace's schema (a startup parameter, so
@@ -83,10 +68,22 @@ impl Drop for WorkerPg {
     }
 }
 
-/// Connects with `opts` on the I/O runtime and asks the backend's pid. Awaitable from any
-/// runtime (a turmoil host's). Errors: the connection's or the query's.
+/// The workers' `plan_cache_mode` (PostgreSQL docs, "Query Planning"; a startup parameter,
+/// so `RESET ALL` keeps it): a prepared statement is planned once, without its parameters'
+/// values, and planned again only when a relation it reads changed (a TRUNCATE between
+/// schedules). With the default (`auto`) a statement's first five executions are planned for
+/// their values and later ones may take the generic plan, so the plan, and with it the order of
+/// rows a query without `ORDER BY` returns, would change with how many schedules a kept
+/// connection served, which depends on `--jobs`. Measured 2026-12-02 (release bench,
+/// payout/explore, 40 schedules, 1 slot, PostgreSQL's own statement times): Bind took 223 ms
+/// in all with this mode, 282 ms with `force_custom_plan`.
+pub const PLAN_CACHE_MODE: &str = "force_generic_plan";
+
+/// Connects with `opts` (and [`PLAN_CACHE_MODE`]) on the I/O runtime and asks the backend's
+/// pid. Awaitable from any runtime (a turmoil host's). Errors: the connection's or the query's.
 pub async fn connect(opts: PgConnectOptions) -> anyhow::Result<WorkerPg> {
-    io().spawn(async move {
+    let opts = opts.options([("plan_cache_mode", PLAN_CACHE_MODE)]);
+    super::io::runtime().spawn(async move {
         let mut conn = opts.connect().await?;
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut conn).await?;
         anyhow::Ok(WorkerPg { conn, pid, counted: false })
@@ -108,7 +105,7 @@ where
     }
     // The timers are made inside the runtime: they need its clock.
     let all = async { futures_util::future::join_all(conns.into_iter().map(|c| tokio::time::timeout(ANSWER_MAX, op(c)))).await };
-    io().block_on(all)
+    super::io::runtime().block_on(all)
         .into_iter()
         .filter_map(|r| match r {
             Ok(Ok(c)) => Some(c),
@@ -124,22 +121,44 @@ where
         .collect()
 }
 
-/// Puts the sessions of connections left at a schedule's end back as fresh ones: `DISCARD ALL`
-/// (PostgreSQL docs, "DISCARD": no cursor, setting, prepared statement or plan, listener,
-/// advisory lock, temporary table or sequence state survives), then sqlx's cache of prepared
-/// statements cleared (the statements are gone on the server already, and closing one that
-/// does not exist is no error there). `DISCARD ALL` cannot run inside a transaction block: when
-/// it fails (a transaction left open), a `ROLLBACK` and a second `DISCARD ALL` follow. So a
-/// session outside a transaction, the usual case, takes one round trip and no `ROLLBACK`, which
-/// PostgreSQL would log as a warning ("there is no transaction in progress"). Returns those
-/// whose reset succeeded; see [`each_at_once`].
+/// What [`reset`] sends: `DISCARD ALL` (PostgreSQL docs, "DISCARD") without its `DEALLOCATE
+/// ALL` and `DISCARD PLANS`, then the count of statements prepared by SQL (`PREPARE` by the
+/// workload; sqlx prepares through the protocol: `pg_prepared_statements.from_sql`). One simple query, so one round trip, which PostgreSQL runs as
+/// one implicit transaction. Its first statement fails (division by zero) inside a
+/// transaction a worker left open, where `now()`, the transaction's start, is before
+/// `statement_timestamp()` (docs §9.9.5): the rest would run inside that transaction.
+const RESET_SESSION: &str = "SELECT 1 / (now() = statement_timestamp())::int; \
+    CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); \
+    DISCARD TEMP; DISCARD SEQUENCES; \
+    SELECT count(*) FROM pg_prepared_statements WHERE from_sql";
+
+/// Puts the sessions of connections left at a schedule's end back as fresh ones
+/// ([`RESET_SESSION`]): no cursor, setting, listener, advisory lock, temporary table or
+/// sequence state survives, nor any statement the workload prepared itself (when there is
+/// one, a `DISCARD ALL` follows, and sqlx's cache is cleared with it). sqlx's prepared
+/// statements survive otherwise, with its cache of them: the next schedule's workers send the
+/// same statements, and preparing them anew for each schedule was a Parse round trip per
+/// statement and worker (18 a schedule in payout/explore, against 6 when kept). A
+/// statement's result does not depend on it: the rows are the namespace's, and each
+/// execution is planned anew ([`PLAN_CACHE_MODE`]), as in a fresh session. When a transaction
+/// was left open, a `ROLLBACK` and the reset again follow; a session outside a transaction,
+/// the usual case, takes one round trip and no `ROLLBACK`, which PostgreSQL would log as a
+/// warning ("there is no transaction in progress"). Returns those whose reset succeeded; see
+/// [`each_at_once`].
 pub fn reset(kept: Vec<WorkerPg>) -> Vec<WorkerPg> {
     each_at_once(kept, "its session reset", |mut c| async move {
-        if sqlx::raw_sql("DISCARD ALL").execute(&mut c.conn).await.is_err() {
-            sqlx::raw_sql("ROLLBACK").execute(&mut c.conn).await?;
+        let rows = match sqlx::raw_sql(RESET_SESSION).fetch_all(&mut c.conn).await {
+            Ok(rows) => rows,
+            Err(_) => {
+                sqlx::raw_sql("ROLLBACK").execute(&mut c.conn).await?;
+                sqlx::raw_sql(RESET_SESSION).fetch_all(&mut c.conn).await?
+            }
+        };
+        let own: i64 = rows.last().map(|r| r.try_get(0)).transpose()?.unwrap_or(0);
+        if own > 0 {
             sqlx::raw_sql("DISCARD ALL").execute(&mut c.conn).await?;
+            c.conn.clear_cached_statements().await?;
         }
-        c.conn.clear_cached_statements().await?;
         Ok(c)
     })
 }
@@ -264,7 +283,8 @@ mod tests {
                  (SELECT count(*) FROM pg_prepared_statements)",
             );
             let state = state.fetch_one(&mut c.conn).await.unwrap();
-            // sqlx's cache was cleared with the server's statements: the statement is prepared anew.
+            // The workload's own `PREPARE` made the reset discard every statement, and sqlx's
+            // cache with them: the statement is prepared anew.
             (state, sqlx::query_scalar(count).fetch_one(&mut c.conn).await)
         });
         assert_eq!(locks, 0, "the advisory lock survived");
@@ -273,6 +293,20 @@ mod tests {
         assert_eq!(path, b.schema, "the search_path is not the namespace's");
         assert_eq!(prepared, 1, "prepared statements survived (only the check's own is expected)");
         assert_eq!(rows.expect("a statement failed after the reset"), 0, "the schedule's rows survived");
+        // A schedule that prepared nothing itself: sqlx's statements survive the reset, with
+        // its cache (no new Parse), and still read the namespace's rows as they are now.
+        b.rt.block_on(sqlx::raw_sql("INSERT INTO t VALUES (3)").execute(&mut c.conn)).unwrap();
+        let mut c = reset(vec![c]).pop().expect("the reset failed");
+        let (kept, mode, rows): (i64, String, i64) = b.rt.block_on(async {
+            let kept = sqlx::query_scalar("SELECT count(*) FROM pg_prepared_statements WHERE statement = $1").bind(count);
+            let kept = kept.fetch_one(&mut c.conn).await.unwrap();
+            let mode = sqlx::query_scalar("SELECT current_setting('plan_cache_mode')").fetch_one(&mut c.conn).await.unwrap();
+            sqlx::raw_sql(&format!("TRUNCATE {}.t", b.schema)).execute(&b.pg).await.unwrap();
+            (kept, mode, sqlx::query_scalar(count).fetch_one(&mut c.conn).await.unwrap())
+        });
+        assert_eq!(kept, 1, "sqlx's statement did not survive the reset");
+        assert_eq!(mode, PLAN_CACHE_MODE, "the plan cache mode did not survive the reset");
+        assert_eq!(rows, 0, "a kept statement read rows a TRUNCATE removed");
         // A host that stops mid-schedule (a crash) leaves nothing: its connection closes.
         let mid = Shelf::new(Vec::new());
         mid.leave(c);

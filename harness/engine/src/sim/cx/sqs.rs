@@ -6,6 +6,7 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use uuid::Uuid;
 
 use super::{CallError, Cx, Delivery, REAL_VISIBILITY_S};
+use crate::sim::io::on_io;
 
 /// An entry of a DeleteMessageBatch that failed while the call succeeded.
 #[derive(Debug, Clone)]
@@ -37,16 +38,17 @@ impl Cx {
         let (queue, prefix) = (self.queues.name(queue), self.queues.prefix(queue));
         self.gate("recv").await?;
         self.count(0, 1, 0);
-        let r = self
-            .sqs
-            .receive_message()
-            .queue_url(self.queues.url(queue))
-            .max_number_of_messages(max as i32)
-            .wait_time_seconds(0)
-            .visibility_timeout(REAL_VISIBILITY_S)
-            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-            .send()
-            .await;
+        let r = on_io(
+            self.sqs
+                .receive_message()
+                .queue_url(self.queues.url(queue))
+                .max_number_of_messages(max as i32)
+                .wait_time_seconds(0)
+                .visibility_timeout(REAL_VISIBILITY_S)
+                .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+                .send(),
+        )
+        .await;
         let messages = match r {
             Ok(out) => out.messages.unwrap_or_default(),
             Err(e) => {
@@ -131,7 +133,7 @@ impl Cx {
         if let Some(f) = &fifo {
             req = req.message_group_id(&f.group).message_deduplication_id(&f.dedup);
         }
-        match req.send().await {
+        match on_io(req.send()).await {
             Ok(out) => {
                 let who = self.world.borrow().names.uuid(&identity);
                 let sent = self.world.borrow_mut().sent(queue, prefix, &out.message_id.unwrap_or_default(), fifo.is_some(), fifo.as_ref());
@@ -177,7 +179,7 @@ impl Cx {
             return Ok(());
         }
         self.count(0, 1, 0);
-        let r = self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send().await;
+        let r = on_io(self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send()).await;
         match r {
             Ok(_) => {
                 self.world.borrow_mut().sqs.deleted(&d.msg);
@@ -249,7 +251,9 @@ impl Cx {
             });
             let request: Result<Vec<_>, _> = request.collect();
             let r = match request {
-                Ok(request) => self.sqs.delete_message_batch().queue_url(self.queues.url(queue)).set_entries(Some(request)).send().await.map_err(|e| aws_err(&e)),
+                Ok(request) => {
+                    on_io(self.sqs.delete_message_batch().queue_url(self.queues.url(queue)).set_entries(Some(request)).send()).await.map_err(|e| aws_err(&e))
+                }
                 Err(e) => Err(e.to_string()),
             };
             let out = match r {
@@ -295,14 +299,15 @@ impl Cx {
     pub async fn change_visibility(&mut self, op: &'static str, d: &Delivery, secs: u64) -> Result<(), CallError> {
         self.gate(op).await?;
         self.count(0, 1, 0);
-        let r = self
-            .sqs
-            .change_message_visibility()
-            .queue_url(self.queues.url(d.queue))
-            .receipt_handle(&d.receipt)
-            .visibility_timeout(if secs == 0 { 0 } else { REAL_VISIBILITY_S })
-            .send()
-            .await;
+        let r = on_io(
+            self.sqs
+                .change_message_visibility()
+                .queue_url(self.queues.url(d.queue))
+                .receipt_handle(&d.receipt)
+                .visibility_timeout(if secs == 0 { 0 } else { REAL_VISIBILITY_S })
+                .send(),
+        )
+        .await;
         match r {
             Ok(_) => {
                 self.complete(
