@@ -79,6 +79,27 @@ pub fn sqs_client_counted(endpoint: &str, calls: &super::sqs_calls::SqsCalls) ->
     aws_sdk_sqs::Client::from_conf(sqs_config(endpoint).interceptor(calls.interceptor()).build())
 }
 
+/// Like [`sqs_client_counted`], with one HTTP connection pool per endpoint for the whole
+/// process, so that keep-alive connections outlive the worker host that opened them and serve
+/// the next schedule's workers: LocalStack accepts a new TCP connection per worker and
+/// schedule otherwise. Only for clients whose every call runs on the I/O runtime
+/// ([`crate::sim::io::on_io`]): the pool's connections are tasks of the runtime that opened
+/// them, which must outlive every user of the pool.
+pub fn sqs_worker_client(endpoint: &str, calls: &super::sqs_calls::SqsCalls) -> aws_sdk_sqs::Client {
+    use std::collections::BTreeMap;
+    use std::sync::{Mutex, OnceLock};
+    type Pools = Mutex<BTreeMap<String, aws_smithy_runtime_api::client::http::SharedHttpClient>>;
+    static POOLS: OnceLock<Pools> = OnceLock::new();
+    let http = POOLS
+        .get_or_init(Pools::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(endpoint.to_string())
+        .or_insert_with(|| http_client(endpoint))
+        .clone();
+    aws_sdk_sqs::Client::from_conf(sqs_config(endpoint).http_client(http).interceptor(calls.interceptor()).build())
+}
+
 fn sqs_config(endpoint: &str) -> aws_sdk_sqs::config::Builder {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
     let creds = Credentials::new(

@@ -90,7 +90,7 @@ async fn host_main(name: String, program: Program, queue: Option<&'static str>, 
             super::worker_pg::connect(opts).await?
         }
     };
-    let sqs = clients::sqs_client_counted(&spec.endpoints.sqs_endpoint_url, &spec.sqs_calls);
+    let sqs = clients::sqs_worker_client(&spec.endpoints.sqs_endpoint_url, &spec.sqs_calls);
     // Connected on the I/O runtime, which then runs the connection's driver ([`super::io`]).
     let url = spec.endpoints.redis_url.clone();
     let redis = super::io::on_io(async move { clients::redis_connect(&url).await }).await?;
