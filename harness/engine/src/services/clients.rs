@@ -71,12 +71,12 @@ pub fn pg_options(url: &str) -> Result<PgConnectOptions> {
 /// credentials from `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` (default `test`/`test`, the
 /// emulators' convention). SDK timeouts, retries and stalled-stream protection are disabled.
 pub fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
-    aws_sdk_sqs::Client::from_conf(sqs_config(endpoint).build())
+    aws_sdk_sqs::Client::from_conf(sqs_config(endpoint, http_client(endpoint)).build())
 }
 
 /// Like [`sqs_client`], and every call it makes is counted in `calls` by operation.
 pub fn sqs_client_counted(endpoint: &str, calls: &super::sqs_calls::SqsCalls) -> aws_sdk_sqs::Client {
-    aws_sdk_sqs::Client::from_conf(sqs_config(endpoint).interceptor(calls.interceptor()).build())
+    aws_sdk_sqs::Client::from_conf(sqs_config(endpoint, http_client(endpoint)).interceptor(calls.interceptor()).build())
 }
 
 /// Like [`sqs_client_counted`], with one HTTP connection pool per endpoint for the whole
@@ -97,10 +97,10 @@ pub fn sqs_worker_client(endpoint: &str, calls: &super::sqs_calls::SqsCalls) -> 
         .entry(endpoint.to_string())
         .or_insert_with(|| http_client(endpoint))
         .clone();
-    aws_sdk_sqs::Client::from_conf(sqs_config(endpoint).http_client(http).interceptor(calls.interceptor()).build())
+    aws_sdk_sqs::Client::from_conf(sqs_config(endpoint, http).interceptor(calls.interceptor()).build())
 }
 
-fn sqs_config(endpoint: &str) -> aws_sdk_sqs::config::Builder {
+fn sqs_config(endpoint: &str, http: aws_smithy_runtime_api::client::http::SharedHttpClient) -> aws_sdk_sqs::config::Builder {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
     let creds = Credentials::new(
         env("AWS_ACCESS_KEY_ID", "test"),
@@ -114,17 +114,16 @@ fn sqs_config(endpoint: &str) -> aws_sdk_sqs::config::Builder {
         .region(Region::new(env("AWS_REGION", DEFAULT_REGION)))
         .credentials_provider(creds)
         .endpoint_url(endpoint)
-        .http_client(http_client(endpoint))
+        .http_client(http)
         .retry_config(RetryConfig::disabled())
         .timeout_config(TimeoutConfig::disabled())
         .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
 }
 
 /// The SDK's client with [`SQS_POOL_IDLE`]: plain HTTP for an `http://` endpoint (LocalStack,
-/// an emulator), else HTTPS with rustls and aws-lc. Every worker host builds its own client at
-/// each start, and an HTTPS-capable one loads and parses the platform's root certificates
-/// each time (about 2 % of the harness's CPU in `perf`, 2026-12-02), which a plain endpoint
-/// never uses.
+/// an emulator), else HTTPS with rustls and aws-lc. An HTTPS-capable one loads and parses the
+/// platform's root certificates when it is built (about 2 % of the harness's CPU in `perf`,
+/// 2026-12-02, when every worker host built its own), which a plain endpoint never uses.
 fn http_client(endpoint: &str) -> aws_smithy_runtime_api::client::http::SharedHttpClient {
     use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
     let builder = aws_smithy_http_client::Builder::new().pool_idle_timeout(SQS_POOL_IDLE);

@@ -346,25 +346,44 @@ impl Admin {
     }
 
     /// Empties every table of the schema and restores what the DDL left: its rows, and every
-    /// sequence's position ([`snapshot`]); deletes `keys`. One TRUNCATE takes the tables
-    /// that have pages and those the DDL put rows in; one with no page is empty and unchanged
+    /// sequence's position ([`snapshot`]); deletes `keys`. In one transaction: the DDL's
+    /// tables locked against writers first (`SHARE`, so that a backend still finishing a
+    /// write is waited for, as the TRUNCATE's own lock waited before the sizes were read),
+    /// then one TRUNCATE of the tables that have pages or statistics and of those the DDL put
+    /// rows in ([`Snapshot::restoring_sql`]). A table with neither is as the DDL left it
     /// ([`relations_and_pages`]), and a TRUNCATE of it would still make new files for it and
-    /// each of its indexes (about 1 ms a table here). The queues are not touched: the
-    /// caller knows them empty ([`crate::sim::pool`]). Errors: the schema is not reusable, or
-    /// a schedule created or dropped a relation in it (a table the DDL did not make would keep
-    /// its rows), PostgreSQL's or Redis's.
+    /// each of its indexes. The queues are not touched: the caller knows them empty
+    /// ([`crate::sim::pool`]). Errors: the schema is not reusable, or a schedule created or
+    /// dropped a relation in it (a table the DDL did not make would keep its rows),
+    /// PostgreSQL's or Redis's.
     pub fn reset(&self, keys: &[String]) -> Result<()> {
         let snapshot = self.snapshot.as_ref().context("the schema cannot be restored by TRUNCATE and a copy")?;
         self.on_pg(async {
-            let now = relations_and_pages(&self.pg, &self.schema).await?;
+            let changed = |now: Vec<(String, bool)>| {
+                let now: Vec<String> = now.into_iter().map(|(r, _)| r).collect();
+                anyhow::anyhow!("the schedule changed the relations of schema {} (the DDL made {:?}, now {:?})", self.schema, snapshot.relations, now)
+            };
+            let mut tx = self.pg.begin().await?;
+            if !snapshot.tables.is_empty() {
+                let lock = format!("LOCK TABLE {} IN SHARE MODE", snapshot.tables.join(", "));
+                if let Err(e) = sqlx::raw_sql(&lock).execute(&mut *tx).await {
+                    drop(tx);
+                    let now = relations_and_pages(&self.pg, &self.schema).await?;
+                    return Err(match now.iter().map(|(r, _)| r).eq(&snapshot.relations) {
+                        true => anyhow::Error::from(e).context(format!("locking the tables of schema {}", self.schema)),
+                        false => changed(now),
+                    });
+                }
+            }
+            let now = relations_and_pages(&mut *tx, &self.schema).await?;
             if !now.iter().map(|(r, _)| r).eq(&snapshot.relations) {
-                let now: Vec<&String> = now.iter().map(|(r, _)| r).collect();
-                bail!("the schedule changed the relations of schema {} (the DDL made {:?}, now {:?})", self.schema, snapshot.relations, now);
+                return Err(changed(now));
             }
             let sql = snapshot.restoring_sql(&self.schema, &now);
             if !sql.is_empty() {
-                sqlx::raw_sql(&sql).execute(&self.pg).await.with_context(|| format!("resetting schema {}", self.schema))?;
+                sqlx::raw_sql(&sql).execute(&mut *tx).await.with_context(|| format!("resetting schema {}", self.schema))?;
             }
+            tx.commit().await?;
             Ok(delete_keys(&mut self.redis.clone(), keys).await?)
         })
     }
@@ -451,6 +470,8 @@ fn ident(name: &str) -> String {
 pub(crate) struct Snapshot {
     /// `name:relkind` of every relation of the schema (tables, indexes, sequences, views).
     relations: Vec<String>,
+    /// Every table of the schema (`schema."name"`).
+    tables: Vec<String>,
     /// The tables the DDL put rows in (`schema."name"`): emptied at every reset.
     seeded: Vec<String>,
     /// Foreign keys between the schema's tables, (referencing, referenced), as `schema."name"`:
@@ -462,8 +483,8 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
-    /// The SQL that restores `schema` given `now`, its relations and whether each has pages
-    /// ([`relations_and_pages`]): one TRUNCATE of the tables with pages, those the DDL put
+    /// The SQL that restores `schema` given `now`, its relations and whether each has pages or
+    /// statistics ([`relations_and_pages`]): one TRUNCATE of the tables with either, those the DDL put
     /// rows in and those referencing any of these (else PostgreSQL refuses the TRUNCATE), then
     /// [`Snapshot::restore`]. Empty when there is nothing to do.
     fn restoring_sql(&self, schema: &str, now: &[(String, bool)]) -> String {
@@ -482,13 +503,14 @@ impl Snapshot {
 }
 
 /// `name:relkind` of every relation in `schema`, sorted, and with each whether it is an
-/// ordinary table with at least one page on disk: a table with none has held no row, not even
-/// a deleted or rolled-back one, since its last TRUNCATE (a row's insert extends the file),
-/// so that neither it nor its indexes changed (PostgreSQL docs, "Database File Layout";
-/// `pg_relation_size`, §9.27.7).
-async fn relations_and_pages(pg: &PgPool, schema: &str) -> Result<Vec<(String, bool)>> {
+/// ordinary table with a page on disk or statistics (`reltuples` ≥ 0, set by VACUUM or ANALYZE;
+/// TRUNCATE sets it back to -1). A table with neither is as its last TRUNCATE left it: a row's
+/// insert, even one rolled back, extends the file, and only VACUUM shrinks a file, which also
+/// sets the statistics (PostgreSQL docs, "Database File Layout", §9.27.7 `pg_relation_size`,
+/// "pg_class"). So are its indexes, and no plan made for it depends on the schedules before.
+async fn relations_and_pages<'c>(pg: impl sqlx::PgExecutor<'c>, schema: &str) -> Result<Vec<(String, bool)>> {
     Ok(sqlx::query_as(
-        "SELECT c.relname::text || ':' || c.relkind::text, c.relkind = 'r' AND pg_relation_size(c.oid) > 0 \
+        "SELECT c.relname::text || ':' || c.relkind::text, c.relkind = 'r' AND (pg_relation_size(c.oid) > 0 OR c.reltuples >= 0) \
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 ORDER BY 1",
     )
     .bind(schema)
@@ -567,7 +589,8 @@ async fn snapshot(pg: &PgPool, schema: &str) -> Result<Option<Snapshot>> {
     .fetch_all(pg)
     .await?;
     let references = references.iter().map(|(from, to)| (format!("{schema}.{}", ident(from)), format!("{schema}.{}", ident(to)))).collect();
-    Ok(Some(Snapshot { relations: relations(pg, schema).await?, seeded: seeded_names, references, restore: sql }))
+    let tables = tables.iter().map(|t| format!("{schema}.{}", ident(t))).collect();
+    Ok(Some(Snapshot { relations: relations(pg, schema).await?, tables, seeded: seeded_names, references, restore: sql }))
 }
 
 #[cfg(test)]
@@ -590,16 +613,14 @@ mod tests {
         }
     }
 
-    /// Issue 16: a PostgreSQL killed between two schedules makes the next namespace fail at
-    /// its first connect, where a pool would retry the refused connect for its acquire timeout
-    /// (30 s by default) and the run would outlive its 10 s.
-    /// The reset empties the tables with pages, the seeded ones and, transitively, the
-    /// tables referencing any of these; an untouched table is left alone.
+    /// The reset empties the tables with pages or statistics, the seeded ones and,
+    /// transitively, the tables referencing any of these; an untouched table is left alone.
     #[test]
     fn the_reset_truncates_what_was_written_seeded_or_refers_to_it() {
         let q = |t: &str| format!("s.\"{t}\"");
         let snapshot = Snapshot {
             relations: Vec::new(),
+            tables: Vec::new(),
             seeded: vec![q("merchants")],
             references: vec![(q("payouts"), q("merchants")), (q("entries"), q("payouts")), (q("audit"), q("log"))],
             restore: "INSERT INTO s.\"merchants\" SELECT * FROM s_seed.\"merchants\";\n".into(),
@@ -617,10 +638,13 @@ mod tests {
         );
         let sql = snapshot.restoring_sql("s", &now(&["log", "other"]));
         assert!(sql.starts_with("TRUNCATE s.\"audit\", s.\"entries\", s.\"log\", s.\"merchants\", s.\"other\", s.\"payouts\";"), "{sql}");
-        let bare = Snapshot { relations: Vec::new(), seeded: Vec::new(), references: Vec::new(), restore: String::new() };
+        let bare = Snapshot { relations: Vec::new(), tables: Vec::new(), seeded: Vec::new(), references: Vec::new(), restore: String::new() };
         assert_eq!(bare.restoring_sql("s", &now(&[])), "", "nothing written, nothing seeded: nothing to run");
     }
 
+    /// Issue 16: a PostgreSQL killed between two schedules makes the next namespace fail at
+    /// its first connect, where a pool would retry the refused connect for its acquire timeout
+    /// (30 s by default) and the run would outlive its 10 s.
     #[test]
     fn creating_a_namespace_on_a_refusing_postgres_fails_without_retrying() {
         // A free port nobody listens on: connecting to it is refused at once.

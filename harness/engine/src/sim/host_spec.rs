@@ -39,6 +39,7 @@ pub struct HostSpec {
     /// PostgreSQL connections kept from the namespace's schedule before, for the workers to
     /// take, and where they leave theirs at the schedule's end.
     pub pg_kept: Rc<super::worker_pg::Shelf>,
-    /// Raised by every wake of a host task ([`super::io`]): the scheduler steps when it is.
+    /// Raised when a host's task is woken from another thread ([`super::io`]): the scheduler
+    /// steps when it is.
     pub wake: std::sync::Arc<super::io::Signal>,
 }

@@ -8,10 +8,11 @@
 //! on a real service, its reply is seen only by a step, so the scheduler had to step again
 //! and again, pausing 100 to 400 µs between steps (about 9 steps per SQS call of 2.3 ms, 3 per
 //! PostgreSQL call). Here the sockets belong to [`runtime`] instead: its thread waits on their
-//! readiness and wakes the host task that waits, and every host task's waker is wrapped
-//! ([`Signal::wrap`]) so that the same wake also reaches the schedule's thread
-//! ([`Signal::wait`]). The pause stays as a bound, for I/O that does not go through
-//! [`runtime`] (external workers' proxies).
+//! readiness and wakes the host task that waits, and every host's top-level future has its
+//! waker wrapped ([`Signal::wrap`]) so that the same wake also reaches the schedule's thread
+//! ([`Signal::wait`]). Tasks a host spawns itself (the simulated network's, the external
+//! workers' proxies) are not wrapped: the scheduler keeps stepping at once for the simulated
+//! network, and keeps its short pauses while an external worker moves.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -62,8 +63,9 @@ where
     }
 }
 
-/// "A worker was woken": set by any wake of a host task of the schedule, cleared by the
-/// schedule's thread when it waits.
+/// "A worker was woken": set when a host's task (its top-level future, [`Signal::wrap`]) is
+/// woken from another thread than the schedule's, cleared by the schedule's thread when it
+/// waits.
 #[derive(Debug)]
 pub struct Signal {
     woken: AtomicBool,
@@ -86,13 +88,19 @@ impl Signal {
     /// Waits until a host task was woken since the last wait, or at most `max`. Returns
     /// whether one was.
     pub fn wait(&self, max: Duration) -> bool {
-        if self.woken.swap(false, Ordering::AcqRel) {
-            return true;
+        let deadline = std::time::Instant::now() + max;
+        loop {
+            if self.woken.swap(false, Ordering::AcqRel) {
+                return true;
+            }
+            // A wake between the swap and the park unparks it at once; an unpark left over
+            // from a wake already seen, or a spurious one, parks again.
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            std::thread::park_timeout(left);
         }
-        // A wake between the swap and the park unparks it at once; a spurious return is
-        // the same as a timeout.
-        std::thread::park_timeout(max);
-        self.woken.swap(false, Ordering::AcqRel)
     }
 
     /// `fut` with every waker it hands down also raising this signal.

@@ -9,12 +9,14 @@
 //! end (a violation of quiescence, a harness error) drops the namespace and the next schedule
 //! gets a new one, as does a schema that a TRUNCATE and a copy cannot restore (triggers,
 //! partitions, generated columns) or in which the schedule created or dropped a relation. The
-//! reset then empties every table of the schema and restores what the DDL
+//! reset then empties every table of the schema that was written or analyzed since (the
+//! others are as their last TRUNCATE left them: [`super::admin::Admin::reset`]) and restores what the DDL
 //! left in it: its rows (kept in a side schema `<ns>_seed`) and every sequence's position. The
 //! schedule's Redis keys are deleted. The workers' connections left idle at the end are kept
 //! with the namespace (at most [`super::worker_pg::KEPT_MAX`] in all), their sessions reset as
-//! fresh ones ([`super::worker_pg::reset`]), so no session state (locks, settings, prepared
-//! statements, temporary tables) survives either.
+//! fresh ones ([`super::worker_pg::reset`]), so no session state (locks, settings, the
+//! workload's prepared statements, temporary tables) survives either; sqlx's own prepared
+//! statements do, planned the same way whatever ran before.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

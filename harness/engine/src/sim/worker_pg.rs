@@ -4,7 +4,7 @@
 //! `crashpoint bench` (perf, 2026-12-01: backend start and exit, page faults of a fresh
 //! process, the relation files and catalog caches each new backend loads). So a connection a
 //! worker still holds, idle and outside a transaction, when its schedule ends is reset as a
-//! fresh session ([`reset`]: `DISCARD ALL`) and kept with the namespace ([`super::pool`]) for
+//! fresh session ([`reset`]: `DISCARD ALL` but for sqlx's prepared statements) and kept with the namespace ([`super::pool`]) for
 //! the workers of the namespace's next schedule, which check it first ([`alive`]).
 //!
 //! What does not change: a crash drops the host's runtime with its connection, so the socket
@@ -16,9 +16,12 @@
 //! cannot be used again. The host's tasks still poll the socket; the I/O runtime's thread runs
 //! the connects, the resets and the checks, and otherwise waits on readiness and wakes them.
 //!
-//! The one difference from a fresh session that `DISCARD ALL` leaves: a custom setting
+//! What differs from a fresh session: sqlx's prepared statements and the plans cached with
+//! them, and those of PL/pgSQL functions, are kept ([`RESET_SESSION`]; every plan is made the
+//! same way whatever the connection ran before, [`PLAN_CACHE_MODE`]); and a custom setting
 //! (`SET app.x = …`) once set reads as `''` rather than NULL through
-//! `current_setting('app.x', true)` (PostgreSQL keeps the placeholder).
+//! `current_setting('app.x', true)` (PostgreSQL keeps the placeholder, even through
+//! `DISCARD ALL`).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -122,25 +125,27 @@ where
 }
 
 /// What [`reset`] sends: `DISCARD ALL` (PostgreSQL docs, "DISCARD") without its `DEALLOCATE
-/// ALL` and `DISCARD PLANS`, then the count of statements prepared by SQL (`PREPARE` by the
-/// workload; sqlx prepares through the protocol: `pg_prepared_statements.from_sql`). One simple query, so one round trip, which PostgreSQL runs as
-/// one implicit transaction. Its first statement fails (division by zero) inside a
+/// ALL` and `DISCARD PLANS`, then the counts of statements prepared by SQL (`PREPARE` by the
+/// workload) and through the protocol (sqlx's: `pg_prepared_statements.from_sql`). One simple
+/// query, so one round trip, which PostgreSQL runs as one implicit transaction. Its first statement fails (division by zero) inside a
 /// transaction a worker left open, where `now()`, the transaction's start, is before
 /// `statement_timestamp()` (docs §9.9.5): the rest would run inside that transaction.
 const RESET_SESSION: &str = "SELECT 1 / (now() = statement_timestamp())::int; \
     CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); \
     DISCARD TEMP; DISCARD SEQUENCES; \
-    SELECT count(*) FROM pg_prepared_statements WHERE from_sql";
+    SELECT count(*) FILTER (WHERE from_sql), count(*) FILTER (WHERE NOT from_sql) FROM pg_prepared_statements";
 
 /// Puts the sessions of connections left at a schedule's end back as fresh ones
 /// ([`RESET_SESSION`]): no cursor, setting, listener, advisory lock, temporary table or
-/// sequence state survives, nor any statement the workload prepared itself (when there is
-/// one, a `DISCARD ALL` follows, and sqlx's cache is cleared with it). sqlx's prepared
-/// statements survive otherwise, with its cache of them: the next schedule's workers send the
-/// same statements, and preparing them anew for each schedule was a Parse round trip per
-/// statement and worker (18 a schedule in payout/explore, against 6 when kept). A
-/// statement's result does not depend on it: the rows are the namespace's, and each
-/// execution is planned anew ([`PLAN_CACHE_MODE`]), as in a fresh session. When a transaction
+/// sequence state survives, nor any statement the workload prepared itself. sqlx's prepared
+/// statements survive, with its cache of them: the next schedule's workers send the same
+/// statements, and preparing them anew for each schedule was a Parse round trip per statement
+/// and worker (18 a schedule in payout/explore, against 6 when kept). When the server holds a
+/// statement prepared by SQL, or not exactly as many protocol-prepared ones as sqlx's cache
+/// (the workload ran `DEALLOCATE` or `DISCARD ALL` itself), a `DISCARD ALL` follows and sqlx's
+/// cache is cleared. A statement's result does not depend on what the connection ran before:
+/// the rows are the namespace's, and its plan is made the same way ([`PLAN_CACHE_MODE`]),
+/// again after a TRUNCATE of what it reads. When a transaction
 /// was left open, a `ROLLBACK` and the reset again follow; a session outside a transaction,
 /// the usual case, takes one round trip and no `ROLLBACK`, which PostgreSQL would log as a
 /// warning ("there is no transaction in progress"). Returns those whose reset succeeded; see
@@ -154,8 +159,11 @@ pub fn reset(kept: Vec<WorkerPg>) -> Vec<WorkerPg> {
                 sqlx::raw_sql(RESET_SESSION).fetch_all(&mut c.conn).await?
             }
         };
-        let own: i64 = rows.last().map(|r| r.try_get(0)).transpose()?.unwrap_or(0);
-        if own > 0 {
+        let (by_sql, by_protocol): (i64, i64) = match rows.last() {
+            Some(r) => (r.try_get(0)?, r.try_get(1)?),
+            None => (0, 0),
+        };
+        if by_sql > 0 || by_protocol != c.conn.cached_statements_size() as i64 {
             sqlx::raw_sql("DISCARD ALL").execute(&mut c.conn).await?;
             c.conn.clear_cached_statements().await?;
         }
@@ -307,6 +315,12 @@ mod tests {
         assert_eq!(kept, 1, "sqlx's statement did not survive the reset");
         assert_eq!(mode, PLAN_CACHE_MODE, "the plan cache mode did not survive the reset");
         assert_eq!(rows, 0, "a kept statement read rows a TRUNCATE removed");
+        // A workload that dropped sqlx's statements on the server behind its back: the reset
+        // clears sqlx's cache too, so the next schedule's statements are prepared anew.
+        b.rt.block_on(sqlx::raw_sql("DEALLOCATE ALL").execute(&mut c.conn)).unwrap();
+        let mut c = reset(vec![c]).pop().expect("the reset failed");
+        let rows: Result<i64, sqlx::Error> = b.rt.block_on(sqlx::query_scalar(count).fetch_one(&mut c.conn));
+        assert!(rows.is_ok(), "a statement sqlx still had cached failed after the workload's DEALLOCATE ALL: {rows:?}");
         // A host that stops mid-schedule (a crash) leaves nothing: its connection closes.
         let mid = Shelf::new(Vec::new());
         mid.leave(c);

@@ -615,7 +615,8 @@ impl<'a> Run<'a> {
             }
             // While the same workers wait on real I/O, stepping again at once only burns the
             // CPU that PostgreSQL and LocalStack need: before each further step with the same
-            // workers moving, pause briefly (never after the step that ends the settle).
+            // workers moving, wait for a reply ([`Run::wait_for_io`]; never after the step that
+            // ends the settle).
             if moving == last_moving {
                 spins += 1;
                 // Only real I/O needs the wait: a call on the simulated network advances with
