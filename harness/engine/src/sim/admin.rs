@@ -507,7 +507,8 @@ impl Snapshot {
 /// TRUNCATE sets it back to -1). A table with neither is as its last TRUNCATE left it: a row's
 /// insert, even one rolled back, extends the file, and only VACUUM shrinks a file, which also
 /// sets the statistics (PostgreSQL docs, "Database File Layout", §9.27.7 `pg_relation_size`,
-/// "pg_class"). So are its indexes, and no plan made for it depends on the schedules before.
+/// "pg_class"). So are its indexes. Column statistics (`pg_statistic`) from an autoanalyze
+/// survive a TRUNCATE either way.
 async fn relations_and_pages<'c>(pg: impl sqlx::PgExecutor<'c>, schema: &str) -> Result<Vec<(String, bool)>> {
     Ok(sqlx::query_as(
         "SELECT c.relname::text || ':' || c.relkind::text, c.relkind = 'r' AND (pg_relation_size(c.oid) > 0 OR c.reltuples >= 0) \
