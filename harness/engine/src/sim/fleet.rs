@@ -40,8 +40,7 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
         .build();
     for p in &spec.providers {
         let (provider, world) = (p.clone(), spec.world.clone());
-        let wake = spec.wake.clone();
-        sim.host(p.name(), move || wake.wrap(super::net::host::serve(provider.clone(), world.clone())));
+        host(&mut sim, p.name(), spec.wake.clone(), move || super::net::host::serve(provider.clone(), world.clone()));
     }
     for w in workers {
         let role = role_of(&spec.roles, w).ok_or_else(|| anyhow::anyhow!("worker name `{w}` matches no role"))?;
@@ -52,10 +51,9 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
         };
         let (name, spec) = (w.clone(), spec.clone());
         if let Some(ext) = spec.external.iter().find(|e| e.role == prefix).cloned() {
-            sim.host(w.as_str(), move || {
+            host(&mut sim, w, spec.wake.clone(), move || {
                 let (name, spec, ext) = (name.clone(), spec.clone(), ext.clone());
-                let wake = spec.wake.clone();
-                wake.wrap(async move { crate::sim::wire::host::run(name, ext, queue, spec).await.map_err(|e| format!("{e:#}").into()) })
+                async move { crate::sim::wire::host::run(name, ext, queue, spec).await.map_err(|e| format!("{e:#}").into()) }
             });
             continue;
         }
@@ -63,10 +61,9 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
         spec.system
             .program(role.prefix)
             .ok_or_else(|| anyhow::anyhow!("system `{}` has no program for role `{}`", spec.system.name(), role.prefix))?;
-        sim.host(w.as_str(), move || {
+        host(&mut sim, w, spec.wake.clone(), move || {
             let (name, spec) = (name.clone(), spec.clone());
-            let wake = spec.wake.clone();
-            wake.wrap(async move {
+            async move {
                 let program = spec.system.program(prefix).expect("checked when the fleet was built");
                 // A panic in the workload's code is this worker's failure, a harness error
                 // that names it (issue 16), never a pass nor a torn-down process.
@@ -75,10 +72,22 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
                     .await
                     .unwrap_or_else(|p| Err(anyhow::anyhow!("worker {name} panicked: {}", crate::error::panic_text(&*p))))
                     .map_err(|e| format!("{e:#}").into())
-            })
+            }
         });
     }
     Ok(sim)
+}
+
+/// Adds host `name` to `sim`, running the future `software()` makes at each start and restart,
+/// with its wakes raising `wake` ([`super::io::Signal::wrap`]; the fleet's is
+/// [`HostSpec::wake`]): every host of the fleet is added here, so that no reply waits out the
+/// scheduler's pause.
+fn host<'a, F, Fut>(sim: &mut turmoil::Sim<'a>, name: &str, wake: std::sync::Arc<super::io::Signal>, software: F)
+where
+    F: Fn() -> Fut + 'a,
+    Fut: std::future::Future<Output = turmoil::Result> + 'static,
+{
+    sim.host(name, move || wake.wrap(software()));
 }
 
 async fn host_main(name: String, program: Program, queue: Option<&'static str>, spec: Rc<HostSpec>) -> anyhow::Result<()> {

@@ -15,6 +15,7 @@ pub mod history;
 pub(crate) mod pool;
 pub(crate) mod programs;
 pub(crate) mod scheduler;
+pub(crate) mod snapshot;
 pub(crate) mod world;
 pub(crate) mod worker_pg;
 pub mod wire;

@@ -8,8 +8,8 @@
 //! ([`super::admin::Admin::leftovers`]), so the queues hold no message and no receipt. Any other
 //! end (a violation of quiescence, a harness error) drops the namespace and the next schedule
 //! gets a new one, as does a schema that a TRUNCATE and a copy cannot restore (triggers,
-//! partitions, generated columns) or in which the schedule created or dropped a relation. The
-//! reset then empties every table of the schema that was written or analyzed since (the
+//! partitions, generated columns), in which the schedule created or dropped a relation, or
+//! whose tables a backend still locks past [`super::admin::LOCK_TIMEOUT_MS`]. The reset then empties every table of the schema that was written or analyzed since (the
 //! others are as their last TRUNCATE left them: [`super::admin::Admin::reset`]) and restores what the DDL
 //! left in it: its rows (kept in a side schema `<ns>_seed`) and every sequence's position. The
 //! schedule's Redis keys are deleted. The workers' connections left idle at the end are kept
@@ -195,7 +195,7 @@ mod tests {
         let gone: bool = c.rt.block_on(async {
             sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname IN ($1, $2))")
                 .bind(&first)
-                .bind(crate::sim::admin::seed_schema(&first))
+                .bind(crate::sim::snapshot::seed_schema(&first))
                 .fetch_one(&c.pg)
                 .await
                 .unwrap()
