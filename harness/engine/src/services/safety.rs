@@ -50,9 +50,10 @@ pub fn check_destructive(endpoints: &Endpoints, allow_remote: bool, what: &str) 
 /// written there, what it destroys). Statements a workload's handlers run are not here: they
 /// run through [`crate::sim::cx::Cx`] in the schedule's own schema, queues and keys.
 pub const DESTRUCTIVE: &[(&str, &str, &str)] = &[
-    ("sim/admin.rs", "CREATE SCHEMA", "a schedule's schema and its template, named from a fresh UUID"),
-    ("sim/admin.rs", "DROP SCHEMA", "the schedule's schema and template at teardown"),
-    ("sim/admin.rs", "TRUNCATE", "the pooled schema's tables, to reset it for the next schedule"),
+    ("sim/admin.rs", "CREATE SCHEMA", "a schedule's schema, named from the process and a counter (`pool::unique_namespace`)"),
+    ("sim/admin.rs", "DROP SCHEMA", "the schedule's schema and its side schema `<ns>_seed` at teardown"),
+    ("sim/snapshot.rs", "CREATE SCHEMA", "the side schema `<ns>_seed` that keeps the rows the DDL inserted"),
+    ("sim/snapshot.rs", "TRUNCATE", "the pooled schema's tables, to reset it for the next schedule"),
     ("sim/admin.rs", ".create_queue()", "the schedule's queues, named from its namespace"),
     ("sim/admin.rs", ".delete_queue()", "the schedule's queues at teardown"),
     ("sim/admin.rs", ".delete_message()", "a message past its queue's retention, on the schedule's queue"),
