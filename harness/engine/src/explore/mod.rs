@@ -102,6 +102,7 @@ fn menu(s: &Scenario) -> Menu {
         redrive: s.dead_letter.is_some(),
         stops: s.explore.as_ref().is_some_and(|e| e.stops),
         applied: s.explore.as_ref().map(|e| e.applied.clone()).unwrap_or_default(),
+        worker_weights: s.explore.as_ref().map(|e| e.worker_weights.clone()).unwrap_or_default(),
         vocabulary: crate::schedule::Vocabulary::of(s.workload.as_ref()),
         clock_max_ms: crate::schedule::clock_max_ms(
             crate::scenario::queues(s).iter().map(|q| q.retention_s.saturating_mul(1000)).min().unwrap_or(u64::MAX),

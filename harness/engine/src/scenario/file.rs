@@ -33,6 +33,15 @@ pub struct ExploreSpec {
     /// takes effect, and the worker is killed before the reply reaches it.
     #[serde(default)]
     pub applied: Vec<String>,
+    /// Relative weights of the workers, e.g. `{ p = 4 }` (default: every worker 1). A
+    /// generated decision that picks a worker (a step, a crash, a crash or failure at a crash
+    /// point, a restart, a stop, an applied crash) draws each of its choices (a worker, or a
+    /// worker with one of its crash points or calls) in proportion to that worker's weight.
+    /// Periodic workers are stepped by a separate draw and take no weight. A weight is from
+    /// 1 to [`crate::schedule::WORKER_WEIGHT_MAX`] (1000). Opt-in, because a weight changes
+    /// which schedules a run seed generates.
+    #[serde(default)]
+    pub worker_weights: std::collections::BTreeMap<String, u32>,
     /// Set by `--all-faults` ([`Scenario::with_all_faults`]), never by the file: every engine
     /// fault the scenario's workers can take is on the menu, and repro commands say so.
     #[serde(skip)]
@@ -284,6 +293,15 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
         }
     }
     if let Some(ex) = &raw.explore {
+        let periodic = |w: &String| role_of(&vocabulary.roles, w).is_some_and(|r| r.kind == crate::spec::RoleKind::Periodic);
+        if workers.iter().all(periodic) {
+            bail!(
+                "{}:{workers_line}: field `workers`: every worker is periodic ({}); expected at least one that generated \
+                 decisions can step, crash and restart",
+                path.display(),
+                workers.join(" ")
+            );
+        }
         if ex.decisions_max > DECISIONS_MAX {
             bail!(
                 "{}:{}: field `explore.decisions_max`: expected at most {DECISIONS_MAX} decisions per schedule, found {}",
@@ -291,6 +309,32 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
                 line_of_field(&text, "explore.decisions_max"),
                 ex.decisions_max
             );
+        }
+        // In name order (a BTreeMap): of several bad entries, the first by name is reported.
+        for (w, weight) in &ex.worker_weights {
+            let field = format!("explore.worker_weights.{w}");
+            // The worker's own line under an `[explore.worker_weights]` header, else the line of
+            // the inline table, which comes after `[explore]`.
+            let at = |f: &str| line_of_field(&text, f).max(line_of_field(&text, "explore.worker_weights"));
+            if !workers.iter().any(|x| x == w) {
+                bail!(
+                    "{}:{}: field `{field}`: `{w}` is not one of the scenario's workers ({})",
+                    path.display(),
+                    at(&field),
+                    workers.join(" ")
+                );
+            }
+            if periodic(w) {
+                bail!("{}:{}: field `{field}`: `{w}` is periodic, stepped by a separate draw that takes no weight; expected a worker that is not periodic", path.display(), at(&field));
+            }
+            if !(1..=schedule::WORKER_WEIGHT_MAX).contains(weight) {
+                bail!(
+                    "{}:{}: field `{field}`: expected a weight from 1 to {}, found {weight}",
+                    path.display(),
+                    at(&field),
+                    schedule::WORKER_WEIGHT_MAX
+                );
+            }
         }
         if let Some(op) = ex.applied.iter().find(|op| op.is_empty() || !op.chars().all(|c| c.is_ascii_lowercase() || c == '_')) {
             bail!(

@@ -182,17 +182,18 @@ fn interesting_byte() -> impl Strategy<Value = u8> {
 fn scenario_like_toml() -> impl Strategy<Value = String> {
     const HEADERS: &[&str] = &[
         "[explore]", "[exhaustive]", "[config]", "[[events]]", "[[invariants]]", "[external.c]", "[external.zz]", "[events]",
-        "[workers]", "[[external]]",
+        "[workers]", "[[external]]", "[explore.worker_weights]",
     ];
     const KEYS: &[&str] = &[
         "workload", "description", "workers", "schedule", "explore", "exhaustive", "expect_trace", "config", "events",
         "invariants", "external", "name", "payment", "decisions_max", "sqs_faults", "pg_faults", "stops", "applied", "crash", "visibility_timeout_s",
         "sql", "kind", "command", "points", "labels", "step_timeout_s", "systems", "colour", "bad", "explore.decisions_max",
-        "config.visibility_timeout_s", "config.fifo_queues", "config.dead_letter", "\"workers\"",
+        "config.visibility_timeout_s", "config.fifo_queues", "config.dead_letter", "\"workers\"", "worker_weights",
+        "explore.worker_weights", "p", "c1", "ret",
     ];
     const VALUES: &[&str] = &[
         "\"p c1\"", "\"p c1 c1\"", "\"x1\"", "\"c1 c3\"", "\"\"", "\"payout\"", "\"ledger\"", "5", "-1", "0", "43201", "1000000",
-        "9223372036854775807", "true", "1.5", "[]", "[\"commit\"]", "[\"Commit\"]", "[1, \"a\"]", "{ a = 1 }", "{}",
+        "9223372036854775807", "true", "1.5", "[]", "[\"commit\"]", "[\"Commit\"]", "[1, \"a\"]", "{ a = 1 }", "{}", "{ p = 4 }", "{ c1 = 0 }",
         "\"\"\"\np:lock c1:zz\n\"\"\"", "\"\"\"\np c9:recv\n\"\"\"", "'p dispatch:e7'", "\"c1\\nzz\"", "\"e1\"", "\"excess\"",
         "\"sometimes\"", "\"SELECT 1\"", "\"  \"", "[\"python3\"]", "{ recv = \"after_nowhere\" }", "1979-05-27",
         "[\n  \"a\",\n  1,\n]", "\"tick:36501d\"",
@@ -385,4 +386,20 @@ fn event_and_invariant_errors_name_their_table_line() {
     assert!(e.contains(&format!("{path}:14: field `invariants[1].sql` (x): expected a query")), "{e}");
     let e = s.error(&format!("{GOOD}[explore]\napplied = [\"Commit\"]\n"));
     assert!(e.contains(&format!("{path}:12: field `explore.applied`: `Commit` is not a call name")), "{e}");
+}
+
+#[test]
+fn worker_weight_errors_name_the_worker_and_its_line() {
+    let s = Scratch::new();
+    let path = s.path.display().to_string();
+    let e = s.error(&format!("{GOOD}[explore]\nworker_weights = {{ c9 = 2 }}\n"));
+    assert!(e.contains(&format!("{path}:12: field `explore.worker_weights.c9`: `c9` is not one of the scenario's workers (p c1 c2)")), "{e}");
+    let e = s.error(&format!("{}[explore]\nworker_weights = {{ ret = 2 }}\n", GOOD.replace("p c1 c2", "p c1 c2 ret")));
+    assert!(e.contains(&format!("{path}:12: field `explore.worker_weights.ret`: `ret` is periodic")), "{e}");
+    let e = s.error(&format!("{}[explore]\n", GOOD.replace("p c1 c2", "ret")));
+    assert!(e.contains(&format!("{path}:2: field `workers`: every worker is periodic (ret)")), "{e}");
+    let e = s.error(&format!("{GOOD}[explore]\ndecisions_max = 4\n\n[explore.worker_weights]\nc1 = 1\np = 0\n"));
+    assert!(e.contains(&format!("{path}:16: field `explore.worker_weights.p`: expected a weight from 1 to 1000, found 0")), "{e}");
+    let e = s.error(&format!("{GOOD}[explore]\nworker_weights = {{ p = 4294967295, c1 = 4294967295 }}\n"));
+    assert!(e.contains(&format!("{path}:12: field `explore.worker_weights.c1`: expected a weight from 1 to 1000, found 4294967295")), "{e}");
 }

@@ -29,7 +29,7 @@ pub(crate) mod text;
 #[cfg(test)]
 pub(crate) mod fuzz;
 
-pub use strategy::{clock_max_ms, decision, schedules, Menu};
+pub use strategy::{clock_max_ms, decision, schedules, Menu, WORKER_WEIGHT_MAX};
 pub use text::{format_duration_ms, parse, ParseError, Vocabulary};
 
 use std::fmt;

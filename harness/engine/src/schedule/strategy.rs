@@ -4,6 +4,8 @@
 //! (`crate::explore`'s `ddmin`), not through these strategies' value trees, whose walk took
 //! about n runs for n decisions before it reached the element simplifications.
 
+use std::collections::BTreeMap;
+
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::strategy::Union;
@@ -16,6 +18,10 @@ use crate::spec::{role_of, CrashPoint, RoleKind};
 /// The clock jump the menu adds for a workload with providers: 24 h and 1 s, past the key
 /// retention of a Stripe-like provider, logical ms.
 pub const PAST_KEY_RETENTION_MS: u64 = 86_401_000;
+
+/// The largest worker weight (`[explore] worker_weights`). A thousand to one already gives a
+/// worker nearly every pick; a larger number is more likely a typo than a wish.
+pub const WORKER_WEIGHT_MAX: u32 = 1000;
 
 /// What generated schedules may use.
 #[derive(Debug, Clone)]
@@ -36,6 +42,13 @@ pub struct Menu {
     pub stops: bool,
     /// Calls `X` for which `crash@X:applied` is on the menu (none: the menu is as before).
     pub applied: Vec<String>,
+    /// Relative weights of the workers (`[explore] worker_weights`). A decision that picks a
+    /// worker (a step, a crash where it stands or at a crash point, an injected failure, a
+    /// restart, a graceful stop, an applied-then-unanswered crash) draws each of its choices,
+    /// a worker or a worker with one of its crash points or calls, in proportion to that
+    /// worker's weight. Unlisted workers weigh 1. Empty: every pick is uniform, as before the
+    /// field existed.
+    pub worker_weights: BTreeMap<String, u32>,
     /// The workload's roles, crash points and faults.
     pub vocabulary: Vocabulary,
     /// The most logical time a generated schedule's ticks add up to, ms
@@ -61,6 +74,32 @@ impl Menu {
     fn points_of(&self, worker: &str) -> Vec<CrashPoint> {
         role_of(&self.vocabulary.roles, worker).map(|r| r.points.to_vec()).unwrap_or_default()
     }
+
+    fn worker_weight(&self, worker: &str) -> u64 {
+        self.worker_weights.get(worker).map_or(1, |w| u64::from(*w))
+    }
+
+    /// One of `items` (not empty), each drawn in proportion to the weight of its worker
+    /// (`worker_of`): with `{ p = 4 }`, each of p's crash points is four times as likely as
+    /// each of another worker's. Through [`select`] when every weight is 1, so that a menu
+    /// without weights generates, for a given seed, what it did before weights existed;
+    /// otherwise one draw in `0..Σ weight` (u64: no sum of weights overflows).
+    fn pick<T: Clone + std::fmt::Debug + 'static>(&self, items: Vec<T>, worker_of: impl Fn(&T) -> &str) -> BoxedStrategy<T> {
+        let weights: Vec<u64> = items.iter().map(|i| self.worker_weight(worker_of(i))).collect();
+        if weights.iter().all(|w| *w == 1) {
+            return select(items).boxed();
+        }
+        // Item k is drawn for the numbers from ends[k - 1] (0 for the first) up to ends[k].
+        let ends: Vec<u64> = weights
+            .iter()
+            .scan(0u64, |sum, w| {
+                *sum += w;
+                Some(*sum)
+            })
+            .collect();
+        let total = *ends.last().expect("a pick has at least one item");
+        (0..total).prop_map(move |r| items[ends.partition_point(|end| *end <= r)].clone()).boxed()
+    }
 }
 
 /// One decision: mostly worker steps, sometimes a fault. Periodic workers are stepped now and
@@ -74,9 +113,9 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     let killable = steppable.clone();
     let steppable_workers = steppable.clone();
     let events = menu.events.clone();
-    let step = select(steppable).prop_map(|worker| Decision::Step { worker, op: None });
-    let crash = select(killable.clone()).prop_map(|worker| Decision::Crash { worker, at: None });
-    let restart = select(killable).prop_map(|worker| Decision::Restart { worker });
+    let step = menu.pick(steppable, |w| w).prop_map(|worker| Decision::Step { worker, op: None });
+    let crash = menu.pick(killable.clone(), |w| w).prop_map(|worker| Decision::Crash { worker, at: None });
+    let restart = menu.pick(killable, |w| w).prop_map(|worker| Decision::Restart { worker });
     let mut ticks = vec![1_000u64, 31_000, 901_000, 3_601_000];
     if !menu.vocabulary.providers.is_empty() {
         // Past a provider's key retention (Stripe keeps idempotency keys 24 h).
@@ -88,8 +127,8 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     // a run seed generates the same schedules as it did then.
     let mut arms: Vec<(u32, BoxedStrategy<Decision>)> = vec![(12, step.boxed()), (1, crash.boxed())];
     if !at_points.is_empty() {
-        let crash_at = select(at_points.clone()).prop_map(|(worker, at)| Decision::Crash { worker, at: Some(at) });
-        let fail_at = select(at_points).prop_map(|(worker, at)| Decision::Fail { worker, at });
+        let crash_at = menu.pick(at_points.clone(), |(w, _)| w).prop_map(|(worker, at)| Decision::Crash { worker, at: Some(at) });
+        let fail_at = menu.pick(at_points, |(w, _)| w).prop_map(|(worker, at)| Decision::Fail { worker, at });
         arms.push((2, crash_at.boxed()));
         arms.push((1, fail_at.boxed()));
     }
@@ -123,7 +162,7 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     let handlers: Vec<String> =
         workers.iter().filter(|w| matches!(menu.kind(w), Some(RoleKind::Handler { .. }))).cloned().collect();
     if menu.stops && !handlers.is_empty() {
-        let stop = select(handlers).prop_map(|worker| Decision::Stop { worker });
+        let stop = menu.pick(handlers, |w| w).prop_map(|worker| Decision::Stop { worker });
         s = prop_oneof![12 => s, 1 => stop].boxed();
     }
     if !menu.vocabulary.providers.is_empty() {
@@ -133,7 +172,7 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     if !menu.applied.is_empty() {
         let pairs: Vec<(String, String)> =
             steppable_workers.iter().flat_map(|w| menu.applied.iter().map(move |op| (w.clone(), op.clone()))).collect();
-        let applied = select(pairs).prop_map(|(worker, op)| Decision::CrashApplied { worker, op });
+        let applied = menu.pick(pairs, |(w, _)| w).prop_map(|(worker, op)| Decision::CrashApplied { worker, op });
         s = prop_oneof![16 => s, 1 => applied].boxed();
     }
     s
@@ -178,6 +217,7 @@ mod tests {
             redrive: true,
             stops: true,
             applied: vec!["commit".into()],
+            worker_weights: BTreeMap::new(),
             vocabulary: crate::schedule::text::tests::vocabulary(),
             clock_max_ms: clock_max_ms(crate::spec::DEFAULT_RETENTION_S * 1000),
         }
@@ -231,6 +271,68 @@ mod tests {
         assert_eq!(clock_max_ms(345_600_000), 172_800_000);
         assert_eq!(clock_max_ms(60_000), 30_000);
     }
+
+    /// A weight moves every kind of pick towards its workers, each kind on its own; without
+    /// weights each worker has its share. 6000 decisions from the deterministic runner.
+    #[test]
+    fn worker_weights_move_every_pick_towards_their_workers() {
+        // Per kind of pick: (decisions of that kind, of those picking p or d1).
+        let shares = |menu: &Menu| {
+            let mut runner = TestRunner::deterministic();
+            let mut by_kind: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+            for _ in 0..6000 {
+                let (kind, worker) = match decision(menu).new_tree(&mut runner).unwrap().current() {
+                    // ret is periodic: a draw of its own, outside the weights.
+                    Decision::Step { worker, .. } if worker == "ret" => continue,
+                    Decision::Step { worker, .. } => ("step", worker),
+                    Decision::Crash { worker, at: None } => ("crash", worker),
+                    Decision::Crash { worker, at: Some(_) } => ("crash at a point", worker),
+                    Decision::Fail { worker, .. } => ("failure at a point", worker),
+                    Decision::Restart { worker } => ("restart", worker),
+                    Decision::Stop { worker } => ("stop", worker),
+                    Decision::CrashApplied { worker, .. } => ("applied crash", worker),
+                    _ => continue,
+                };
+                let n = by_kind.entry(kind).or_default();
+                n.0 += 1;
+                n.1 += u32::from(worker == "p" || worker == "d1");
+            }
+            by_kind
+        };
+        let plain = shares(&menu());
+        let weighted = shares(&Menu { worker_weights: [("p".to_string(), 8), ("d1".to_string(), 8)].into(), ..menu() });
+        assert_eq!(plain.len(), 7, "{plain:?}");
+        // Uniform: 2 of 7 workers (steps, crashes, restarts, applied crashes), p's 2 of the 10
+        // crash points (d1 has none), d1 among the 4 handlers (stops). Weighted 8: 16 of 21,
+        // 16 of 24, 8 of 11.
+        for (kind, (n, hits)) in &plain {
+            let (wn, whits) = weighted[kind];
+            let (share, weighted_share) = (f64::from(*hits) / f64::from(*n), f64::from(whits) / f64::from(wn));
+            assert!(*n >= 80 && wn >= 80, "{kind}: {n} and {wn} decisions");
+            assert!(share < 0.4 && weighted_share > 0.55, "{kind}: {share:.2} → {weighted_share:.2}");
+        }
+    }
+
+    /// Without weights the strategy draws what it drew before weights existed: the first
+    /// schedule of two fixed runner seeds, printed by the commit before `[explore]
+    /// worker_weights` came in (where also `payout`'s catalogue with seed 1 gave the same table
+    /// before and after).
+    #[test]
+    fn schedules_without_weights_are_those_of_before() {
+        let first = |seed: u8| {
+            let mut runner = TestRunner::new_with_rng(
+                proptest::test_runner::Config::default(),
+                proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &[seed; 32]),
+            );
+            schedules(&menu()).new_tree(&mut runner).unwrap().current().to_string()
+        };
+        assert_eq!(first(1), PINNED_1);
+        assert_eq!(first(2), PINNED_2);
+    }
+
+    const PINNED_1: &str = "r1:restart p c3";
+    const PINNED_2: &str = "c3 tick:31s c2:crash@after_commit net:heal@gateway c2:stop c3 c2 provider:5xx-after@gateway \
+                            provider:5xx-after@gateway c1 c2 tick:1s d1 tick:901s ret r2 c2 c1:stop r1 p:crash@commit:applied";
 
     #[test]
     fn crash_points_match_the_worker_role() {
