@@ -36,7 +36,7 @@ fn localstack_differs_only_on_stale_receipt_handles_and_leaves_no_queue() {
 #[test]
 fn doctor_calibrate_prints_the_table_and_exits_0() {
     let mut c = Command::new(env!("CARGO_BIN_EXE_crashpoint"));
-    for k in ["DATABASE_URL", "SQS_ENDPOINT_URL", "REDIS_URL", "DOCKER_HOST"] {
+    for k in ["DATABASE_URL", "SQS_ENDPOINT_URL", "REDIS_URL", "DOCKER_HOST", crashpoint::services::external::SQS_SHARDS_VAR] {
         c.env_remove(k);
     }
     let o = c.args(["doctor", "--calibrate"]).output().unwrap();

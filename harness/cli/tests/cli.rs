@@ -6,15 +6,22 @@ use std::collections::BTreeSet;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crashpoint::services::external::SQS_SHARDS_VAR;
+
 const BIN: &str = env!("CARGO_BIN_EXE_crashpoint");
 
 /// A command with no external-provider variables, so that the native provider is chosen.
 fn crashpoint() -> Command {
     let mut c = Command::new(BIN);
-    for k in ["DATABASE_URL", "SQS_ENDPOINT_URL", "REDIS_URL", "DOCKER_HOST"] {
+    for k in ["DATABASE_URL", "SQS_ENDPOINT_URL", "REDIS_URL", "DOCKER_HOST", SQS_SHARDS_VAR] {
         c.env_remove(k);
     }
     c
+}
+
+/// LocalStack instances the native provider starts on this machine.
+fn localstacks() -> usize {
+    crashpoint::services::native::localstack::instances().unwrap()
 }
 
 fn text(o: &Output) -> (String, String) {
@@ -76,10 +83,13 @@ fn up_then_down_leaves_no_process_behind() {
     for k in ["DATABASE_URL=", "SQS_ENDPOINT_URL=", "REDIS_URL="] {
         assert!(out.contains(k), "{out}");
     }
+    // Each further LocalStack instance is a URL of the shards line.
+    let shards = out.lines().find_map(|l| l.strip_prefix(&format!("export {SQS_SHARDS_VAR}="))).map_or(0, |v| v.split(',').count());
+    assert_eq!(shards, localstacks() - 1, "{out}");
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
     let pids: Vec<i32> = saved["pids"].as_array().unwrap().iter().map(|p| p[1].as_i64().unwrap() as i32).collect();
     let dir = saved["dir"].as_str().unwrap().to_string();
-    assert_eq!(pids.len(), 3, "{saved}");
+    assert_eq!(pids.len(), 2 + localstacks(), "{saved}");
     assert!(pids.iter().all(|p| alive(*p)), "not all running after up: {pids:?}");
     let down = crashpoint().arg("down").env("CRASHPOINT_STATE_FILE", &state_file).output().unwrap();
     let (out, err) = text(&down);
@@ -90,14 +100,16 @@ fn up_then_down_leaves_no_process_behind() {
     assert!(!state_file.exists());
 }
 
-/// The three service processes a `run` started, once all are up: (pid, command line) each.
-/// Panics when the run ends first or they are not up within 120 s.
+/// The service processes a `run` started, once all are up (every LocalStack instance among
+/// them): (pid, command line) each. Panics when the run ends first or they are not up within
+/// 120 s.
 fn services_of(run: &mut std::process::Child) -> Vec<(i32, String)> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let seen = children(run.id());
         let names: BTreeSet<&str> = seen.iter().filter_map(|(_, c)| SERVICES.into_iter().find(|n| c.contains(n))).collect();
-        if names.len() == 3 {
+        let localstack = seen.iter().filter(|(_, c)| c.contains("localstack")).count();
+        if names.len() == 3 && localstack == localstacks() {
             return seen;
         }
         assert!(run.try_wait().unwrap().is_none(), "run ended before its services were all up");
@@ -175,8 +187,11 @@ fn a_service_killed_mid_run_ends_it_with_exit_2_naming_the_service() {
         // Let the services come up and schedules run before the kill.
         std::thread::sleep(Duration::from_secs(15));
         assert!(child.try_wait().unwrap().is_none(), "run ended before {process} was killed");
-        let (pid, _) = seen.iter().find(|(_, c)| c.contains(process)).unwrap();
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+        // Every instance of it: with `--jobs 1` the run uses one LocalStack of several, and
+        // one it never calls may die unnoticed.
+        for (pid, _) in seen.iter().filter(|(_, c)| c.contains(process)) {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+        }
         let killed = Instant::now();
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {

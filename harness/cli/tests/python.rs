@@ -78,12 +78,15 @@ fn a_worker_that_hangs_fails_the_run_with_exit_2_within_its_step_timeout_naming_
 
 /// `crashpoint run python/bad` on this process's services, with `dir`'s scenarios.
 fn run_in(dir: &tempfile::TempDir) -> std::process::Output {
-    common::crashpoint_on_test_services()
-        .args(["run", "python/bad", "--no-calibrate"])
-        .env("CRASHPOINT_SCENARIOS", dir.path().join("scenarios"))
-        .current_dir(dir.path())
-        .output()
-        .unwrap()
+    run_in_with(dir, |_| {})
+}
+
+/// [`run_in`] with the command changed by `adjust` first.
+fn run_in_with(dir: &tempfile::TempDir, adjust: impl FnOnce(&mut std::process::Command)) -> std::process::Output {
+    let mut c = common::crashpoint_on_test_services();
+    c.args(["run", "python/bad", "--no-calibrate"]).env("CRASHPOINT_SCENARIOS", dir.path().join("scenarios")).current_dir(dir.path());
+    adjust(&mut c);
+    c.output().unwrap()
 }
 
 #[test]
@@ -98,7 +101,10 @@ fn a_worker_pointed_straight_at_localstack_is_reported_as_bypassing_the_proxy_wi
         sqs = e.sqs_endpoint_url,
     );
     let dir = scenario_dir(&ext);
-    let out = run_in(&dir);
+    // One SQS endpoint, so that the worker's is the one that holds the run's queues.
+    let out = run_in_with(&dir, |c| {
+        c.env_remove(crashpoint::services::external::SQS_SHARDS_VAR);
+    });
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("worker bypassed the proxy"), "{text}");

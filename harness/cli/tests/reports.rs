@@ -17,7 +17,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_crashpoint");
 
 fn crashpoint() -> Command {
     let mut c = Command::new(BIN);
-    for k in ["DATABASE_URL", "SQS_ENDPOINT_URL", "REDIS_URL", "DOCKER_HOST", "CI"] {
+    for k in ["DATABASE_URL", "SQS_ENDPOINT_URL", "REDIS_URL", "DOCKER_HOST", "CI", crashpoint::services::external::SQS_SHARDS_VAR] {
         c.env_remove(k);
     }
     c.env("CI", "true");

@@ -57,12 +57,13 @@ pub fn schedule(s: &Scenario, text: &str) -> crashpoint::schedule::Schedule {
 }
 
 /// The `crashpoint` binary, run on this test process's services (handed over as the external
-/// provider), with `CI` set.
+/// provider, every LocalStack instance of them), with `CI` set.
 pub fn crashpoint_on_test_services() -> std::process::Command {
     let e = crashpoint::testkit::endpoints();
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_crashpoint"));
     c.env("DATABASE_URL", &e.database_url)
         .env("SQS_ENDPOINT_URL", &e.sqs_endpoint_url)
+        .env(crashpoint::services::external::SQS_SHARDS_VAR, e.sqs_shards.join(","))
         .env("REDIS_URL", &e.redis_url)
         .env("CI", "true");
     c

@@ -99,17 +99,19 @@ pub struct BenchResult {
     pub steps_per_schedule: f64,
     /// Which one limits throughput: the process nearest to using all the cores it can use.
     pub ceiling: String,
+    /// LocalStack instances the namespaces spread over ([`crate::services::Endpoints::sqs_endpoints`]).
+    pub localstack_instances: usize,
 }
 
-/// The process nearest to its ceiling, with how much of it is used: LocalStack is one Python
-/// process (one core at most, GIL), the harness runs `slots` schedules at once, PostgreSQL and
-/// the whole machine have every core.
-fn ceiling(cpu: &CpuTimes, wall_ms: f64, slots: usize) -> String {
+/// The process nearest to its ceiling, with how much of it is used: each of the `localstacks`
+/// LocalStack instances is one Python process (one core at most, GIL), the harness runs
+/// `slots` schedules at once, PostgreSQL and the whole machine have every core.
+fn ceiling(cpu: &CpuTimes, wall_ms: f64, slots: usize, localstacks: usize) -> String {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
     let total = cpu.harness_ms + cpu.localstack_ms.unwrap_or(0.0) + cpu.postgres_ms.unwrap_or(0.0) + cpu.redis_ms.unwrap_or(0.0);
     let candidates = [
         ("harness CPU", Some(cpu.harness_ms), (slots as f64).min(cores)),
-        ("LocalStack CPU", cpu.localstack_ms, 1.0),
+        ("LocalStack CPU", cpu.localstack_ms, (localstacks as f64).clamp(1.0, cores)),
         ("PostgreSQL CPU", cpu.postgres_ms, cores),
         ("the machine's cores", Some(total), cores),
     ];
@@ -121,7 +123,7 @@ fn ceiling(cpu: &CpuTimes, wall_ms: f64, slots: usize) -> String {
     format!("{name} ({:.0}% used)", used * 100.0)
 }
 
-fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3], cpu: CpuTimes) -> BenchResult {
+fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3], cpu: CpuTimes, localstacks: usize) -> BenchResult {
     let (pg, sqs, redis) = st.calls_per_schedule();
     let of = |f: fn(&Phases) -> f64| spread(st.phases.iter().map(f).collect());
     let n = st.schedules.max(1) as f64;
@@ -139,7 +141,8 @@ fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3], cpu: Cpu
         sqs_per_schedule: st.sqs_calls.iter().map(|(op, c)| (op.clone(), *c as f64 / n)).collect(),
         io_floor_ms,
         wall_over_io_floor: wall_ms / io_floor_ms.max(1e-9),
-        ceiling: ceiling(&cpu_per, wall_ms, args.jobs.max(1)),
+        ceiling: ceiling(&cpu_per, wall_ms, args.jobs.max(1), localstacks),
+        localstack_instances: localstacks,
         steps_per_schedule: st.steps as f64 / n,
         cpu_per_schedule: cpu_per,
         scenario: scenario.to_string(),
@@ -181,7 +184,7 @@ pub fn bench(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &BenchAr
         let probe = CpuProbe::new(endpoints);
         let before = probe.read();
         let r = explore::explore(endpoints, scenario::system_of(&s, "reference")?, &s, &options, |_| {})?;
-        let b = result(&s.name, args, &r.stats, rtt, probe.read().since(&before));
+        let b = result(&s.name, args, &r.stats, rtt, probe.read().since(&before), endpoints.sqs_endpoints().count());
         println!(
             "bench {} (reference), seed {}, {} slot(s): {} schedules in {:.1} s = {:.2} schedules/s",
             b.scenario, b.seed, args.jobs, b.schedules, b.wall_s, b.schedules_per_s
@@ -197,8 +200,8 @@ pub fn bench(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &BenchAr
         let c = &b.cpu_per_schedule;
         let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.1} ms"));
         println!(
-            "  CPU per schedule: harness {:.1} ms, LocalStack {}, PostgreSQL {}, Redis {}",
-            c.harness_ms, ms(c.localstack_ms), ms(c.postgres_ms), ms(c.redis_ms)
+            "  CPU per schedule: harness {:.1} ms, LocalStack {} ({} instance(s)), PostgreSQL {}, Redis {}",
+            c.harness_ms, ms(c.localstack_ms), b.localstack_instances, ms(c.postgres_ms), ms(c.redis_ms)
         );
         println!("  simulation steps per schedule: {:.0}", b.steps_per_schedule);
         println!("  ceiling: {}", b.ceiling);

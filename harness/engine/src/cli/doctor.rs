@@ -56,7 +56,15 @@ pub async fn doctor(opts: &ServiceOptions, args: &DoctorArgs) -> Result<i32> {
         println!("services (round trip, median of 5):");
         println!("  postgres  {:>7} µs  {}", lat.postgres_us, redact::url(&e.database_url));
         println!("  sqs       {:>7} µs  {}", lat.sqs_us, redact::url(&e.sqs_endpoint_url));
+        // Further LocalStack instances ([`Endpoints::sqs_shards`]): reachable, not timed.
+        for shard in &e.sqs_shards {
+            println!("  sqs       {:>10}  {}", "(shard)", redact::url(shard));
+        }
         println!("  redis     {:>7} µs  {}", lat.redis_us, redact::url(&e.redis_url));
+        let down = e.unreachable();
+        if !down.is_empty() {
+            anyhow::bail!("not accepting connections: {}", down.join(", "));
+        }
         println!("all three services reachable");
         if args.calibrate {
             let cal = calibrate::calibrate(&clients.sqs, &redact::url(&e.sqs_endpoint_url)).await?;

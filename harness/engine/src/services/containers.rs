@@ -56,6 +56,8 @@ impl ContainerServices {
                 localstack.get_host().await?,
                 localstack.get_host_port_ipv4(4566).await?
             ),
+            // One LocalStack container: a second would be started and stopped the same way.
+            sqs_shards: Vec::new(),
             redis_url: format!(
                 "redis://{}:{}/0",
                 redis.get_host().await?,

@@ -16,7 +16,8 @@ use super::Endpoints;
 pub struct CpuTimes {
     /// This process (every thread: the slots, the admin runtimes), ms.
     pub harness_ms: f64,
-    /// The LocalStack process tree, ms (`None`: its listener was not found).
+    /// The LocalStack process trees, every instance's, ms (`None`: no listener was found, or
+    /// an instance's process was gone when read).
     pub localstack_ms: Option<f64>,
     /// The PostgreSQL postmaster and its backends, ms.
     pub postgres_ms: Option<f64>,
@@ -52,7 +53,8 @@ pub fn thread_cpu_ms() -> f64 {
 /// The service processes found behind a set of endpoints.
 #[derive(Debug, Clone)]
 pub struct CpuProbe {
-    localstack: Option<i32>,
+    /// One per SQS endpoint whose listener was found ([`Endpoints::sqs_endpoints`]).
+    localstack: Vec<i32>,
     postgres: Option<i32>,
     redis: Option<i32>,
 }
@@ -66,11 +68,11 @@ fn port_of(url: &str, default: u16) -> Option<u16> {
 
 impl CpuProbe {
     /// Finds the processes listening on the endpoints' ports (LocalStack 4566, PostgreSQL
-    /// 5432, Redis 6379 by default). A service behind another machine, a Unix socket or a
+    /// 5432, Redis 6379 by default; every LocalStack instance, whose CPU is summed). A service behind another machine, a Unix socket or a
     /// container's proxy is not found: its figures are `None`.
     pub fn new(endpoints: &Endpoints) -> CpuProbe {
         CpuProbe {
-            localstack: port_of(&endpoints.sqs_endpoint_url, 4566).and_then(super::ports::listener_pid),
+            localstack: endpoints.sqs_endpoints().filter_map(|u| port_of(u, 4566).and_then(super::ports::listener_pid)).collect(),
             postgres: port_of(&endpoints.database_url, 5432).and_then(super::ports::listener_pid),
             redis: port_of(&endpoints.redis_url, 6379).and_then(super::ports::listener_pid),
         }
@@ -92,7 +94,10 @@ impl CpuProbe {
         };
         CpuTimes {
             harness_ms: procfs::process::Process::myself().and_then(|p| p.stat()).map(|s| own(&s)).unwrap_or(0.0),
-            localstack_ms: tree(self.localstack),
+            localstack_ms: match self.localstack.is_empty() {
+                true => None,
+                false => self.localstack.iter().map(|p| tree(Some(*p))).sum(),
+            },
             postgres_ms: tree(self.postgres),
             redis_ms: tree(self.redis),
         }
@@ -135,13 +140,13 @@ mod tests {
 
     #[test]
     fn this_process_spends_cpu() {
-        let before = CpuProbe { localstack: None, postgres: None, redis: None }.read();
+        let before = CpuProbe { localstack: Vec::new(), postgres: None, redis: None }.read();
         let mut x = 0u64;
         let t = std::time::Instant::now();
         while t.elapsed() < std::time::Duration::from_millis(50) {
             x = x.wrapping_add(std::hint::black_box(1));
         }
-        let after = CpuProbe { localstack: None, postgres: None, redis: None }.read();
+        let after = CpuProbe { localstack: Vec::new(), postgres: None, redis: None }.read();
         assert!(after.since(&before).harness_ms > 0.0, "{x}");
         assert_eq!(after.localstack_ms, None);
     }

@@ -58,18 +58,38 @@ pub struct Endpoints {
     pub database_url: String,
     /// The SQS endpoint, e.g. `http://127.0.0.1:4566`.
     pub sqs_endpoint_url: String,
+    /// Further SQS endpoints: other LocalStack instances beside `sqs_endpoint_url`, empty for
+    /// one. A schedule's namespace keeps its queues on one of them, chosen round-robin when the
+    /// namespace is created ([`Endpoints::on_sqs_shard`]), so that the slots' SQS calls spread
+    /// over several LocalStack processes instead of queueing for one (LocalStack serves SQS
+    /// from one Python process: issue 14 measured its CPU per call as the ceiling).
+    pub sqs_shards: Vec<String>,
     /// A `redis://` URL.
     pub redis_url: String,
 }
 
 impl Endpoints {
+    /// Every SQS endpoint: `sqs_endpoint_url`, then `sqs_shards`.
+    pub fn sqs_endpoints(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.sqs_endpoint_url.as_str()).chain(self.sqs_shards.iter().map(String::as_str))
+    }
+
+    /// These endpoints as one namespace sees them: SQS at the `n`-th of
+    /// [`Endpoints::sqs_endpoints`] (counted modulo their number), and no further shard.
+    pub fn on_sqs_shard(&self, n: usize) -> Endpoints {
+        let all: Vec<&str> = self.sqs_endpoints().collect();
+        Endpoints { sqs_endpoint_url: all[n % all.len()].to_string(), sqs_shards: Vec::new(), ..self.clone() }
+    }
+
     /// The services that do not accept a TCP connection within 1 s (1000 ms), as
-    /// `PostgreSQL at 127.0.0.1:5432`, in the order PostgreSQL, SQS, Redis (URLs redacted).
+    /// `PostgreSQL at 127.0.0.1:5432`, in the order PostgreSQL, SQS (each of
+    /// [`Endpoints::sqs_endpoints`]), Redis (URLs redacted).
     /// Used after a run failed, to name a service that died under it.
     pub fn unreachable(&self) -> Vec<String> {
-        let services = [("PostgreSQL", &self.database_url), ("SQS", &self.sqs_endpoint_url), ("Redis", &self.redis_url)];
-        services
-            .into_iter()
+        let sqs = self.sqs_endpoints().map(|u| ("SQS", u));
+        std::iter::once(("PostgreSQL", self.database_url.as_str()))
+            .chain(sqs)
+            .chain([("Redis", self.redis_url.as_str())])
             .filter_map(|(name, url)| {
                 let u = url::Url::parse(url).ok()?;
                 let default_port = match u.scheme() {

@@ -33,7 +33,8 @@ pub fn check_destructive(endpoints: &Endpoints, allow_remote: bool, what: &str) 
     if allow_remote {
         return Ok(());
     }
-    for raw in [&endpoints.database_url, &endpoints.sqs_endpoint_url, &endpoints.redis_url] {
+    let sqs = endpoints.sqs_endpoints();
+    for raw in std::iter::once(endpoints.database_url.as_str()).chain(sqs).chain([endpoints.redis_url.as_str()]) {
         let host = host_of(raw).unwrap_or_default();
         if !is_loopback_host(&host) {
             bail!(
@@ -121,8 +122,18 @@ mod tests {
         Endpoints {
             database_url: db.into(),
             sqs_endpoint_url: "http://127.0.0.1:4566".into(),
+            sqs_shards: vec!["http://localhost:4567".into()],
             redis_url: "redis://localhost:6379".into(),
         }
+    }
+
+    /// Every SQS endpoint counts, the shards too.
+    #[test]
+    fn refuses_a_remote_sqs_shard() {
+        let mut e = eps("postgres://u@127.0.0.1/x");
+        e.sqs_shards.push("http://sqs.prod:4566".into());
+        let err = check_destructive(&e, false, "DeleteQueue").unwrap_err().to_string();
+        assert!(err.contains("sqs.prod"), "{err}");
     }
 
     #[test]

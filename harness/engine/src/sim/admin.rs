@@ -43,6 +43,10 @@ pub struct Admin {
     pub sqs: aws_sdk_sqs::Client,
     /// Redis.
     pub redis: redis::aio::MultiplexedConnection,
+    /// The services as this namespace uses them: SQS at the instance that holds its queues
+    /// (one of [`Endpoints::sqs_endpoints`]: [`super::pool::take`] spreads namespaces over
+    /// them), with no further shard. The schedule's workers and proxies connect here.
+    pub endpoints: Endpoints,
     /// The schedule's schema name.
     pub schema: String,
     /// The schedule's queues.
@@ -125,7 +129,7 @@ impl Admin {
             let snapshot = snapshot::take(&pg, &schema).await.context("taking the schema's snapshot for its reset")?;
             anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls, fifo }, snapshot))
         })?;
-        Ok(Admin { rt, pg, sqs, redis, schema, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default(), kept: Vec::new() })
+        Ok(Admin { rt, pg, sqs, redis, endpoints: endpoints.clone(), schema, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default(), kept: Vec::new() })
     }
 
     /// Records that PostgreSQL did not answer (the checker's probe timed out): a later
@@ -500,6 +504,7 @@ mod tests {
         let e = Endpoints {
             database_url: format!("postgres://postgres@127.0.0.1:{pg}/postgres"),
             sqs_endpoint_url: format!("http://127.0.0.1:{}", free_port().unwrap()),
+            sqs_shards: Vec::new(),
             redis_url: format!("redis://127.0.0.1:{}", free_port().unwrap()),
         };
         let started = Instant::now();

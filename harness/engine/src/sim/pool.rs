@@ -42,7 +42,11 @@ fn pool() -> std::sync::MutexGuard<'static, Vec<(String, Admin)>> {
 }
 
 /// A namespace for one schedule: a pooled one of the same shape if there is one, else a new
-/// one ([`Admin::create`] with a fresh name). Errors: those of [`Admin::create`].
+/// one ([`Admin::create`] with a fresh name) whose queues live on the next of
+/// [`Endpoints::sqs_endpoints`] in turn (round-robin over the namespaces this process
+/// creates), so that with several LocalStack instances the slots' SQS calls spread over them.
+/// Which instance a namespace uses changes no outcome: they run the same LocalStack with the
+/// same settings, and queue URLs never reach a trace. Errors: those of [`Admin::create`].
 pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bool) -> Result<Admin> {
     let shape = shape(endpoints, ddl, specs, sql_clock);
     let pooled = {
@@ -52,7 +56,9 @@ pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bo
     match pooled {
         Some(admin) => Ok(admin),
         None => {
-            let mut admin = Admin::create(endpoints, &unique_namespace(), ddl, specs, sql_clock)?;
+            static CREATED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut admin = Admin::create(&endpoints.on_sqs_shard(n), &unique_namespace(), ddl, specs, sql_clock)?;
             admin.shape = shape;
             Ok(admin)
         }
@@ -230,4 +236,48 @@ mod tests {
         give_back(d, &[], false);
     }
 
+    /// Issue 14's fourth lever: with several LocalStack instances, the namespaces this process
+    /// creates spread their queues over them. A namespace's queues exist on its own instance and
+    /// on no other, so its workers must (and do, [`Admin::endpoints`]) talk to that one.
+    #[test]
+    fn namespaces_keep_their_queues_on_one_of_several_localstack_instances_in_turn() {
+        let e = crate::testkit::endpoints();
+        let all: Vec<String> = e.sqs_endpoints().map(str::to_string).collect();
+        assert!(all.len() >= 2, "the test services have one LocalStack ({all:?}): set CRASHPOINT_LOCALSTACK_INSTANCES=2");
+        let ddl = format!("{DDL} -- pool test {}", unique_namespace());
+        // Round-robin over this process's creations: other tests create namespaces meanwhile,
+        // so take a few until two instances were seen.
+        let mut taken: Vec<Admin> = Vec::new();
+        while taken.len() < 8 && taken.iter().map(|a| &a.endpoints.sqs_endpoint_url).collect::<std::collections::BTreeSet<_>>().len() < 2 {
+            taken.push(take(&e, &ddl, &specs(), false).unwrap());
+        }
+        let on: std::collections::BTreeSet<&String> = taken.iter().map(|a| &a.endpoints.sqs_endpoint_url).collect();
+        assert_eq!(on.len(), 2, "{} namespaces, all on {on:?}", taken.len());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for a in &taken {
+            assert!(a.endpoints.sqs_shards.is_empty() && all.contains(&a.endpoints.sqs_endpoint_url), "{:?}", a.endpoints);
+            let name = QueueSpec::new("work", "w").sqs_name(&a.schema);
+            for url in &all {
+                let sqs = crate::services::clients::sqs_client(url);
+                let found = rt.block_on(sqs.get_queue_url().queue_name(&name).send()).is_ok();
+                assert_eq!(found, *url == a.endpoints.sqs_endpoint_url, "queue {name} on {url}: {found}");
+            }
+        }
+        for a in taken {
+            give_back(a, &[], false);
+        }
+    }
+
+    #[test]
+    fn a_namespace_sees_one_sqs_endpoint_in_turn() {
+        let e = Endpoints {
+            database_url: "postgres://127.0.0.1/x".into(),
+            sqs_endpoint_url: "http://127.0.0.1:1".into(),
+            sqs_shards: vec!["http://127.0.0.1:2".into(), "http://127.0.0.1:3".into()],
+            redis_url: "redis://127.0.0.1".into(),
+        };
+        let seen: Vec<String> = (0..4).map(|n| e.on_sqs_shard(n)).inspect(|v| assert!(v.sqs_shards.is_empty())).map(|v| v.sqs_endpoint_url).collect();
+        assert_eq!(seen, ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:1"]);
+        assert_eq!(e.on_sqs_shard(1).database_url, e.database_url);
+    }
 }

@@ -92,9 +92,31 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The variable that sets how many LocalStack instances the native provider starts.
+pub const INSTANCES_VAR: &str = "CRASHPOINT_LOCALSTACK_INSTANCES";
+/// The most instances [`instances`] accepts.
+pub const INSTANCES_MAX: usize = 4;
+
+/// How many LocalStack instances to start: [`INSTANCES_VAR`] when set (1 to
+/// [`INSTANCES_MAX`]), else 2 on a machine with at least 2 cores, else 1. LocalStack serves
+/// SQS from one Python process, whose CPU per call was the exploration's ceiling (issue 14);
+/// a second instance, each namespace keeping its queues on one ([`crate::services::Endpoints::sqs_shards`]),
+/// made `crashpoint catalogue --budget 100` 10-16 % faster on 2 cores (README, Throughput).
+/// Errors: a value that is not a whole number in range, naming the variable.
+pub fn instances() -> Result<usize> {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    match std::env::var(INSTANCES_VAR) {
+        Err(_) => Ok(cores.min(2)),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=INSTANCES_MAX).contains(&n) => Ok(n),
+            _ => bail!("{INSTANCES_VAR}={v:?}: expected a whole number from 1 to {INSTANCES_MAX} (LocalStack instances to start)"),
+        },
+    }
+}
+
 /// Starts the gateway on a loopback port from `ports` ([`crate::services::ports::free_port`]; a
 /// port taken before the gateway binds it is given up for the next one, [`on_free_port`]) with
-/// only SQS, its files under `dir`, and waits until `/_localstack/health` reports sqs
+/// only SQS, its files under `dir` (in `fs-<port>/`, so that instances can share it), and waits until `/_localstack/health` reports sqs
 /// `available` or `running` (at most 90 s).
 pub async fn start(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<LocalStack> {
     let python = tokio::task::spawn_blocking(ensure_venv).await??;
@@ -109,7 +131,8 @@ async fn attempt(python: &Path, dir: &Path, port: u16) -> Result<LocalStack> {
         .env("LOCALSTACK_HOST", &listen)
         .env("SERVICES", "sqs")
         .env("SQS_ENDPOINT_STRATEGY", "path")
-        .env("FILESYSTEM_ROOT", dir.join("fs"))
+        // Several instances may share `dir` (`instances`): each keeps its files apart.
+        .env("FILESYSTEM_ROOT", dir.join(format!("fs-{port}")))
         .env("DNS_ADDRESS", "0")
         .env("SKIP_SSL_CERT_DOWNLOAD", "1")
         .env("DISABLE_EVENTS", "1")

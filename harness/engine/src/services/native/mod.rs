@@ -15,7 +15,8 @@ use anyhow::{Context, Result};
 
 use super::Endpoints;
 
-/// The three running processes and their directory. Dropping it (or [`NativeServices::stop`])
+/// The running processes (PostgreSQL, Redis, one or more LocalStacks:
+/// [`localstack::instances`]) and their directory. Dropping it (or [`NativeServices::stop`])
 /// stops them and removes the directory.
 pub struct NativeServices {
     /// Where they listen.
@@ -24,14 +25,16 @@ pub struct NativeServices {
     pub dir: PathBuf,
     pg: Option<postgres::Postgres>,
     redis: Option<redis::Redis>,
-    localstack: Option<localstack::LocalStack>,
+    /// The first serves [`Endpoints::sqs_endpoint_url`], the others [`Endpoints::sqs_shards`].
+    localstack: Vec<localstack::LocalStack>,
     keep_dir: bool,
 }
 
 impl NativeServices {
-    /// Starts the three services concurrently and waits until each is ready (LocalStack takes
-    /// about 10 s; the first run also installs its venv, about 50 s). Whatever started is
-    /// stopped again if another one fails.
+    /// Starts the services concurrently (PostgreSQL, Redis and [`localstack::instances`]
+    /// LocalStacks) and waits until each is ready (LocalStack takes about 10 s; the first run
+    /// also installs its venv, about 50 s). Whatever started is stopped again if another one
+    /// fails. Errors: a missing binary, a bad [`localstack::INSTANCES_VAR`], a start failure.
     pub async fn start() -> Result<NativeServices> {
         Self::start_with(&super::ports::free_port).await
     }
@@ -40,6 +43,7 @@ impl NativeServices {
     /// offers ports it holds, to see them given up for others).
     pub async fn start_with(ports: &(dyn Fn() -> Result<u16> + Sync)) -> Result<NativeServices> {
         process::install_signal_cleanup();
+        let instances = localstack::instances()?;
         // Check binaries first so that a missing one fails at once, before anything starts.
         binaries::postgres_bindir()?;
         binaries::redis_server()?;
@@ -61,12 +65,13 @@ impl NativeServices {
             endpoints: Endpoints {
                 database_url: String::new(),
                 sqs_endpoint_url: String::new(),
+                sqs_shards: Vec::new(),
                 redis_url: String::new(),
             },
             dir: dir.clone(),
             pg: None,
             redis: None,
-            localstack: None,
+            localstack: Vec::new(),
             keep_dir: false,
         };
         // Everything under it is private (mode 0700). When crashpoint runs
@@ -83,13 +88,27 @@ impl NativeServices {
         let (pg, rd, ls) = tokio::join!(
             postgres::start(&pg_dir, ports),
             redis::start(&redis_dir, ports),
-            localstack::start(&ls_dir, ports),
+            futures_util::future::join_all((0..instances).map(|_| localstack::start(&ls_dir, ports))),
         );
         // Keep whatever started so that Drop stops it if another failed.
-        let (pg, rd, ls) = (pg.map(|p| me.pg.insert(p).url.clone()),
-            rd.map(|r| me.redis.insert(r).url.clone()),
-            ls.map(|l| me.localstack.insert(l).endpoint.clone()));
-        me.endpoints = Endpoints { database_url: pg?, redis_url: rd?, sqs_endpoint_url: ls? };
+        let (pg, rd) = (pg.map(|p| me.pg.insert(p).url.clone()), rd.map(|r| me.redis.insert(r).url.clone()));
+        let mut sqs = Vec::new();
+        let mut failed = None;
+        for l in ls {
+            match l {
+                Ok(l) => {
+                    sqs.push(l.endpoint.clone());
+                    me.localstack.push(l);
+                }
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        let (database_url, redis_url) = (pg?, rd?);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let sqs_shards = sqs.split_off(1);
+        me.endpoints = Endpoints { database_url, sqs_endpoint_url: sqs.remove(0), sqs_shards, redis_url };
         Ok(me)
     }
 
@@ -100,7 +119,7 @@ impl NativeServices {
 
     fn stop_all(&mut self) {
         let grace = Duration::from_secs(10);
-        if let Some(mut l) = self.localstack.take() {
+        for mut l in self.localstack.drain(..) {
             l.child.stop(grace);
         }
         if let Some(mut r) = self.redis.take() {
@@ -119,7 +138,7 @@ impl NativeServices {
     /// to stop them later.
     pub fn detach(mut self) -> state::UpState {
         let mut pids = Vec::new();
-        if let Some(l) = self.localstack.take() {
+        for l in self.localstack.drain(..) {
             pids.push(("localstack".to_string(), l.child.pid()));
             l.child.detach();
         }
@@ -137,6 +156,7 @@ impl NativeServices {
             dir: self.dir.clone(),
             database_url: self.endpoints.database_url.clone(),
             sqs_endpoint_url: self.endpoints.sqs_endpoint_url.clone(),
+            sqs_shards: self.endpoints.sqs_shards.clone(),
             redis_url: self.endpoints.redis_url.clone(),
             pids,
         }

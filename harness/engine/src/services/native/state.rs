@@ -19,6 +19,10 @@ pub struct UpState {
     pub database_url: String,
     /// SQS endpoint.
     pub sqs_endpoint_url: String,
+    /// Further SQS endpoints, one per further LocalStack instance (absent in the state files
+    /// of earlier versions).
+    #[serde(default)]
+    pub sqs_shards: Vec<String>,
     /// Redis URL.
     pub redis_url: String,
     /// (name, process group id) of each process.

@@ -196,7 +196,7 @@ impl<'a> Run<'a> {
         let roles = setup.roles.clone();
         let wake = crate::sim::io::Signal::for_this_thread();
         let spec = Rc::new(HostSpec {
-            endpoints: setup.endpoints.clone(),
+            endpoints: admin.endpoints.clone(),
             schema: admin.schema.clone(),
             queues: admin.queues.clone(),
             config: setup.config.clone(),
