@@ -83,8 +83,10 @@ fn up_then_down_leaves_no_process_behind() {
     for k in ["DATABASE_URL=", "SQS_ENDPOINT_URL=", "REDIS_URL="] {
         assert!(out.contains(k), "{out}");
     }
-    // Each further LocalStack instance is a URL of the shards line.
-    let shards = out.lines().find_map(|l| l.strip_prefix(&format!("export {SQS_SHARDS_VAR}="))).map_or(0, |v| v.split(',').count());
+    // Each further LocalStack instance is a URL of the shards line, which is there (empty) even
+    // with one, so that it replaces a value an earlier `up` left in the shell.
+    let line = out.lines().find_map(|l| l.strip_prefix(&format!("export {SQS_SHARDS_VAR}="))).unwrap_or_else(|| panic!("no {SQS_SHARDS_VAR} line:\n{out}"));
+    let shards = line.split(',').filter(|u| !u.is_empty()).count();
     assert_eq!(shards, localstacks() - 1, "{out}");
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
     let pids: Vec<i32> = saved["pids"].as_array().unwrap().iter().map(|p| p[1].as_i64().unwrap() as i32).collect();

@@ -111,7 +111,8 @@ fn ceiling(cpu: &CpuTimes, wall_ms: f64, slots: usize, localstacks: usize) -> St
     let total = cpu.harness_ms + cpu.localstack_ms.unwrap_or(0.0) + cpu.postgres_ms.unwrap_or(0.0) + cpu.redis_ms.unwrap_or(0.0);
     let candidates = [
         ("harness CPU", Some(cpu.harness_ms), (slots as f64).min(cores)),
-        ("LocalStack CPU", cpu.localstack_ms, (localstacks as f64).clamp(1.0, cores)),
+        // Namespaces spread over the instances, so as many are busy as slots at most.
+        ("LocalStack CPU", cpu.localstack_ms, (localstacks.min(slots) as f64).clamp(1.0, cores)),
         ("PostgreSQL CPU", cpu.postgres_ms, cores),
         ("the machine's cores", Some(total), cores),
     ];

@@ -23,9 +23,9 @@ pub async fn up() -> Result<i32> {
     println!("# services started; use them with: eval \"$(crashpoint up)\" or export these lines");
     println!("export DATABASE_URL={}", s.database_url);
     println!("export SQS_ENDPOINT_URL={}", s.sqs_endpoint_url);
-    if !s.sqs_shards.is_empty() {
-        println!("export {}={}", crate::services::external::SQS_SHARDS_VAR, s.sqs_shards.join(","));
-    }
+    // Always, empty with one instance: a value left in the shell by an earlier `up` must not
+    // survive into this one's runs.
+    println!("export {}={}", crate::services::external::SQS_SHARDS_VAR, s.sqs_shards.join(","));
     println!("export REDIS_URL={}", s.redis_url);
     println!("# stop them with: crashpoint down");
     Ok(EXIT_OK)

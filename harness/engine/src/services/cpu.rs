@@ -16,8 +16,8 @@ use super::Endpoints;
 pub struct CpuTimes {
     /// This process (every thread: the slots, the admin runtimes), ms.
     pub harness_ms: f64,
-    /// The LocalStack process trees, every instance's, ms (`None`: no listener was found, or
-    /// an instance's process was gone when read).
+    /// The LocalStack process trees, every instance's whose listener was found, ms (`None`:
+    /// none was found, or an instance's process was gone when read).
     pub localstack_ms: Option<f64>,
     /// The PostgreSQL postmaster and its backends, ms.
     pub postgres_ms: Option<f64>,

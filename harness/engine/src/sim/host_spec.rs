@@ -12,7 +12,8 @@ use super::wire::External;
 
 /// What every host needs to start its software.
 pub struct HostSpec {
-    /// Where the services listen.
+    /// Where the services listen, as the schedule's namespace uses them: one SQS endpoint, the
+    /// instance that holds its queues ([`super::admin::Admin::endpoints`]).
     pub endpoints: Endpoints,
     /// The schedule's PostgreSQL schema (the search_path of every worker connection).
     pub schema: String,

@@ -42,11 +42,12 @@ fn pool() -> std::sync::MutexGuard<'static, Vec<(String, Admin)>> {
 }
 
 /// A namespace for one schedule: a pooled one of the same shape if there is one, else a new
-/// one ([`Admin::create`] with a fresh name) whose queues live on the next of
-/// [`Endpoints::sqs_endpoints`] in turn (round-robin over the namespaces this process
-/// creates), so that with several LocalStack instances the slots' SQS calls spread over them.
-/// Which instance a namespace uses changes no outcome: they run the same LocalStack with the
-/// same settings, and queue URLs never reach a trace. Errors: those of [`Admin::create`].
+/// one ([`Admin::create`] with a fresh name) whose queues live on the one of
+/// [`Endpoints::sqs_endpoints`] with the fewest live namespaces of this process
+/// ([`least_loaded`]), so that with several LocalStack instances the slots' SQS calls spread
+/// over them. Which instance a namespace uses changes no outcome: they run the same LocalStack
+/// with the same settings, and queue URLs never reach a trace. Errors: those of
+/// [`Admin::create`].
 pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bool) -> Result<Admin> {
     let shape = shape(endpoints, ddl, specs, sql_clock);
     let pooled = {
@@ -56,9 +57,8 @@ pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bo
     match pooled {
         Some(admin) => Ok(admin),
         None => {
-            static CREATED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let n = CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let mut admin = Admin::create(&endpoints.on_sqs_shard(n), &unique_namespace(), ddl, specs, sql_clock)?;
+            let on = endpoints.on_sqs_shard(least_loaded(endpoints));
+            let mut admin = Admin::create(&on, &unique_namespace(), ddl, specs, sql_clock).inspect_err(|_| gone(&on))?;
             admin.shape = shape;
             Ok(admin)
         }
@@ -94,9 +94,38 @@ pub fn give_back(admin: Admin, keys: &[String], drained_clean: bool) -> BTreeMap
             counted
         }
         Err(()) => {
+            gone(&admin.endpoints);
             admin.destroy(keys);
             calls.take()
         }
+    }
+}
+
+/// Live namespaces of this process (pooled or serving a schedule) by SQS endpoint URL.
+static LIVE: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
+
+fn live() -> std::sync::MutexGuard<'static, BTreeMap<String, usize>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The index, in [`Endpoints::sqs_endpoints`], of the endpoint with the fewest live namespaces
+/// of this process, counted for the namespace about to be created there. Ties go to the first
+/// in an order rotated by the process id, so that processes running one slot each at once
+/// start on different instances. A namespace destroyed (after an unclean drain, say) leaves its
+/// instance's count, so its replacement goes where fewest are.
+fn least_loaded(endpoints: &Endpoints) -> usize {
+    let all: Vec<&str> = endpoints.sqs_endpoints().collect();
+    let mut live = live();
+    let first = std::process::id() as usize % all.len();
+    let at = (0..all.len()).map(|i| (first + i) % all.len()).min_by_key(|&i| live.get(all[i]).copied().unwrap_or(0)).unwrap_or(0);
+    *live.entry(all[at].to_string()).or_default() += 1;
+    at
+}
+
+/// A namespace on `on` (its own view, one SQS endpoint) is gone, or was never made.
+fn gone(on: &Endpoints) {
+    if let Some(n) = live().get_mut(&on.sqs_endpoint_url) {
+        *n = n.saturating_sub(1);
     }
 }
 
@@ -105,6 +134,7 @@ pub fn give_back(admin: Admin, keys: &[String], drained_clean: bool) -> BTreeMap
 pub fn release() {
     let pooled = std::mem::take(&mut *pool());
     for (_, admin) in pooled {
+        gone(&admin.endpoints);
         admin.destroy(&[]);
     }
 }
@@ -237,23 +267,33 @@ mod tests {
     }
 
     /// Issue 14's fourth lever: with several LocalStack instances, the namespaces this process
-    /// creates spread their queues over them. A namespace's queues exist on its own instance and
+    /// creates spread their queues over them (each new one where fewest live). A namespace's queues exist on its own instance and
     /// on no other, so its workers must (and do, [`Admin::endpoints`]) talk to that one.
     #[test]
     fn namespaces_keep_their_queues_on_one_of_several_localstack_instances_in_turn() {
-        let e = crate::testkit::endpoints();
+        let mut e = crate::testkit::endpoints();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        // Services with one LocalStack (one core, containers, an older `up`): a second of this
+        // test's own, stopped when it ends.
+        let dir = tempfile::tempdir().unwrap();
+        let _second = match e.sqs_shards.is_empty() {
+            true => {
+                let ls = rt.block_on(crate::services::native::localstack::start(dir.path(), crate::services::ports::free_port)).unwrap();
+                e.sqs_shards.push(ls.endpoint.clone());
+                Some(ls)
+            }
+            false => None,
+        };
         let all: Vec<String> = e.sqs_endpoints().map(str::to_string).collect();
-        assert!(all.len() >= 2, "the test services have one LocalStack ({all:?}): set CRASHPOINT_LOCALSTACK_INSTANCES=2");
         let ddl = format!("{DDL} -- pool test {}", unique_namespace());
-        // Round-robin over this process's creations: other tests create namespaces meanwhile,
-        // so take a few until two instances were seen.
+        // The fewest live namespaces win: other tests of this process hold some meanwhile, so
+        // take a few until two instances were seen.
         let mut taken: Vec<Admin> = Vec::new();
         while taken.len() < 8 && taken.iter().map(|a| &a.endpoints.sqs_endpoint_url).collect::<std::collections::BTreeSet<_>>().len() < 2 {
             taken.push(take(&e, &ddl, &specs(), false).unwrap());
         }
         let on: std::collections::BTreeSet<&String> = taken.iter().map(|a| &a.endpoints.sqs_endpoint_url).collect();
         assert_eq!(on.len(), 2, "{} namespaces, all on {on:?}", taken.len());
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         for a in &taken {
             assert!(a.endpoints.sqs_shards.is_empty() && all.contains(&a.endpoints.sqs_endpoint_url), "{:?}", a.endpoints);
             let name = QueueSpec::new("work", "w").sqs_name(&a.schema);

@@ -100,8 +100,9 @@ pub const INSTANCES_MAX: usize = 4;
 /// How many LocalStack instances to start: [`INSTANCES_VAR`] when set (1 to
 /// [`INSTANCES_MAX`]), else 2 on a machine with at least 2 cores, else 1. LocalStack serves
 /// SQS from one Python process, whose CPU per call was the exploration's ceiling (issue 14);
-/// a second instance, each namespace keeping its queues on one ([`crate::services::Endpoints::sqs_shards`]),
-/// made `crashpoint catalogue --budget 100` 10-16 % faster on 2 cores (README, Throughput).
+/// with a second instance, each namespace keeping its queues on one
+/// ([`crate::services::Endpoints::sqs_shards`]), `crashpoint bench` ran 8-25 % more schedules
+/// per second on 2 cores (README, Throughput, "Two LocalStack instances").
 /// Errors: a value that is not a whole number in range, naming the variable.
 pub fn instances() -> Result<usize> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);

@@ -48,7 +48,8 @@ fn inapplicable(msg: String) -> anyhow::Error {
 
 /// What a schedule runs against.
 pub struct Setup {
-    /// Where the services are.
+    /// Where the services are, every SQS endpoint of them: the namespace picks one
+    /// ([`super::pool::take`]).
     pub endpoints: Endpoints,
     /// The workload's roles.
     pub roles: Vec<RoleSpec>,

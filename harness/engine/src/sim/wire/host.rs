@@ -74,6 +74,10 @@ fn environment(name: &str, spec: &HostSpec, pg: u16, sqs: u16, redis: u16) -> Re
     let mut env = vec![
         ("DATABASE_URL".to_string(), db.to_string()),
         ("AWS_ENDPOINT_URL_SQS".into(), endpoint.clone()),
+        // crashpoint's own names for it too, so that a worker reading them (inherited from a
+        // shell that ran `crashpoint up`) reaches the proxy, not another LocalStack instance.
+        ("SQS_ENDPOINT_URL".into(), endpoint.clone()),
+        (crate::services::external::SQS_SHARDS_VAR.into(), String::new()),
         ("AWS_ACCESS_KEY_ID".into(), "test".into()),
         ("AWS_SECRET_ACCESS_KEY".into(), "test".into()),
         ("AWS_DEFAULT_REGION".into(), "us-east-1".into()),
