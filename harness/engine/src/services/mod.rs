@@ -59,10 +59,11 @@ pub struct Endpoints {
     /// The SQS endpoint, e.g. `http://127.0.0.1:4566`.
     pub sqs_endpoint_url: String,
     /// Further SQS endpoints: other LocalStack instances beside `sqs_endpoint_url`, empty for
-    /// one. A schedule's namespace keeps its queues on one of them, chosen round-robin when the
-    /// namespace is created ([`Endpoints::on_sqs_shard`]), so that the slots' SQS calls spread
-    /// over several LocalStack processes instead of queueing for one (LocalStack serves SQS
-    /// from one Python process: issue 14 measured its CPU per call as the ceiling).
+    /// one. A schedule's namespace keeps its queues on one of them, the one with the fewest
+    /// live namespaces when it is created (the namespace pool, `sim/pool.rs`, hands the
+    /// namespace [`Endpoints::on_sqs_shard`]), so that the slots' SQS calls spread over several
+    /// LocalStack processes instead of queueing for one (LocalStack serves SQS from one Python
+    /// process: issue 14 measured its CPU per call as the ceiling).
     pub sqs_shards: Vec<String>,
     /// A `redis://` URL.
     pub redis_url: String,
@@ -77,19 +78,22 @@ impl Endpoints {
     /// These endpoints as one namespace sees them: SQS at the `n`-th of
     /// [`Endpoints::sqs_endpoints`] (counted modulo their number), and no further shard.
     pub fn on_sqs_shard(&self, n: usize) -> Endpoints {
-        let all: Vec<&str> = self.sqs_endpoints().collect();
-        Endpoints { sqs_endpoint_url: all[n % all.len()].to_string(), sqs_shards: Vec::new(), ..self.clone() }
+        let url = self.sqs_endpoints().nth(n % (1 + self.sqs_shards.len())).unwrap_or_default().to_string();
+        Endpoints { sqs_endpoint_url: url, sqs_shards: Vec::new(), ..self.clone() }
+    }
+
+    /// Every service URL with its service's name: `("PostgreSQL", database_url)`, `("SQS", url)`
+    /// for each of [`Endpoints::sqs_endpoints`], then `("Redis", redis_url)`.
+    pub fn urls(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let sqs = self.sqs_endpoints().map(|u| ("SQS", u));
+        std::iter::once(("PostgreSQL", self.database_url.as_str())).chain(sqs).chain([("Redis", self.redis_url.as_str())])
     }
 
     /// The services that do not accept a TCP connection within 1 s (1000 ms), as
-    /// `PostgreSQL at 127.0.0.1:5432`, in the order PostgreSQL, SQS (each of
-    /// [`Endpoints::sqs_endpoints`]), Redis (URLs redacted).
+    /// `PostgreSQL at 127.0.0.1:5432`, in the order of [`Endpoints::urls`] (URLs redacted).
     /// Used after a run failed, to name a service that died under it.
     pub fn unreachable(&self) -> Vec<String> {
-        let sqs = self.sqs_endpoints().map(|u| ("SQS", u));
-        std::iter::once(("PostgreSQL", self.database_url.as_str()))
-            .chain(sqs)
-            .chain([("Redis", self.redis_url.as_str())])
+        self.urls()
             .filter_map(|(name, url)| {
                 let u = url::Url::parse(url).ok()?;
                 let default_port = match u.scheme() {

@@ -33,8 +33,7 @@ pub fn check_destructive(endpoints: &Endpoints, allow_remote: bool, what: &str) 
     if allow_remote {
         return Ok(());
     }
-    let sqs = endpoints.sqs_endpoints();
-    for raw in std::iter::once(endpoints.database_url.as_str()).chain(sqs).chain([endpoints.redis_url.as_str()]) {
+    for (_, raw) in endpoints.urls() {
         let host = host_of(raw).unwrap_or_default();
         if !is_loopback_host(&host) {
             bail!(
