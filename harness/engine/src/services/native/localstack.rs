@@ -43,14 +43,69 @@ pub fn venv_dir() -> PathBuf {
     cache_dir().join(format!("localstack-{VERSION}"))
 }
 
-/// The venv's Python if the venv is complete (its marker file exists).
+/// The venv's Python if the venv is complete: LocalStack installed (its marker file exists)
+/// and its service catalog built ([`catalog_dir`]).
 pub fn installed_python() -> Option<PathBuf> {
     let venv = venv_dir();
-    venv.join(".crashpoint-ready").exists().then(|| venv.join("bin/python"))
+    (venv.join(".crashpoint-ready").exists() && catalog_dir().is_dir()).then(|| venv.join("bin/python"))
 }
 
-/// Creates the venv and installs the pinned LocalStack into it, unless already done
-/// (about 40-50 s the first time). Errors: no `python3` (package `python3-venv`), pip failing.
+/// Where the venv keeps LocalStack's service catalog index, built once
+/// (`service-catalog-<localstack>-<botocore>.dill`, about 0.9 MB). LocalStack builds it at the
+/// first AWS request it serves, from every botocore service spec, into its cache directory
+/// (`<FILESYSTEM_ROOT>/var/lib/localstack/cache/` in host mode), unless one is there
+/// (`localstack.aws.spec.get_service_catalog`). A fresh `FILESYSTEM_ROOT` per instance made every
+/// instance build it again: its first SQS call answered after 5.4 s and 7 s of CPU (measured
+/// 2026-12-03). [`attempt`] copies this one into each instance's cache directory instead, and
+/// LocalStack loads it in about 0.5 s of CPU.
+pub fn catalog_dir() -> PathBuf {
+    venv_dir().join("service-catalog")
+}
+
+/// LocalStack's cache directory under a host-mode `FILESYSTEM_ROOT` (its `config.Directories.for_host`).
+fn cache_under(root: &Path) -> PathBuf {
+    root.join("var/lib/localstack/cache")
+}
+
+/// Builds LocalStack's service catalog index into [`catalog_dir`] with the venv's `python`
+/// (about 7 s of CPU), through a temporary directory renamed into place, so that an
+/// interrupted build leaves nothing that looks complete. Errors: the build failing, with its
+/// stderr; a file operation failing, naming the path.
+fn build_catalog(python: &Path) -> Result<()> {
+    let (done, building) = (catalog_dir(), venv_dir().join("service-catalog.building"));
+    let _ = std::fs::remove_dir_all(&building);
+    let script = "import os\n\
+        from localstack import config\n\
+        from localstack.aws import spec\n\
+        os.makedirs(config.dirs.cache, exist_ok=True)\n\
+        spec.build_service_index_cache(os.path.join(config.dirs.cache, spec._get_catalog_filename()))\n";
+    run(
+        Command::new(python).args(["-c", script]).env("OVERRIDE_IN_DOCKER", "0").env("FILESYSTEM_ROOT", &building),
+        "building LocalStack's service catalog index",
+    )?;
+    std::fs::rename(cache_under(&building), &done).with_context(|| format!("moving the service catalog to {}", done.display()))?;
+    let _ = std::fs::remove_dir_all(&building);
+    Ok(())
+}
+
+/// Copies the service catalog of [`catalog_dir`] into the cache directory of an instance
+/// whose `FILESYSTEM_ROOT` is `root`. Errors: a file that cannot be read or written, naming it.
+fn seed_catalog(root: &Path) -> Result<()> {
+    let to = cache_under(root);
+    std::fs::create_dir_all(&to).with_context(|| format!("creating {}", to.display()))?;
+    let from = catalog_dir();
+    for entry in std::fs::read_dir(&from).with_context(|| format!("reading {}", from.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().expect("a directory entry has a name");
+        std::fs::copy(&path, to.join(name)).with_context(|| format!("copying {} into {}", path.display(), to.display()))?;
+    }
+    Ok(())
+}
+
+/// Creates the venv, installs the pinned LocalStack into it and builds its service catalog
+/// ([`catalog_dir`]), unless already done (about 40-50 s the first time, then about 8 s once for
+/// a venv that lacks only the catalog). Errors: no `python3` (package `python3-venv`), pip
+/// failing, the catalog build failing.
 pub fn ensure_venv() -> Result<PathBuf> {
     if let Some(py) = installed_python() {
         return Ok(py);
@@ -66,21 +121,25 @@ pub fn ensure_venv() -> Result<PathBuf> {
     if let Some(py) = installed_python() {
         return Ok(py);
     }
-    let _ = std::fs::remove_dir_all(&venv);
-    std::fs::create_dir_all(&venv).with_context(|| format!("creating {}", venv.display()))?;
-    eprintln!("crashpoint: installing LocalStack {VERSION} into {} (once)", venv.display());
-    run(Command::new(&python).args(["-m", "venv"]).arg(&venv), "python3 -m venv (apt-get install python3-venv)")?;
-    let constraints = venv.join("constraints.txt");
-    std::fs::write(&constraints, CONSTRAINTS)?;
-    run(
-        Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "-c"])
-            .arg(&constraints)
-            .arg(format!("localstack-core[runtime]=={VERSION}"))
-            .arg("service-identity"),
-        "pip install localstack-core",
-    )?;
-    std::fs::write(venv.join(".crashpoint-ready"), VERSION)?;
+    // A venv installed before the catalog was kept (marker, no catalog) only lacks the catalog.
+    if !venv.join(".crashpoint-ready").exists() {
+        let _ = std::fs::remove_dir_all(&venv);
+        std::fs::create_dir_all(&venv).with_context(|| format!("creating {}", venv.display()))?;
+        eprintln!("crashpoint: installing LocalStack {VERSION} into {} (once)", venv.display());
+        run(Command::new(&python).args(["-m", "venv"]).arg(&venv), "python3 -m venv (apt-get install python3-venv)")?;
+        let constraints = venv.join("constraints.txt");
+        std::fs::write(&constraints, CONSTRAINTS)?;
+        run(
+            Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "--disable-pip-version-check", "-c"])
+                .arg(&constraints)
+                .arg(format!("localstack-core[runtime]=={VERSION}"))
+                .arg("service-identity"),
+            "pip install localstack-core",
+        )?;
+        std::fs::write(venv.join(".crashpoint-ready"), VERSION)?;
+    }
+    build_catalog(&venv.join("bin/python"))?;
     Ok(venv.join("bin/python"))
 }
 
@@ -117,8 +176,9 @@ pub fn instances() -> Result<usize> {
 
 /// Starts the gateway on a loopback port from `ports` ([`crate::services::ports::free_port`]; a
 /// port taken before the gateway binds it is given up for the next one, [`on_free_port`]) with
-/// only SQS, its files under `dir` (in `fs-<port>/`, so that instances can share it), and waits until `/_localstack/health` reports sqs
-/// `available` or `running` (at most 90 s).
+/// only SQS, in host mode with its files under `dir` (in `fs-<port>/`, so that instances can
+/// share `dir`) and the venv's service catalog copied in ([`catalog_dir`]), and waits until
+/// `/_localstack/health` reports sqs `available` or `running` (at most 90 s).
 pub async fn start(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<LocalStack> {
     let python = tokio::task::spawn_blocking(ensure_venv).await??;
     on_free_port(ports, |port| attempt(&python, dir, port)).await
@@ -126,14 +186,20 @@ pub async fn start(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<Loc
 
 async fn attempt(python: &Path, dir: &Path, port: u16) -> Result<LocalStack> {
     let listen = format!("127.0.0.1:{port}");
+    // Several instances may share `dir` (`instances`): each keeps its files apart.
+    let root = dir.join(format!("fs-{port}"));
+    seed_catalog(&root)?;
     let mut cmd = Command::new(python);
     cmd.args(["-m", "localstack.runtime.main"])
         .env("GATEWAY_LISTEN", &listen)
         .env("LOCALSTACK_HOST", &listen)
         .env("SERVICES", "sqs")
         .env("SQS_ENDPOINT_STRATEGY", "path")
-        // Several instances may share `dir` (`instances`): each keeps its files apart.
-        .env("FILESYSTEM_ROOT", dir.join(format!("fs-{port}")))
+        // Host mode even inside a container: LocalStack takes a machine with `/.dockerenv` for
+        // its own image (`config.in_docker`), ignores FILESYSTEM_ROOT there and keeps its files in
+        // /var/lib/localstack and /tmp/localstack, shared by every instance and left behind.
+        .env("OVERRIDE_IN_DOCKER", "0")
+        .env("FILESYSTEM_ROOT", &root)
         .env("DNS_ADDRESS", "0")
         .env("SKIP_SSL_CERT_DOWNLOAD", "1")
         .env("DISABLE_EVENTS", "1")
@@ -146,12 +212,31 @@ async fn attempt(python: &Path, dir: &Path, port: u16) -> Result<LocalStack> {
     let log = dir.join(format!("localstack-{port}.log"));
     let mut child = ManagedChild::spawn("localstack", cmd, &log, Signal::SIGTERM)?;
     let endpoint = format!("http://{listen}");
-    let ready = async || match health_ok(port).await {
+    let ready = async || match health_ok(port).await && list_queues_ok(port).await {
         true => Ok(()),
-        false => Err("/_localstack/health does not show sqs available yet".to_string()),
+        false => Err("/_localstack/health does not show sqs available, or ListQueues does not answer, yet".to_string()),
     };
     child.wait_ready(port, &log, (Duration::from_secs(90), Duration::from_millis(100)), "reported SQS available", ready).await?;
     Ok(LocalStack { endpoint, child })
+}
+
+/// One SQS ListQueues (JSON protocol): true when it answers HTTP 200. The first AWS request an
+/// instance serves loads its service catalog (about 0.5 s, [`catalog_dir`]); made here, that
+/// load is part of the start rather than of the first schedule.
+pub(super) async fn list_queues_ok(port: u16) -> bool {
+    let url = format!("http://127.0.0.1:{port}/");
+    tokio::task::spawn_blocking(move || {
+        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(10)).build();
+        let reply = agent
+            .post(&url)
+            .set("X-Amz-Target", "AmazonSQS.ListQueues")
+            .set("Content-Type", "application/x-amz-json-1.0")
+            .set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20000101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0")
+            .send_string("{}");
+        reply.is_ok_and(|r| r.status() == 200)
+    })
+    .await
+    .unwrap_or(false)
 }
 
 /// One GET of `/_localstack/health`: true when `services.sqs` is `available` or `running`.

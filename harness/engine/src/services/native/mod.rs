@@ -215,4 +215,31 @@ mod tests {
         assert!(!dir.exists(), "{} was left behind", dir.display());
         drop(held);
     }
+
+    /// Each LocalStack instance runs in host mode with its files under its own
+    /// `localstack/fs-<port>/` (its TLS certificate is made there, not in /var/lib/localstack),
+    /// and loads the service catalog copied in from the venv: the start's ListQueues, which
+    /// would otherwise build it, leaves the copy older than the certificate LocalStack made at
+    /// its start, and a later call rewrites nothing.
+    #[test]
+    fn each_localstack_keeps_its_files_apart_and_uses_the_catalog_built_once() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let services = rt.block_on(NativeServices::start()).expect("services did not start");
+        for url in services.endpoints.sqs_endpoints() {
+            let port = url::Url::parse(url).unwrap().port().unwrap();
+            let cache = services.dir.join("localstack").join(format!("fs-{port}/var/lib/localstack/cache"));
+            let catalog: Vec<std::path::PathBuf> = std::fs::read_dir(&cache)
+                .unwrap_or_else(|e| panic!("{}: {e}", cache.display()))
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "dill"))
+                .collect();
+            assert_eq!(catalog.len(), 1, "one service catalog in {}", cache.display());
+            let modified = |p: &std::path::Path| std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).modified().unwrap();
+            let (copied, certificate) = (modified(&catalog[0]), modified(&cache.join("server.test.pem")));
+            assert!(copied < certificate, "{url} rebuilt its service catalog after its start instead of loading the copy");
+            assert!(rt.block_on(localstack::list_queues_ok(port)), "ListQueues on {url}");
+            assert_eq!(modified(&catalog[0]), copied, "{url} rewrote its service catalog");
+        }
+        services.stop();
+    }
 }
