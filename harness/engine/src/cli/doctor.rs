@@ -38,7 +38,7 @@ pub async fn doctor(opts: &ServiceOptions, args: &DoctorArgs) -> Result<i32> {
         match localstack::installed_python() {
             Some(p) => println!("  {:<13} {} (venv ready)", "localstack", p.display()),
             None => println!(
-                "  {:<13} venv not installed yet; it will be created at {}",
+                "  {:<13} venv not complete yet (LocalStack and its service catalog); it will be completed at {}",
                 "localstack",
                 localstack::venv_dir().display()
             ),

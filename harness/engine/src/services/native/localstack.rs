@@ -68,9 +68,11 @@ fn cache_under(root: &Path) -> PathBuf {
 }
 
 /// Builds LocalStack's service catalog index into [`catalog_dir`] with the venv's `python`
-/// (about 7 s of CPU), through a temporary directory renamed into place, so that an
-/// interrupted build leaves nothing that looks complete. Errors: the build failing, with its
-/// stderr; a file operation failing, naming the path.
+/// (about 7 s of CPU) and loads it back, through a temporary directory renamed into place, so
+/// that an interrupted or unreadable build leaves nothing that looks complete (LocalStack
+/// would fall back to an index built in memory at every start, without a word at `LS_LOG=error`
+/// beyond one log line). Errors: the build or the load failing, with its stderr; a file
+/// operation failing, naming the path.
 fn build_catalog(python: &Path) -> Result<()> {
     let (done, building) = (catalog_dir(), venv_dir().join("service-catalog.building"));
     let _ = std::fs::remove_dir_all(&building);
@@ -78,7 +80,9 @@ fn build_catalog(python: &Path) -> Result<()> {
         from localstack import config\n\
         from localstack.aws import spec\n\
         os.makedirs(config.dirs.cache, exist_ok=True)\n\
-        spec.build_service_index_cache(os.path.join(config.dirs.cache, spec._get_catalog_filename()))\n";
+        path = os.path.join(config.dirs.cache, spec._get_catalog_filename())\n\
+        spec.build_service_index_cache(path)\n\
+        spec.load_service_index_cache(path)\n";
     run(
         Command::new(python).args(["-c", script]).env("OVERRIDE_IN_DOCKER", "0").env("FILESYSTEM_ROOT", &building),
         "building LocalStack's service catalog index",
@@ -95,7 +99,7 @@ fn seed_catalog(root: &Path) -> Result<()> {
     std::fs::create_dir_all(&to).with_context(|| format!("creating {}", to.display()))?;
     let from = catalog_dir();
     for entry in std::fs::read_dir(&from).with_context(|| format!("reading {}", from.display()))? {
-        let path = entry?.path();
+        let path = entry.with_context(|| format!("reading {}", from.display()))?.path();
         let name = path.file_name().expect("a directory entry has a name");
         std::fs::copy(&path, to.join(name)).with_context(|| format!("copying {} into {}", path.display(), to.display()))?;
     }
@@ -178,7 +182,9 @@ pub fn instances() -> Result<usize> {
 /// port taken before the gateway binds it is given up for the next one, [`on_free_port`]) with
 /// only SQS, in host mode with its files under `dir` (in `fs-<port>/`, so that instances can
 /// share `dir`) and the venv's service catalog copied in ([`catalog_dir`]), and waits until
-/// `/_localstack/health` reports sqs `available` or `running` (at most 90 s).
+/// `/_localstack/health` reports sqs `available` or `running` and a `ListQueues` answers (90 s,
+/// plus the probe under way then, at most 5 s). Errors: the gateway exiting or not ready in
+/// time, with the last reason and its log's end; its port taken (another port is tried).
 pub async fn start(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<LocalStack> {
     let python = tokio::task::spawn_blocking(ensure_venv).await??;
     on_free_port(ports, |port| attempt(&python, dir, port)).await
@@ -212,31 +218,37 @@ async fn attempt(python: &Path, dir: &Path, port: u16) -> Result<LocalStack> {
     let log = dir.join(format!("localstack-{port}.log"));
     let mut child = ManagedChild::spawn("localstack", cmd, &log, Signal::SIGTERM)?;
     let endpoint = format!("http://{listen}");
-    let ready = async || match health_ok(port).await && list_queues_ok(port).await {
-        true => Ok(()),
-        false => Err("/_localstack/health does not show sqs available, or ListQueues does not answer, yet".to_string()),
+    let ready = async || match health_ok(port).await {
+        true => list_queues(port).await,
+        false => Err("/_localstack/health does not show sqs available yet".to_string()),
     };
-    child.wait_ready(port, &log, (Duration::from_secs(90), Duration::from_millis(100)), "reported SQS available", ready).await?;
+    child.wait_ready(port, &log, (Duration::from_secs(90), Duration::from_millis(100)), "answered ListQueues", ready).await?;
     Ok(LocalStack { endpoint, child })
 }
 
-/// One SQS ListQueues (JSON protocol): true when it answers HTTP 200. The first AWS request an
-/// instance serves loads its service catalog (about 0.5 s, [`catalog_dir`]); made here, that
-/// load is part of the start rather than of the first schedule.
-pub(super) async fn list_queues_ok(port: u16) -> bool {
+/// One SQS ListQueues (JSON protocol, at most 5 s): `Ok` when it answers HTTP 200, else why
+/// not (the status and body, or the transport error). The first AWS request an instance serves
+/// loads its service catalog (about 0.5 s, [`catalog_dir`]); made here, that load is part of
+/// the start rather than of the first schedule.
+pub(super) async fn list_queues(port: u16) -> std::result::Result<(), String> {
     let url = format!("http://127.0.0.1:{port}/");
     tokio::task::spawn_blocking(move || {
-        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(10)).build();
+        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(5)).build();
         let reply = agent
             .post(&url)
             .set("X-Amz-Target", "AmazonSQS.ListQueues")
             .set("Content-Type", "application/x-amz-json-1.0")
             .set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20000101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0")
             .send_string("{}");
-        reply.is_ok_and(|r| r.status() == 200)
+        match reply {
+            Ok(r) if r.status() == 200 => Ok(()),
+            Ok(r) => Err(format!("ListQueues answered HTTP {}", r.status())),
+            Err(ureq::Error::Status(code, r)) => Err(format!("ListQueues answered HTTP {code}: {}", r.into_string().unwrap_or_default())),
+            Err(e) => Err(format!("ListQueues: {e}")),
+        }
     })
     .await
-    .unwrap_or(false)
+    .unwrap_or_else(|e| Err(format!("ListQueues: {e}")))
 }
 
 /// One GET of `/_localstack/health`: true when `services.sqs` is `available` or `running`.
