@@ -219,36 +219,25 @@ async fn attempt(python: &Path, dir: &Path, port: u16) -> Result<LocalStack> {
     let mut child = ManagedChild::spawn("localstack", cmd, &log, Signal::SIGTERM)?;
     let endpoint = format!("http://{listen}");
     let ready = async || match health_ok(port).await {
-        true => list_queues(port).await,
+        true => list_queues(&endpoint).await,
         false => Err("/_localstack/health does not show sqs available yet".to_string()),
     };
     child.wait_ready(port, &log, (Duration::from_secs(90), Duration::from_millis(100)), "answered ListQueues", ready).await?;
     Ok(LocalStack { endpoint, child })
 }
 
-/// One SQS ListQueues (JSON protocol, at most 5 s): `Ok` when it answers HTTP 200, else why
-/// not (the status and body, or the transport error). The first AWS request an instance serves
+/// One SQS ListQueues on `endpoint` with the harness's own client
+/// ([`crate::services::clients::sqs_client`]), at most 5 s: `Ok` when it answers, else why not
+/// (the SDK's error with its context, or the timeout). The first AWS request an instance serves
 /// loads its service catalog (about 0.5 s, [`catalog_dir`]); made here, that load is part of
 /// the start rather than of the first schedule.
-pub(super) async fn list_queues(port: u16) -> std::result::Result<(), String> {
-    let url = format!("http://127.0.0.1:{port}/");
-    tokio::task::spawn_blocking(move || {
-        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(5)).build();
-        let reply = agent
-            .post(&url)
-            .set("X-Amz-Target", "AmazonSQS.ListQueues")
-            .set("Content-Type", "application/x-amz-json-1.0")
-            .set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20000101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0")
-            .send_string("{}");
-        match reply {
-            Ok(r) if r.status() == 200 => Ok(()),
-            Ok(r) => Err(format!("ListQueues answered HTTP {}", r.status())),
-            Err(ureq::Error::Status(code, r)) => Err(format!("ListQueues answered HTTP {code}: {}", r.into_string().unwrap_or_default())),
-            Err(e) => Err(format!("ListQueues: {e}")),
-        }
-    })
-    .await
-    .unwrap_or_else(|e| Err(format!("ListQueues: {e}")))
+pub(super) async fn list_queues(endpoint: &str) -> std::result::Result<(), String> {
+    let call = crate::services::clients::sqs_client(endpoint).list_queues().send();
+    match tokio::time::timeout(Duration::from_secs(5), call).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("ListQueues: {}", aws_sdk_sqs::error::DisplayErrorContext(&e))),
+        Err(_) => Err("ListQueues did not answer within 5 s".to_string()),
+    }
 }
 
 /// One GET of `/_localstack/health`: true when `services.sqs` is `available` or `running`.

@@ -237,7 +237,7 @@ mod tests {
             let modified = |p: &std::path::Path| std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).modified().unwrap();
             let (copied, certificate) = (modified(&catalog[0]), modified(&cache.join("server.test.pem")));
             assert!(copied < certificate, "{url} rebuilt its service catalog after its start instead of loading the copy");
-            rt.block_on(localstack::list_queues(port)).unwrap_or_else(|e| panic!("{url}: {e}"));
+            rt.block_on(localstack::list_queues(url)).unwrap_or_else(|e| panic!("{url}: {e}"));
             assert_eq!(modified(&catalog[0]), copied, "{url} rewrote its service catalog");
             // A copy LocalStack cannot load is not rewritten either: it logs this and builds an
             // index in memory (localstack.aws.spec.get_service_catalog).
