@@ -62,6 +62,12 @@ pub fn catalog_dir() -> PathBuf {
     venv_dir().join("service-catalog")
 }
 
+/// The `XDG_CACHE_HOME` of an instance whose `FILESYSTEM_ROOT` is `root` (of the catalog
+/// build, under its temporary root): plux's entry-point cache goes in its `plux/`.
+pub(super) fn xdg_cache_under(root: &Path) -> PathBuf {
+    root.join("xdg-cache")
+}
+
 /// LocalStack's cache directory under a host-mode `FILESYSTEM_ROOT` (its `config.Directories.for_host`).
 fn cache_under(root: &Path) -> PathBuf {
     root.join("var/lib/localstack/cache")
@@ -84,7 +90,11 @@ fn build_catalog(python: &Path) -> Result<()> {
         spec.build_service_index_cache(path)\n\
         spec.load_service_index_cache(path)\n";
     run(
-        Command::new(python).args(["-c", script]).env("OVERRIDE_IN_DOCKER", "0").env("FILESYSTEM_ROOT", &building),
+        Command::new(python)
+            .args(["-c", script])
+            .env("OVERRIDE_IN_DOCKER", "0")
+            .env("FILESYSTEM_ROOT", &building)
+            .env("XDG_CACHE_HOME", xdg_cache_under(&building)),
         "building LocalStack's service catalog index",
     )?;
     std::fs::rename(cache_under(&building), &done).with_context(|| format!("moving the service catalog to {}", done.display()))?;
@@ -206,6 +216,14 @@ async fn attempt(python: &Path, dir: &Path, port: u16) -> Result<LocalStack> {
         // /var/lib/localstack and /tmp/localstack, shared by every instance and left behind.
         .env("OVERRIDE_IN_DOCKER", "0")
         .env("FILESYSTEM_ROOT", &root)
+        // plux (LocalStack's plugin loader) caches its entry-point index in
+        // `$XDG_CACHE_HOME/plux/<hash>.entry_points.txt`, keyed by `sys.path`, whose first entry
+        // is this process's working directory, new at every start. Two instances starting in
+        // one directory wrote and read the same file at once (`write_text`, not atomic), and one
+        // read it half written and exited with "No component plugins found in namespace
+        // localstack.runtime.components" (CI, 2026-12-03); every start also left 25 kB in
+        // ~/.cache/plux. Each instance keeps it under its own root.
+        .env("XDG_CACHE_HOME", xdg_cache_under(&root))
         .env("DNS_ADDRESS", "0")
         .env("SKIP_SSL_CERT_DOWNLOAD", "1")
         .env("DISABLE_EVENTS", "1")

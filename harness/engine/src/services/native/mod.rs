@@ -220,14 +220,16 @@ mod tests {
     /// `localstack/fs-<port>/` (its TLS certificate is made there, not in /var/lib/localstack),
     /// and loads the service catalog copied in from the venv: the start's ListQueues, which
     /// would otherwise build it, leaves the copy older than the certificate LocalStack made at
-    /// its start, and a later call rewrites nothing.
+    /// its start, and a later call rewrites nothing. Its plugin loader's entry-point cache is
+    /// its own too (`XDG_CACHE_HOME`).
     #[test]
     fn each_localstack_keeps_its_files_apart_and_uses_the_catalog_built_once() {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let services = rt.block_on(NativeServices::start()).expect("services did not start");
         for url in services.endpoints.sqs_endpoints() {
             let port = url::Url::parse(url).unwrap().port().unwrap();
-            let cache = services.dir.join("localstack").join(format!("fs-{port}/var/lib/localstack/cache"));
+            let root = services.dir.join("localstack").join(format!("fs-{port}"));
+            let cache = root.join("var/lib/localstack/cache");
             let catalog: Vec<std::path::PathBuf> = std::fs::read_dir(&cache)
                 .unwrap_or_else(|e| panic!("{}: {e}", cache.display()))
                 .map(|e| e.unwrap().path())
@@ -243,6 +245,11 @@ mod tests {
             // index in memory (localstack.aws.spec.get_service_catalog).
             let log = std::fs::read_to_string(services.dir.join("localstack").join(format!("localstack-{port}.log"))).unwrap();
             assert!(!log.contains("error while processing service catalog"), "{url} did not load the copy:\n{log}");
+            // plux's entry-point cache is the instance's own, not shared with the other
+            // instance started at the same moment (nor left in ~/.cache/plux).
+            let plux = localstack::xdg_cache_under(&root).join("plux");
+            let written: Vec<_> = std::fs::read_dir(&plux).unwrap_or_else(|e| panic!("{url}: {}: {e}", plux.display())).collect();
+            assert_eq!(written.len(), 1, "{url}: one entry-point cache in {}", plux.display());
         }
         services.stop();
     }
