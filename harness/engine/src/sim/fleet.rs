@@ -21,12 +21,22 @@ use crate::services::clients;
 use crate::sut::Program;
 use crate::spec::{role_of, RoleKind};
 
-/// Builds a turmoil simulation with one host per worker name, tokio I/O enabled so that the
-/// hosts reach the real services. Hosts start connecting at the first `Sim::step`.
-/// Errors: a worker name that matches no role, or a role the system has no program for.
+/// Builds a turmoil simulation with one host per worker name. Hosts start connecting at the
+/// first `Sim::step`. Errors: a worker name that matches no role, or a role the system has no
+/// program for.
 pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmoil::Sim<'a>> {
-    let mut sim = turmoil::Builder::new()
-        .enable_tokio_io()
+    let mut builder = turmoil::Builder::new();
+    // The hosts' runtimes get tokio I/O only when an external worker's proxies listen on one
+    // ([`crate::sim::wire::host`]): in-process workers' sockets live on the I/O runtime
+    // ([`super::io`]). With I/O, every host's tick is an `epoll_wait` and every wake from the
+    // I/O runtime an `eventfd` write (about 2,200 and 1,200 system calls per payout/explore
+    // schedule, strace, 2026-12-03); without it, a tick with nothing to do and a wake of a
+    // runtime that is not parked make none (tokio's `ParkThread`).
+    let external = |w: &String| role_of(&spec.roles, w).is_some_and(|r| spec.external.iter().any(|e| e.role == r.prefix));
+    if workers.iter().any(external) {
+        builder.enable_tokio_io();
+    }
+    let mut sim = builder
         // turmoil's clock races ahead during real I/O (GUIDE.md §5); it decides nothing here,
         // so give it room for years of simulated time.
         .simulation_duration(Duration::from_secs(100 * 365 * 86_400))

@@ -68,6 +68,13 @@ pub(super) fn xdg_cache_under(root: &Path) -> PathBuf {
     root.join("xdg-cache")
 }
 
+/// The `CONFIG_DIR` of an instance whose `FILESYSTEM_ROOT` is `root`: a directory that is
+/// never created, so that no configuration profile (`<CONFIG_DIR>/default.env`, LocalStack's
+/// `config.load_environment`) of the machine's user reaches the instance.
+pub(super) fn profiles_under(root: &Path) -> PathBuf {
+    root.join("no-profiles")
+}
+
 /// LocalStack's cache directory under a host-mode `FILESYSTEM_ROOT` (its `config.Directories.for_host`).
 fn cache_under(root: &Path) -> PathBuf {
     root.join("var/lib/localstack/cache")
@@ -94,6 +101,7 @@ fn build_catalog(python: &Path) -> Result<()> {
             .args(["-c", script])
             .env("OVERRIDE_IN_DOCKER", "0")
             .env("FILESYSTEM_ROOT", &building)
+            .env("CONFIG_DIR", profiles_under(&building))
             .env("XDG_CACHE_HOME", xdg_cache_under(&building)),
         "building LocalStack's service catalog index",
     )?;
@@ -224,10 +232,16 @@ async fn attempt(python: &Path, dir: &Path, port: u16) -> Result<LocalStack> {
         // localstack.runtime.components" (CI, 2026-12-03); every start also left 25 kB in
         // ~/.cache/plux. Each instance keeps it under its own root.
         .env("XDG_CACHE_HOME", xdg_cache_under(&root))
+        // LocalStack reads `$CONFIG_DIR/default.env` (default `~/.localstack/`) at import and
+        // takes every variable in it that the environment lacks (`config.load_environment`):
+        // a profile left on the machine (`PERSISTENCE=1`, another gateway) would change the
+        // instance. This directory under the instance's root never exists.
+        .env("CONFIG_DIR", profiles_under(&root))
         .env("DNS_ADDRESS", "0")
         .env("SKIP_SSL_CERT_DOWNLOAD", "1")
+        // No analytics events sent anywhere (`config.DISABLE_EVENTS`; the machines have no
+        // network but the package registries).
         .env("DISABLE_EVENTS", "1")
-        .env("LOCALSTACK_TELEMETRY_DISABLED", "1")
         // Its CPU per SQS call is the ceiling of exploration: no CloudWatch metrics per call,
         // and no request log (about 3.0 → 2.5 ms of CPU per call, measured here).
         .env("SQS_DISABLE_CLOUDWATCH_METRICS", "1")
