@@ -3,7 +3,8 @@
 //! A [`System`] (a workload's reference or one of its mutants) hands out a [`Program`] for
 //! each role the workload declares. Every program reaches the services only through
 //! [`Cx`], so every call is a yield point for the scheduler. A program runs on its worker's
-//! turmoil host, whose tokio runtime has no I/O driver: a tokio socket a program opens itself
+//! turmoil host, whose tokio runtime has no I/O driver unless an external worker shares the
+//! fleet (`sim/fleet.rs`): a tokio socket a program opens itself
 //! (outside [`Cx`] and the simulated network to the workload's providers) panics with tokio's
 //! "IO is disabled", which ends the run as a harness error naming the worker.
 

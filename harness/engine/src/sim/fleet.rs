@@ -25,6 +25,14 @@ use crate::spec::{role_of, RoleKind};
 /// first `Sim::step`. Errors: a worker name that matches no role, or a role the system has no
 /// program for.
 pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmoil::Sim<'a>> {
+    // Each worker's role, and the external process that plays it, if one does.
+    let fleet = workers
+        .iter()
+        .map(|w| {
+            let role = role_of(&spec.roles, w).ok_or_else(|| anyhow::anyhow!("worker name `{w}` matches no role"))?;
+            anyhow::Ok((w, role, spec.external.iter().find(|e| e.role == role.prefix).cloned()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut builder = turmoil::Builder::new();
     // The hosts' runtimes get tokio I/O only when an external worker's proxies listen on one
     // ([`crate::sim::wire::host`]): in-process workers' sockets live on the I/O runtime
@@ -32,8 +40,7 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
     // I/O runtime an `eventfd` write (about 2,200 and 1,200 system calls per payout/explore
     // schedule, strace, 2026-12-03); without it, a tick with nothing to do and a wake of a
     // runtime that is not parked make none (tokio's `ParkThread`).
-    let external = |w: &String| role_of(&spec.roles, w).is_some_and(|r| spec.external.iter().any(|e| e.role == r.prefix));
-    if workers.iter().any(external) {
+    if fleet.iter().any(|(_, _, external)| external.is_some()) {
         builder.enable_tokio_io();
     }
     let mut sim = builder
@@ -52,15 +59,14 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
         let (provider, world) = (p.clone(), spec.world.clone());
         host(&mut sim, p.name(), spec.wake.clone(), move || super::net::host::serve(provider.clone(), world.clone()));
     }
-    for w in workers {
-        let role = role_of(&spec.roles, w).ok_or_else(|| anyhow::anyhow!("worker name `{w}` matches no role"))?;
+    for (w, role, external) in fleet {
         let prefix = role.prefix;
         let queue = match role.kind {
             RoleKind::Handler { queue } => Some(queue),
             _ => None,
         };
         let (name, spec) = (w.clone(), spec.clone());
-        if let Some(ext) = spec.external.iter().find(|e| e.role == prefix).cloned() {
+        if let Some(ext) = external {
             host(&mut sim, w, spec.wake.clone(), move || {
                 let (name, spec, ext) = (name.clone(), spec.clone(), ext.clone());
                 async move { crate::sim::wire::host::run(name, ext, queue, spec).await.map_err(|e| format!("{e:#}").into()) }

@@ -71,7 +71,7 @@ pub(super) fn xdg_cache_under(root: &Path) -> PathBuf {
 /// The `CONFIG_DIR` of an instance whose `FILESYSTEM_ROOT` is `root`: a directory that is
 /// never created, so that no configuration profile (`<CONFIG_DIR>/default.env`, LocalStack's
 /// `config.load_environment`) of the machine's user reaches the instance.
-pub(super) fn profiles_under(root: &Path) -> PathBuf {
+fn profiles_under(root: &Path) -> PathBuf {
     root.join("no-profiles")
 }
 
