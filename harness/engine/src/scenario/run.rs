@@ -175,6 +175,10 @@ pub(crate) fn run_driven(
     let invariants = s.invariants();
     let verdicts = checker::check(&invariants, &fin.admin, &fin.history, &events, &fin.names, &fin.effects, stuck.as_deref());
     let check_ms = t_check.elapsed().as_secs_f64() * 1e3;
+    if let Some(down) = down_under_a_violation(endpoints, &verdicts) {
+        crate::sim::pool::give_back(fin.admin, &fin.keys, false);
+        return Err(anyhow!("{}: {down} stopped accepting connections during the schedule\ntrace so far:\n{text}", s.name));
+    }
     cpu[3] = thread_cpu_ms();
     let t_teardown = Instant::now();
     let sqs_calls = crate::sim::pool::give_back(fin.admin, &fin.keys, stuck.is_none());
@@ -206,4 +210,53 @@ pub(crate) fn run_driven(
         phases,
         history: fin.history,
     })
+}
+
+/// The services that no longer accept connections (`Redis at 127.0.0.1:6379`, joined by
+/// " and "), asked only when `verdicts` break an invariant; `None` when every verdict holds
+/// or every service answers. A service killed under a schedule makes even a correct handler
+/// break invariants (a worker whose Redis is gone can neither lock nor finish, and the drain
+/// ends short of quiescence). Such a verdict is not the handler's: the caller makes it a
+/// services error, never a failure to shrink or to save as a regression.
+fn down_under_a_violation(endpoints: &Endpoints, verdicts: &[Verdict]) -> Option<String> {
+    if verdicts.iter().all(|v| v.holds) {
+        return None;
+    }
+    let down = endpoints.unreachable();
+    (!down.is_empty()).then(|| down.join(" and "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(holds: bool) -> Verdict {
+        Verdict { invariant: "quiescence".into(), holds, detail: String::new(), unknown: None, culprit: None }
+    }
+
+    /// A port nobody listens on: bound, then closed.
+    fn closed_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// Redis down and an invariant broken: the service is named. Redis down and every
+    /// invariant holding: nothing is asked. Every service up: a broken invariant stays the
+    /// handler's verdict.
+    #[test]
+    fn a_violation_with_a_service_down_names_the_service() {
+        let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = |scheme: &str, port: u16| format!("{scheme}://127.0.0.1:{port}");
+        let listening = up.local_addr().unwrap().port();
+        let mut e = Endpoints {
+            database_url: url("postgres", listening),
+            sqs_endpoint_url: url("http", listening),
+            sqs_shards: Vec::new(),
+            redis_url: url("redis", listening),
+        };
+        assert_eq!(down_under_a_violation(&e, &[verdict(true), verdict(false)]), None);
+        let dead = closed_port();
+        e.redis_url = url("redis", dead);
+        assert_eq!(down_under_a_violation(&e, &[verdict(true), verdict(false)]), Some(format!("Redis at 127.0.0.1:{dead}")));
+        assert_eq!(down_under_a_violation(&e, &[verdict(true)]), None);
+    }
 }

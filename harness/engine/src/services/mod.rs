@@ -91,7 +91,8 @@ impl Endpoints {
 
     /// The services that do not accept a TCP connection within 1 s (1000 ms), as
     /// `PostgreSQL at 127.0.0.1:5432`, in the order of [`Endpoints::urls`] (URLs redacted).
-    /// Used after a run failed, to name a service that died under it.
+    /// Used after a run failed, to name a service that died under it, and after a schedule
+    /// broke an invariant, whose verdict is then a services error instead (`scenario/run.rs`).
     pub fn unreachable(&self) -> Vec<String> {
         self.urls()
             .filter_map(|(name, url)| {
