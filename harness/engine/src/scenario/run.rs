@@ -175,9 +175,19 @@ pub(crate) fn run_driven(
     let invariants = s.invariants();
     let verdicts = checker::check(&invariants, &fin.admin, &fin.history, &events, &fin.names, &fin.effects, stuck.as_deref());
     let check_ms = t_check.elapsed().as_secs_f64() * 1e3;
-    if let Some(down) = down_under_a_violation(endpoints, &verdicts) {
+    let missing: Vec<String> = s.expect_trace.iter().filter(|f| !text.contains(f.as_str())).cloned().collect();
+    let failed: Vec<&str> = verdicts
+        .iter()
+        .filter(|v| !v.holds)
+        .map(|v| v.invariant.as_str())
+        .chain((!missing.is_empty()).then_some("the expected trace facts"))
+        .collect();
+    // The namespace's own view: the one SQS endpoint its queues live on, not every shard.
+    if let Some(down) = down_under_a_failure(&fin.admin.endpoints, &failed) {
+        tracing::info!(schedule = %schedule, services_down = %down, "schedule checked: a services error, not a verdict");
         crate::sim::pool::give_back(fin.admin, &fin.keys, false);
-        return Err(anyhow!("{}: {down} stopped accepting connections during the schedule\ntrace so far:\n{text}", s.name));
+        let failed = failed.join("`, `");
+        return Err(anyhow!("{}: `{failed}` broke while {down} accepted no connections: a services error, not the handler's verdict\ntrace:\n{text}", s.name));
     }
     cpu[3] = thread_cpu_ms();
     let t_teardown = Instant::now();
@@ -195,7 +205,6 @@ pub(crate) fn run_driven(
     if let Some(why) = verdicts.iter().find_map(|v| v.unknown.as_ref().map(|r| format!("invariant `{}` could not decide: {r}", v.invariant))) {
         return Err(anyhow!("{}: {why}", s.name));
     }
-    let missing = s.expect_trace.iter().filter(|f| !text.contains(f.as_str())).cloned().collect();
     Ok(ScenarioOutcome {
         name: s.name.clone(),
         schedule,
@@ -213,13 +222,14 @@ pub(crate) fn run_driven(
 }
 
 /// The services that no longer accept connections (`Redis at 127.0.0.1:6379`, joined by
-/// " and "), asked only when `verdicts` break an invariant; `None` when every verdict holds
-/// or every service answers. A service killed under a schedule makes even a correct handler
-/// break invariants (a worker whose Redis is gone can neither lock nor finish, and the drain
-/// ends short of quiescence). Such a verdict is not the handler's: the caller makes it a
-/// services error, never a failure to shrink or to save as a regression.
-fn down_under_a_violation(endpoints: &Endpoints, verdicts: &[Verdict]) -> Option<String> {
-    if verdicts.iter().all(|v| v.holds) {
+/// " and "; see [`Endpoints::unreachable`]), asked only when `failed` (what the schedule
+/// broke: invariants, or its expected trace facts) is not empty; `None` when nothing failed or
+/// every service answers. A service killed under a schedule makes even a correct handler fail
+/// (a worker whose Redis is gone can neither lock nor finish, and the drain ends short of
+/// quiescence). Such a failure is not the handler's: the caller makes it a services error,
+/// never a failure to shrink or to save as a regression.
+fn down_under_a_failure(endpoints: &Endpoints, failed: &[&str]) -> Option<String> {
+    if failed.is_empty() {
         return None;
     }
     let down = endpoints.unreachable();
@@ -230,33 +240,37 @@ fn down_under_a_violation(endpoints: &Endpoints, verdicts: &[Verdict]) -> Option
 mod tests {
     use super::*;
 
-    fn verdict(holds: bool) -> Verdict {
-        Verdict { invariant: "quiescence".into(), holds, detail: String::new(), unknown: None, culprit: None }
+    /// A port where nothing listens: bound without `listen`, and held until the test ends,
+    /// so no other test can take it and a connection to it is refused.
+    fn refusing() -> (tokio::net::TcpSocket, u16) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = socket.local_addr().unwrap().port();
+        (socket, port)
     }
 
-    /// A port nobody listens on: bound, then closed.
-    fn closed_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    }
-
-    /// Redis down and an invariant broken: the service is named. Redis down and every
-    /// invariant holding: nothing is asked. Every service up: a broken invariant stays the
-    /// handler's verdict.
+    /// Services down and something broken: each is named, in the order of the endpoints, the
+    /// SQS shards included. Services down and nothing broken: nothing is asked. Every service
+    /// up: what broke stays the handler's verdict.
     #[test]
-    fn a_violation_with_a_service_down_names_the_service() {
+    fn a_failure_with_services_down_names_them() {
         let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = |scheme: &str, port: u16| format!("{scheme}://127.0.0.1:{port}");
         let listening = up.local_addr().unwrap().port();
         let mut e = Endpoints {
             database_url: url("postgres", listening),
             sqs_endpoint_url: url("http", listening),
-            sqs_shards: Vec::new(),
+            sqs_shards: vec![url("http", listening)],
             redis_url: url("redis", listening),
         };
-        assert_eq!(down_under_a_violation(&e, &[verdict(true), verdict(false)]), None);
-        let dead = closed_port();
-        e.redis_url = url("redis", dead);
-        assert_eq!(down_under_a_violation(&e, &[verdict(true), verdict(false)]), Some(format!("Redis at 127.0.0.1:{dead}")));
-        assert_eq!(down_under_a_violation(&e, &[verdict(true)]), None);
+        assert_eq!(down_under_a_failure(&e, &["quiescence"]), None);
+        let ((_shard, shard), (_redis, redis)) = (refusing(), refusing());
+        e.sqs_shards.push(url("http", shard));
+        e.redis_url = url("redis", redis);
+        assert_eq!(
+            down_under_a_failure(&e, &["quiescence", "the expected trace facts"]),
+            Some(format!("SQS at 127.0.0.1:{shard} and Redis at 127.0.0.1:{redis}"))
+        );
+        assert_eq!(down_under_a_failure(&e, &[]), None);
     }
 }

@@ -89,11 +89,26 @@ impl Endpoints {
         std::iter::once(("PostgreSQL", self.database_url.as_str())).chain(sqs).chain([("Redis", self.redis_url.as_str())])
     }
 
-    /// The services that do not accept a TCP connection within 1 s (1000 ms), as
-    /// `PostgreSQL at 127.0.0.1:5432`, in the order of [`Endpoints::urls`] (URLs redacted).
-    /// Used after a run failed, to name a service that died under it, and after a schedule
-    /// broke an invariant, whose verdict is then a services error instead (`scenario/run.rs`).
+    /// The services that accept no TCP connection on any address their host resolves to, as
+    /// `PostgreSQL at 127.0.0.1:5432`, in the order of [`Endpoints::urls`] (URLs redacted). An
+    /// address is tried twice, 1 s (1000 ms) each, when the first try times out (a dropped SYN
+    /// is retransmitted only after 1 s on Linux); a refused connection is an answer. A host
+    /// that does not resolve is not counted as down. Used after a run failed, to name a
+    /// service that died under it, and after a schedule broke an invariant, whose verdict is
+    /// then a services error instead (`scenario/run.rs`): so it must not call a live service
+    /// down.
     pub fn unreachable(&self) -> Vec<String> {
+        use std::net::{TcpStream, ToSocketAddrs};
+        let answers = |a: &std::net::SocketAddr| {
+            for _ in 0..2 {
+                match TcpStream::connect_timeout(a, std::time::Duration::from_millis(1000)) {
+                    Ok(_) => return true,
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+                    Err(_) => return false,
+                }
+            }
+            false
+        };
         self.urls()
             .filter_map(|(name, url)| {
                 let u = url::Url::parse(url).ok()?;
@@ -103,11 +118,9 @@ impl Endpoints {
                     _ => u.port_or_known_default(),
                 };
                 let addr = format!("{}:{}", u.host_str()?, u.port().or(default_port)?);
-                let reachable = std::net::ToSocketAddrs::to_socket_addrs(&addr)
-                    .ok()
-                    .and_then(|mut a| a.next())
-                    .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_millis(1000)).is_ok());
-                (!reachable).then(|| format!("{name} at {addr}"))
+                let mut resolved = addr.to_socket_addrs().ok()?.peekable();
+                resolved.peek()?;
+                (!resolved.any(|a| answers(&a))).then(|| format!("{name} at {addr}"))
             })
             .collect()
     }
