@@ -66,7 +66,7 @@ fn budgets_cover_the_whole_catalogue() {
 
 /// The mutants explore a few at a time, each on one slot, as `crashpoint catalogue` does.
 #[test]
-#[ignore = "gate tier: the whole payout catalogue, about 1,100 schedules; `cargo test -- --include-ignored` runs it"]
+#[ignore = "full tier: the whole payout catalogue, about 440 schedules and their shrinks; `cargo test -- --include-ignored` runs it"]
 fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
     let scenarios: Vec<_> = BUDGETS.iter().map(|(name, _, _)| common::scenario(&catalogue_scenario(name))).collect();
     let mutants: Vec<_> = BUDGETS.iter().zip(&scenarios).map(|((name, budget, _), s)| (*name, *budget, s)).collect();
@@ -93,7 +93,7 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
 }
 
 #[test]
-#[ignore = "gate tier: 1000 schedules; `cargo test -- --include-ignored` runs it"]
+#[ignore = "full tier: 1000 schedules; `cargo test -- --include-ignored` runs it"]
 fn reference_passes_1000_generated_schedules() {
     let s = common::scenario("payout/explore");
     let opts = Options { schedules: Some(1000), time: None, seed: 1000, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
@@ -108,7 +108,7 @@ fn reference_passes_1000_generated_schedules() {
 /// fault on the menu: the SQS faults with `sqs:batch-delete-partial`, the PostgreSQL outcome
 /// faults and graceful stops. (1000 measured by hand: README, "Batches and graceful shutdown".)
 #[test]
-#[ignore = "gate tier: 300 schedules; `cargo test -- --include-ignored` runs it"]
+#[ignore = "full tier: 300 schedules; `cargo test -- --include-ignored` runs it"]
 fn batch_reference_passes_300_generated_schedules_with_every_fault() {
     let s = common::scenario("payout/explore-batches").with_all_faults();
     let opts = Options { schedules: Some(300), time: None, seed: 7, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };

@@ -170,7 +170,7 @@ impl Drop for Interrupted {
 /// Issue 16: a service that dies under a running exploration ends the run with exit 2 within
 /// 10 s, naming the service, with its reports written and nothing left behind.
 #[test]
-#[ignore = "gate tier: three service kills, 15 s of running each; `cargo test -- --include-ignored` runs it"]
+#[ignore = "full tier: three service kills, 15 s of running each; `cargo test -- --include-ignored` runs it"]
 fn a_service_killed_mid_run_ends_it_with_exit_2_naming_the_service() {
     for (process, named) in [("postgres", "PostgreSQL"), ("localstack", "SQS"), ("redis-server", "Redis")] {
         let reports = tempfile::tempdir().unwrap();

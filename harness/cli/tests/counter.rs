@@ -38,7 +38,7 @@ fn every_counter_mutant_is_caught_and_shrunk() {
 }
 
 #[test]
-#[ignore = "gate tier: 1000 schedules; `cargo test -- --include-ignored` runs it"]
+#[ignore = "full tier: 1000 schedules; `cargo test -- --include-ignored` runs it"]
 fn counter_reference_passes_1000_generated_schedules() {
     let s = common::scenario("counter/explore");
     let opts = Options { schedules: Some(1000), seed: 4004, jobs: explore::default_jobs(), ..Options::default() };

@@ -53,7 +53,7 @@ fn every_orders_mutant_is_caught_and_shrunk_to_at_most_5_decisions() {
 }
 
 #[test]
-#[ignore = "gate tier: 1000 schedules; `cargo test -- --include-ignored` runs it"]
+#[ignore = "full tier: 1000 schedules; `cargo test -- --include-ignored` runs it"]
 fn orders_reference_passes_1000_generated_schedules_with_network_faults() {
     let s = common::scenario("orders/explore");
     let opts = Options { schedules: Some(1000), seed: 3003, jobs: explore::default_jobs(), ..Options::default() };

@@ -25,7 +25,7 @@ fn scripted_windows_pass_on_the_python_worker_and_repeat_byte_for_byte() {
 }
 
 #[test]
-#[ignore = "gate tier: 100 schedules of Python worker processes; `cargo test -- --include-ignored` runs it"]
+#[ignore = "full tier: 100 schedules of Python worker processes; `cargo test -- --include-ignored` runs it"]
 fn the_correct_python_worker_passes_100_explored_schedules() {
     let s = common::scenario("python/explore");
     let report = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts(100, 20261130), |_| {}).unwrap();

@@ -19,7 +19,7 @@ fn seed_windows_pass_on_the_symfony_handler_and_repeat_byte_for_byte() {
 }
 
 #[test]
-#[ignore = "gate tier: 100 schedules of PHP worker processes; `cargo test -- --include-ignored` runs it"]
+#[ignore = "full tier: 100 schedules of PHP worker processes; `cargo test -- --include-ignored` runs it"]
 fn the_symfony_handler_passes_100_explored_schedules() {
     let s = common::scenario("symfony/explore");
     let opts = Options { schedules: Some(100), time: None, seed: 20261130, check_determinism: false, shard: Default::default(), jobs: 1 };
