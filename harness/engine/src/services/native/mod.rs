@@ -118,16 +118,12 @@ impl NativeServices {
     }
 
     fn stop_all(&mut self) {
-        let grace = Duration::from_secs(10);
-        for mut l in self.localstack.drain(..) {
-            l.child.stop(grace);
-        }
-        if let Some(mut r) = self.redis.take() {
-            r.child.stop(grace);
-        }
-        if let Some(mut p) = self.pg.take() {
-            p.child.stop(grace);
-        }
+        let mut localstack: Vec<_> = self.localstack.drain(..).collect();
+        let (mut redis, mut pg) = (self.redis.take(), self.pg.take());
+        let mut children: Vec<&mut process::ManagedChild> = localstack.iter_mut().map(|l| &mut l.child).collect();
+        children.extend(redis.as_mut().map(|r| &mut r.child));
+        children.extend(pg.as_mut().map(|p| &mut p.child));
+        process::stop_children(&mut children, Duration::from_secs(10));
         if !self.keep_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
             process::unregister_dir(&self.dir);

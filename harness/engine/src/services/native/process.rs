@@ -139,22 +139,39 @@ pub fn group_alive(pgid: i32) -> bool {
 
 /// Sends `graceful` to process group `pgid`, waits up to `grace` for it to go, then SIGKILLs it.
 pub fn stop_group(pgid: i32, graceful: Signal, grace: Duration) {
-    if killpg(Pid::from_raw(pgid), graceful).is_err() {
-        return;
-    }
+    stop_groups(&[(pgid, graceful)], grace);
+}
+
+/// [`stop_group`] for several groups at once: each gets its signal, then they are waited for
+/// together, so stopping takes as long as the slowest instead of the sum (a LocalStack takes
+/// about 3 s to shut down on SIGTERM; two of them, Redis and PostgreSQL one after another took
+/// about 8 s, measured 2026-12-03). Those still alive after `grace` are SIGKILLed.
+pub fn stop_groups(groups: &[(i32, Signal)], grace: Duration) {
+    let mut left: Vec<i32> = groups.iter().filter(|(pgid, sig)| killpg(Pid::from_raw(*pgid), *sig).is_ok()).map(|g| g.0).collect();
     let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        // Reap the leader if it is our child, so that it does not linger as a zombie.
-        let _ = nix::sys::wait::waitpid(
-            Pid::from_raw(pgid),
-            Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-        );
-        if !group_alive(pgid) {
-            return;
+    while !left.is_empty() && Instant::now() < deadline {
+        left.retain(|&pgid| {
+            // Reap the leader if it is our child, so that it does not linger as a zombie.
+            let _ = nix::sys::wait::waitpid(Pid::from_raw(pgid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+            group_alive(pgid)
+        });
+        if !left.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    for pgid in left {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}
+
+/// Stops `children` together ([`stop_groups`]), then reaps each and forgets it.
+pub fn stop_children(children: &mut [&mut ManagedChild], grace: Duration) {
+    let groups: Vec<(i32, Signal)> = children.iter().map(|c| (c.child.id() as i32, c.graceful)).collect();
+    stop_groups(&groups, grace);
+    for c in children.iter_mut() {
+        let _ = c.child.wait();
+        unregister_group(c.child.id() as i32);
+    }
 }
 
 /// Registers a temporary directory to remove on SIGINT/SIGTERM.
@@ -173,10 +190,11 @@ pub fn cleanup_all() {
         let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
         (std::mem::take(&mut r.groups), std::mem::take(&mut r.dirs))
     };
-    for (pgid, name, sig) in groups.into_iter().rev() {
+    for (pgid, name, _) in &groups {
         tracing::info!(%name, pgid, "stopping");
-        stop_group(pgid, sig, Duration::from_secs(10));
     }
+    let groups: Vec<(i32, Signal)> = groups.into_iter().map(|(pgid, _, sig)| (pgid, sig)).collect();
+    stop_groups(&groups, Duration::from_secs(10));
     for d in dirs {
         let _ = std::fs::remove_dir_all(&d);
     }

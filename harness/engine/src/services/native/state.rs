@@ -54,19 +54,20 @@ pub fn load() -> Result<Option<UpState>> {
     }
 }
 
-/// Stops every process of the state (postgres with SIGINT, a fast shutdown; the others with
-/// SIGTERM; SIGKILL after 10 s), removes its directory and the state file. Returns the names
+/// Stops every process of the state together (postgres with SIGINT, a fast shutdown; the others
+/// with SIGTERM; SIGKILL after 10 s), removes its directory and the state file. Returns the names
 /// of the processes that were still running.
 pub fn stop(s: &UpState) -> Result<Vec<String>> {
     let mut stopped = Vec::new();
+    let mut groups = Vec::new();
     for (name, pgid) in &s.pids {
         let pgid = *pgid as i32;
         if process::group_alive(pgid) {
-            let sig = if name == "postgres" { Signal::SIGINT } else { Signal::SIGTERM };
-            process::stop_group(pgid, sig, Duration::from_secs(10));
+            groups.push((pgid, if name == "postgres" { Signal::SIGINT } else { Signal::SIGTERM }));
             stopped.push(name.clone());
         }
     }
+    process::stop_groups(&groups, Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&s.dir);
     let _ = std::fs::remove_file(path());
     Ok(stopped)
