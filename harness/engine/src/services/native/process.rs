@@ -114,9 +114,7 @@ impl ManagedChild {
 
     /// Asks the child to stop, waits up to `grace`, then kills its process group.
     pub fn stop(&mut self, grace: Duration) {
-        stop_group(self.child.id() as i32, self.graceful, grace);
-        let _ = self.child.wait();
-        unregister_group(self.child.id() as i32);
+        stop_children(&mut [self], grace);
     }
 }
 
@@ -137,15 +135,10 @@ pub fn group_alive(pgid: i32) -> bool {
     killpg(Pid::from_raw(pgid), None).is_ok()
 }
 
-/// Sends `graceful` to process group `pgid`, waits up to `grace` for it to go, then SIGKILLs it.
-pub fn stop_group(pgid: i32, graceful: Signal, grace: Duration) {
-    stop_groups(&[(pgid, graceful)], grace);
-}
-
-/// [`stop_group`] for several groups at once: each gets its signal, then they are waited for
-/// together, so stopping takes as long as the slowest instead of the sum (a LocalStack takes
-/// about 3 s to shut down on SIGTERM; two of them, Redis and PostgreSQL one after another took
-/// about 8 s, measured 2026-12-03). Those still alive after `grace` are SIGKILLed.
+/// Sends each process group its graceful signal, then waits for them together, up to
+/// `grace`, and SIGKILLs those still alive. Stopping takes as long as the slowest instead of
+/// the sum (a LocalStack takes about 3 s to shut down on SIGTERM; two of them, Redis and
+/// PostgreSQL one after another took about 8 s, measured 2026-12-03).
 pub fn stop_groups(groups: &[(i32, Signal)], grace: Duration) {
     let mut left: Vec<i32> = groups.iter().filter(|(pgid, sig)| killpg(Pid::from_raw(*pgid), *sig).is_ok()).map(|g| g.0).collect();
     let deadline = Instant::now() + grace;
