@@ -1,8 +1,9 @@
 //! The workers' PostgreSQL connections kept between schedules (issue 14) keep the crash
 //! semantics: a worker idle at a schedule's end hands its backend to the next schedule of the
-//! namespace, and a crashed worker's backend is gone once the schedule is over, as it was when
-//! every schedule connected anew. Real services, started once for this test process through
-//! the harness.
+//! namespace; a worker crashed inside its transaction leaves no backend behind; one crashed
+//! between calls hands its backend, reset as a fresh session, to the next worker to restart.
+//! No session's advisory lock outlives the process that took it. Real services, started once
+//! for this test process through the harness.
 
 use std::rc::Rc;
 
@@ -13,37 +14,49 @@ use sqlx::{Connection, Row};
 
 mod common;
 
+/// The session-level advisory lock [`NotesBackend`] takes (PostgreSQL docs §9.27.10): held until
+/// its session ends, so a crashed process's lock would show if its session survived.
+const SESSION_LOCK: i32 = 4242;
+
 /// Wraps a consumer: before each delivery it asks its backend's pid and start time (µs since
-/// the epoch) and notes them in the trace as `backend <pid> started <µs>`.
+/// the epoch) and how many sessions hold [`SESSION_LOCK`], notes them in the trace as
+/// `backend <pid> started <µs> locks <n>`, then tries to take that lock for its session.
 struct NotesBackend(Rc<dyn Handler>);
 
 #[async_trait(?Send)]
 impl Handler for NotesBackend {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
-        let sql = "SELECT pg_backend_pid(), (extract(epoch FROM backend_start) * 1e6)::bigint \
-                   FROM pg_stat_activity WHERE pid = pg_backend_pid()";
-        let row = cx.fetch_optional("backend", sql, &[]).await?.expect("a backend sees itself in pg_stat_activity");
-        cx.note(format!("backend {} started {}", row.get::<i32, _>(0), row.get::<i64, _>(1)));
+        let sql = format!(
+            "SELECT pg_backend_pid(), (extract(epoch FROM backend_start) * 1e6)::bigint, \
+             (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {SESSION_LOCK}) \
+             FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        );
+        let row = cx.fetch_optional("backend", &sql, &[]).await?.expect("a backend sees itself in pg_stat_activity");
+        cx.note(format!("backend {} started {} locks {}", row.get::<i32, _>(0), row.get::<i64, _>(1), row.get::<i64, _>(2)));
+        cx.fetch_optional("session lock", &format!("SELECT pg_try_advisory_lock({SESSION_LOCK})"), &[]).await?;
         self.0.on_delivery(cx, d).await
     }
 }
 
-/// Runs `schedule` of `s` on the payout reference with [`NotesBackend`] around its consumer; it must pass. Returns the backends the consumers
-/// noted, in trace order, as (pid, start in µs since the epoch).
+/// Runs `schedule` of `s` on the payout reference with [`NotesBackend`] around its consumer; it
+/// must pass, and no consumer may see [`SESSION_LOCK`] held when it asks. Returns the backends
+/// the consumers noted, in trace order, as (pid, start in µs since the epoch).
 fn backends(s: &Scenario, schedule: &str) -> Vec<(i32, i64)> {
     let o = run_scenario(&testkit::endpoints(), common::payout_with_consumer("notes-backend", |h| Rc::new(NotesBackend(h))), s, Some(&common::schedule(s, schedule))).unwrap();
     assert!(o.passed(), "{:?}\n{}", o.verdicts, o.trace);
-    let noted: Vec<(i32, i64)> = o
+    let noted: Vec<(i32, i64, i64)> = o
         .trace
         .lines()
         .filter_map(|l| {
             let rest = &l[l.find("backend ")? + "backend ".len()..];
-            let (pid, start) = rest.split_once(" started ")?;
-            Some((pid.trim().parse().ok()?, start.trim().parse().ok()?))
+            let (pid, rest) = rest.split_once(" started ")?;
+            let (start, locks) = rest.split_once(" locks ")?;
+            Some((pid.trim().parse().ok()?, start.trim().parse().ok()?, locks.trim().parse::<i64>().ok()?))
         })
         .collect();
     assert!(!noted.is_empty(), "no consumer noted its backend:\n{}", o.trace);
-    noted
+    assert!(noted.iter().all(|n| n.2 == 0), "a session's advisory lock outlived its process (schedule `{schedule}`):\n{}", o.trace);
+    noted.into_iter().map(|(pid, start, _)| (pid, start)).collect()
 }
 
 /// Runs `sql` with `args` bound in order ($1, $2, …) on a connection of the test's own, and
@@ -73,7 +86,7 @@ fn server_now_us() -> i64 {
 }
 
 #[test]
-fn an_idle_worker_hands_its_backend_to_the_next_schedule_and_a_crashed_one_leaves_none() {
+fn an_idle_worker_hands_its_backend_on_and_a_crashed_one_leaves_none_or_a_fresh_session() {
     let mut s = common::scenario("seed/crash-after-commit");
     s.expect_trace.clear();
     // The drain alone: a consumer handles e1 and the schedule ends with every worker idle.
@@ -84,17 +97,19 @@ fn an_idle_worker_hands_its_backend_to_the_next_schedule_and_a_crashed_one_leave
     // predates it.
     let (second, started) = backends(&s, "")[0];
     assert!(started < between, "backend {second} started after the schedule before ended: a new connection, not a kept one");
-    // c1 crashes inside its transaction (PostgreSQL's rollback of the claim needs the backend
-    // gone), or between two calls: either way its backend must be gone, while the drain still
-    // ends quiescent (the namespace is kept).
-    for at in ["after_claim", "after_commit"] {
-        let (crashed, _) = backends(&s, &format!("p:lock p:send c1:recv c1:crash@{at}"))[0];
-        let gone = (0..200).any(|_| {
-            !backend_runs(crashed) || {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-                false
-            }
-        });
-        assert!(gone, "the backend {crashed} of the worker crashed {at} still runs 2 s after its schedule ended");
-    }
+    // c1 crashes inside its transaction: PostgreSQL's rollback of the claim needs the backend
+    // gone, while the drain still ends quiescent (the namespace is kept).
+    let (crashed, _) = backends(&s, "p:lock p:send c1:recv c1:crash@after_claim")[0];
+    let gone = (0..200).any(|_| {
+        !backend_runs(crashed) || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(gone, "the backend {crashed} of the worker crashed inside its transaction still runs 2 s after its schedule ended");
+    // c1 crashes between two calls, with its session's advisory lock taken: the restarted c1
+    // gets the same backend, and sees no lock held (`backends` checks that the lock is gone).
+    let noted = backends(&s, "p:lock p:send c1:recv c1:crash@after_commit c1:restart tick:31s c1:recv");
+    assert_eq!(noted.len(), 2, "c1 should handle m1 twice, before and after its restart");
+    assert_eq!(noted[1].0, noted[0].0, "the restarted worker forked a new backend instead of taking the crashed one's, reset");
 }

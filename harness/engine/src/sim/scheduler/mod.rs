@@ -513,7 +513,14 @@ impl<'a> Run<'a> {
             Status::Crashed => return Err(inapplicable(format!("{w} is already crashed"))),
             _ => (None, None),
         };
-        self.sim.crash(w);
+        // The host's connection, if it was idle outside a transaction, comes back reset as a
+        // fresh session: no lock, setting or temporary table of the ended process survives,
+        // as when its backend exits, and a restart takes it instead of forking a new backend.
+        let shelf = self.pg_kept.clone();
+        let ((), left) = shelf.catching(|| self.sim.crash(w));
+        let recycled = super::worker_pg::reset(left);
+        let recycled_pids: Vec<i32> = recycled.iter().map(|c| c.pid).collect();
+        shelf.give(recycled);
         let pids = self.with_slot(w, |s| {
             s.status = Status::Crashed;
             s.granted = false;
@@ -536,7 +543,7 @@ impl<'a> Run<'a> {
         }
         self.history.entries.push(Entry::Crash { t_ms: self.now(), worker: w.to_string(), at, op, graceful });
         self.polls.db_changed();
-        for pid in pids {
+        for pid in pids.into_iter().filter(|p| !recycled_pids.contains(p)) {
             self.admin.terminate_backend(pid)?;
         }
         self.settle(None)
