@@ -1,8 +1,9 @@
 //! The workers' PostgreSQL connections kept between schedules (issue 14) keep the crash
 //! semantics: a worker idle at a schedule's end hands its backend to the next schedule of the
 //! namespace; a worker crashed inside its transaction leaves no backend behind; one crashed
-//! between calls hands its backend, reset as a fresh session, to the next worker to restart.
-//! No session's advisory lock outlives the process that took it. Real services, started once
+//! between calls hands its backend, reset as a fresh session, to the next worker to restart,
+//! unless its session read its backend's pid. No session's advisory lock outlives the process
+//! that took it. Real services, started once
 //! for this test process through the harness.
 
 use std::rc::Rc;
@@ -18,31 +19,45 @@ mod common;
 /// its session ends, so a crashed process's lock would show if its session survived.
 const SESSION_LOCK: i32 = 4242;
 
-/// Wraps a consumer: before each delivery it asks its backend's pid and start time (µs since
+/// Wraps a consumer: before each delivery it finds its backend's pid and start time (µs since
 /// the epoch) and how many sessions hold [`SESSION_LOCK`], notes them in the trace as
-/// `backend <pid> started <µs> locks <n>`, then tries to take that lock for its session.
-struct NotesBackend(Rc<dyn Handler>);
+/// `backend <pid> started <µs> locks <n>`, then tries to take that lock for its session. With
+/// `names_pid` it finds its backend through `pg_backend_pid()`, else through its client address
+/// and port, so that its session never names its pid.
+struct NotesBackend {
+    inner: Rc<dyn Handler>,
+    names_pid: bool,
+}
 
 #[async_trait(?Send)]
 impl Handler for NotesBackend {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
+        let mine = match self.names_pid {
+            true => "pid = pg_backend_pid()",
+            false => "client_addr = inet_client_addr() AND client_port = inet_client_port()",
+        };
         let sql = format!(
-            "SELECT pg_backend_pid(), (extract(epoch FROM backend_start) * 1e6)::bigint, \
+            "SELECT pid, (extract(epoch FROM backend_start) * 1e6)::bigint, \
              (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {SESSION_LOCK}) \
-             FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+             FROM pg_stat_activity WHERE {mine}"
         );
         let row = cx.fetch_optional("backend", &sql, &[]).await?.expect("a backend sees itself in pg_stat_activity");
         cx.note(format!("backend {} started {} locks {}", row.get::<i32, _>(0), row.get::<i64, _>(1), row.get::<i64, _>(2)));
         cx.fetch_optional("session lock", &format!("SELECT pg_try_advisory_lock({SESSION_LOCK})"), &[]).await?;
-        self.0.on_delivery(cx, d).await
+        self.inner.on_delivery(cx, d).await
     }
 }
 
-/// Runs `schedule` of `s` on the payout reference with [`NotesBackend`] around its consumer; it
-/// must pass, and no consumer may see [`SESSION_LOCK`] held when it asks. Returns the backends
-/// the consumers noted, in trace order, as (pid, start in µs since the epoch).
-fn backends(s: &Scenario, schedule: &str) -> Vec<(i32, i64)> {
-    let o = run_scenario(&testkit::endpoints(), common::payout_with_consumer("notes-backend", |h| Rc::new(NotesBackend(h))), s, Some(&common::schedule(s, schedule))).unwrap();
+/// Runs `schedule` of `s` on the payout reference with [`NotesBackend`] around its consumer
+/// (naming its pid with `names_pid`); it must pass, and no consumer may see [`SESSION_LOCK`]
+/// held when it asks. Returns the backends the consumers noted, in trace order, as (pid, start
+/// in µs since the epoch).
+fn backends(s: &Scenario, schedule: &str, names_pid: bool) -> Vec<(i32, i64)> {
+    let system = match names_pid {
+        true => common::payout_with_consumer("notes-backend-pid", |h| Rc::new(NotesBackend { inner: h, names_pid: true })),
+        false => common::payout_with_consumer("notes-backend", |h| Rc::new(NotesBackend { inner: h, names_pid: false })),
+    };
+    let o = run_scenario(&testkit::endpoints(), system, s, Some(&common::schedule(s, schedule))).unwrap();
     assert!(o.passed(), "{:?}\n{}", o.verdicts, o.trace);
     let noted: Vec<(i32, i64, i64)> = o
         .trace
@@ -85,31 +100,42 @@ fn server_now_us() -> i64 {
     ask("SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint", &[])
 }
 
+/// Whether backend `pid` is gone within 2 s.
+fn ends(pid: i32) -> bool {
+    (0..200).any(|_| {
+        !backend_runs(pid) || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    })
+}
+
 #[test]
 fn an_idle_worker_hands_its_backend_on_and_a_crashed_one_leaves_none_or_a_fresh_session() {
     let mut s = common::scenario("seed/crash-after-commit");
     s.expect_trace.clear();
     // The drain alone: a consumer handles e1 and the schedule ends with every worker idle.
-    let (first, _) = backends(&s, "")[0];
+    let (first, _) = backends(&s, "", false)[0];
     assert!(backend_runs(first), "the idle worker's backend {first} was closed at the schedule's end");
     let between = server_now_us();
     // The namespace's next schedule (same shape, same thread): its consumer's backend
     // predates it.
-    let (second, started) = backends(&s, "")[0];
+    let (second, started) = backends(&s, "", false)[0];
     assert!(started < between, "backend {second} started after the schedule before ended: a new connection, not a kept one");
     // c1 crashes inside its transaction: PostgreSQL's rollback of the claim needs the backend
     // gone, while the drain still ends quiescent (the namespace is kept).
-    let (crashed, _) = backends(&s, "p:lock p:send c1:recv c1:crash@after_claim")[0];
-    let gone = (0..200).any(|_| {
-        !backend_runs(crashed) || {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            false
-        }
-    });
-    assert!(gone, "the backend {crashed} of the worker crashed inside its transaction still runs 2 s after its schedule ended");
+    let (crashed, _) = backends(&s, "p:lock p:send c1:recv c1:crash@after_claim", false)[0];
+    assert!(ends(crashed), "the backend {crashed} of the worker crashed inside its transaction still runs 2 s after its schedule ended");
     // c1 crashes between two calls, with its session's advisory lock taken: the restarted c1
     // gets the same backend, and sees no lock held (`backends` checks that the lock is gone).
-    let noted = backends(&s, "p:lock p:send c1:recv c1:crash@after_commit c1:restart tick:31s c1:recv");
+    let restart = "p:lock p:send c1:recv c1:crash@after_commit c1:restart tick:31s c1:recv";
+    let noted = backends(&s, restart, false);
     assert_eq!(noted.len(), 2, "c1 should handle m1 twice, before and after its restart");
     assert_eq!(noted[1].0, noted[0].0, "the restarted worker forked a new backend instead of taking the crashed one's, reset");
+    // The same, but the session read its pid (which it could have handed out as an owner
+    // token): the crashed process's backend ends with it, and the restart gets another.
+    let noted = backends(&s, restart, true);
+    assert_eq!(noted.len(), 2, "c1 should handle m1 twice, before and after its restart");
+    assert_ne!(noted[1].0, noted[0].0, "a session that read its pid handed its backend to the restarted worker");
+    assert!(ends(noted[0].0), "the backend {} of a crashed session that read its pid still runs", noted[0].0);
 }

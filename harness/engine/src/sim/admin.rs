@@ -178,7 +178,8 @@ impl Admin {
         })
     }
 
-    /// Terminates backend `pid` (a crashed worker's socket is already closed; this makes sure
+    /// Terminates backend `pid` (a crashed worker's socket is already closed, unless its
+    /// connection was kept as a fresh session, whose pid is not passed here; this makes sure
     /// its transaction is rolled back now, even if it waits on a lock) and waits until it is
     /// gone from `pg_stat_activity` (at most 10 s).
     pub fn terminate_backend(&self, pid: i32) -> Result<()> {

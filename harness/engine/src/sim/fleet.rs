@@ -2,11 +2,13 @@
 //! and one per provider of the workload, reached over turmoil's simulated network.
 //!
 //! A crash is `Sim::crash`: the host's runtime is dropped with everything on it, so its
-//! sockets close (PostgreSQL rolls back its open transaction; an in-flight SQS message stays
-//! invisible until its visibility expires). A restart is `Sim::bounce`: fresh software that
-//! connects again. Connections are owned by the host future so that a crash closes them; a
-//! worker's PostgreSQL connection left idle at the schedule's end is kept for the namespace's
-//! next schedule ([`super::worker_pg`]). The sockets to the services belong to the I/O
+//! sockets close (an in-flight SQS message stays invisible until its visibility expires). Its
+//! PostgreSQL connection is closed and its backend terminated, which rolls back its open
+//! transaction, unless it was idle between calls, outside a transaction: then it is reset as
+//! a fresh session and handed to the next restart ([`super::worker_pg`]). A restart is
+//! `Sim::bounce`: fresh software that takes such a connection or connects again. A worker's
+//! PostgreSQL connection left idle at the schedule's end is kept for the namespace's next
+//! schedule. The sockets to the services belong to the I/O
 //! runtime, and every host task's wakes reach the scheduler ([`super::io`]).
 
 use std::panic::AssertUnwindSafe;

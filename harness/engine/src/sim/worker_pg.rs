@@ -14,7 +14,10 @@
 //! ([`Shelf::catching`], [`reset`]): no lock, setting, temporary table or open transaction of
 //! the ended process survives, as when its backend exits, and the next worker to restart takes
 //! it instead of forking a backend (about 4 ms of PostgreSQL's CPU each, and the catalog
-//! caches a new backend loads). A program that returns closes its connection; a restarted
+//! caches a new backend loads). What still differs from an exit: the backend's pid stays in
+//! `pg_stat_activity`. So a session whose statements named `pg_backend_pid` (it may have
+//! handed its pid out as an owner token, judged dead by its absence) is closed and terminated
+//! as before. A program that returns closes its connection; a restarted
 //! worker with no such connection left connects anew ([`Shelf::started`]). Connections are made on
 //! one long-lived I/O runtime ([`super::io::runtime`]) rather than on the turmoil host's: a host's runtime is
 //! dropped when its schedule ends, and a socket registered with a dropped runtime's reactor
@@ -242,21 +245,23 @@ impl Shelf {
     }
 
     /// The connection of a worker whose host stops while it is idle, outside a transaction:
-    /// kept at the schedule's end ([`Shelf::collect`]), caught during [`Shelf::catching`] (a
-    /// crash or a graceful stop), closed otherwise (a program that returned).
-    pub fn leave(&self, mut c: WorkerPg) {
-        if let Some(caught) = self.caught.borrow_mut().as_mut() {
-            caught.push(c);
-            return;
-        }
-        if !self.collecting.get() {
+    /// kept at the schedule's end ([`Shelf::collect`]); caught during [`Shelf::catching`] (a
+    /// crash or a graceful stop) unless its session named its backend's pid (`pid_named`: the
+    /// pid may be someone's token for the ended process, so the backend must end too); closed
+    /// otherwise (a program that returned).
+    pub fn leave(&self, mut c: WorkerPg, pid_named: bool) {
+        let catching = self.caught.borrow().is_some();
+        if (catching && pid_named) || (!catching && !self.collecting.get()) {
             return;
         }
         if !c.counted {
             KEPT.fetch_add(1, Ordering::Relaxed);
             c.counted = true;
         }
-        self.kept.borrow_mut().push(c);
+        match self.caught.borrow_mut().as_mut() {
+            Some(caught) => caught.push(c),
+            None => self.kept.borrow_mut().push(c),
+        }
     }
 
     /// Everything on the shelf, for the namespace to keep.
@@ -305,7 +310,7 @@ mod tests {
         // (as `Run::finish` does), then checked and handed on (as `Run::start` does).
         let shelf = Shelf::new(Vec::new());
         shelf.collect();
-        shelf.leave(c);
+        shelf.leave(c, false);
         a.kept = reset(shelf.drain());
         assert_eq!(a.kept.len(), 1);
         let state: String = a.rt.block_on(sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1").bind(pid).fetch_one(&a.pg)).unwrap();
@@ -353,7 +358,7 @@ mod tests {
         assert!(rows.is_ok(), "a statement sqlx still had cached failed after the workload's DEALLOCATE ALL: {rows:?}");
         // A host that stops mid-schedule (a crash) leaves nothing: its connection closes.
         let mid = Shelf::new(Vec::new());
-        mid.leave(c);
+        mid.leave(c, false);
         assert!(mid.drain().is_empty());
         let gone = (0..200).any(|_| !backend_alive(&b, pid) || {
             std::thread::sleep(std::time::Duration::from_millis(10));

@@ -153,6 +153,8 @@ pub struct Cx {
     config: Rc<dyn std::any::Any>,
     at: Option<CrashPoint>,
     in_tx: bool,
+    /// Whether a statement of this session named `pg_backend_pid` ([`names_backend_pid`]).
+    pid_named: bool,
     /// Facts to record with the next call (e.g. the start of a dispatch).
     pending_facts: Vec<Fact>,
 }
@@ -172,7 +174,7 @@ impl Cx {
         config: Rc<dyn std::any::Any>,
     ) -> Cx {
         world.borrow_mut().slot(&me).backend_pid = Some(pg.pid);
-        Cx { me, world, pg: Some(pg), shelf, sqs, redis, queues, config, at: None, in_tx: false, pending_facts: Vec::new() }
+        Cx { me, world, pg: Some(pg), shelf, sqs, redis, queues, config, at: None, in_tx: false, pid_named: false, pending_facts: Vec::new() }
     }
 
     /// The worker's PostgreSQL connection.
@@ -369,6 +371,7 @@ impl Cx {
         vals: &[Val],
     ) -> Result<Option<PgRow>, CallError> {
         self.pg_gate(op).await?;
+        self.pid_named |= names_backend_pid(sql);
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_optional(self.pg()).await;
         let outcome = r.as_ref().map(|o| Outcome::Returned { row: o.is_some() });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
@@ -378,6 +381,7 @@ impl Cx {
     /// Runs `sql` with `vals` and returns all rows. A yield point named `op`.
     pub async fn fetch_all(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<Vec<PgRow>, CallError> {
         self.pg_gate(op).await?;
+        self.pid_named |= names_backend_pid(sql);
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_all(self.pg()).await;
         let outcome = r.as_ref().map(|rows| Outcome::Fetched { n: rows.len() as u64 });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
@@ -387,6 +391,7 @@ impl Cx {
     /// Runs `sql` with `vals` and returns the number of rows affected. A yield point named `op`.
     pub async fn execute(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<u64, CallError> {
         self.pg_gate(op).await?;
+        self.pid_named |= names_backend_pid(sql);
         let r = bind(sqlx::query(sql), vals, self.now()).execute(self.pg()).await;
         let outcome = r.as_ref().map(|d| Outcome::Affected { n: d.rows_affected() });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
@@ -518,15 +523,25 @@ impl Cx {
 }
 
 impl Drop for Cx {
-    /// The host stops (a crash, a restart, the schedule's end): a connection idle between
-    /// calls, outside a transaction, goes to the shelf, which keeps it only at the schedule's
-    /// end; any other is closed here, and PostgreSQL rolls back what it had open.
+    /// The host stops (a crash, a graceful stop, a program that returned, the schedule's end):
+    /// a connection idle between calls, outside a transaction, goes to the shelf
+    /// ([`super::worker_pg::Shelf::leave`]), which keeps it at the schedule's end and hands it
+    /// to a restart after a crash or a stop; any other is closed here, and PostgreSQL rolls back
+    /// what it had open.
     fn drop(&mut self) {
         let in_call = self.world.try_borrow_mut().map_or(true, |mut w| w.slot(&self.me).in_pg);
         if let Some(pg) = self.pg.take().filter(|_| !self.in_tx && !in_call) {
-            self.shelf.leave(pg);
+            self.shelf.leave(pg, self.pid_named);
         }
     }
+}
+
+/// Whether `sql` names `pg_backend_pid` (any case): a session that read its backend's pid may
+/// have handed it out as an owner token, which others judge by the pid's presence in
+/// `pg_stat_activity`, so its backend must end with its process (never handed to a restart).
+fn names_backend_pid(sql: &str) -> bool {
+    const NAME: &[u8] = b"pg_backend_pid";
+    sql.as_bytes().windows(NAME.len()).any(|w| w.eq_ignore_ascii_case(NAME))
 }
 
 fn bind<'q>(
@@ -557,5 +572,18 @@ fn pg_outcome(r: Result<Outcome, &sqlx::Error>) -> Outcome {
                 None => e.to_string(),
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_backend_pid;
+
+    #[test]
+    fn a_statement_naming_the_backend_pid_is_seen_in_any_case() {
+        assert!(names_backend_pid("UPDATE jobs SET locked_by = pg_backend_pid() WHERE id = $1"));
+        assert!(names_backend_pid("select PG_BACKEND_PID()"));
+        assert!(!names_backend_pid("SELECT pid FROM pg_stat_activity WHERE client_port = inet_client_port()"));
+        assert!(!names_backend_pid("pg_backend_pi"));
     }
 }
