@@ -4,8 +4,8 @@
 //! A crash is `Sim::crash`: the host's runtime is dropped with everything on it, so its
 //! sockets close (an in-flight SQS message stays invisible until its visibility expires). Its
 //! PostgreSQL connection is closed and its backend terminated, which rolls back its open
-//! transaction, unless it was idle between calls, outside a transaction: then it is reset as
-//! a fresh session and handed to the next restart ([`super::worker_pg`]). A restart is
+//! transaction, unless no call was under way: then it is reset as a fresh session (its
+//! transaction rolled back) and handed to the next restart ([`super::worker_pg`]). A restart is
 //! `Sim::bounce`: fresh software that takes such a connection or connects again. A worker's
 //! PostgreSQL connection left idle at the schedule's end is kept for the namespace's next
 //! schedule. The sockets to the services belong to the I/O

@@ -8,11 +8,12 @@
 //! the workers of the namespace's next schedule, which check it first ([`alive`]).
 //!
 //! A crash or a graceful stop mid-schedule ends the process's session. When the worker was
-//! inside a call or a transaction, its connection is closed and its backend terminated, so
-//! PostgreSQL rolls back what it had open, as for a killed pod. When it was idle between calls,
-//! outside a transaction, its connection is reset as a fresh session at that moment
-//! ([`Shelf::catching`], [`reset`]): no lock, setting, temporary table or open transaction of
-//! the ended process survives, as when its backend exits, and the next worker to restart takes
+//! inside a call (a statement sent, its answer not yet read), its connection is closed and its
+//! backend terminated, so PostgreSQL rolls back what it had open, as for a killed pod. When no
+//! call was under way, inside a transaction or not, its connection is reset as a fresh session
+//! at that moment ([`Shelf::catching`], [`reset`]: a `ROLLBACK` first if a transaction is
+//! open): no lock, setting, temporary table or transaction of the ended process survives, as
+//! when its backend exits, and the next worker to restart takes
 //! it instead of forking a backend (about 4 ms of PostgreSQL's CPU each, and the catalog
 //! caches a new backend loads). What still differs from an exit: the backend's pid stays in
 //! `pg_stat_activity`. So a session whose statements named `pg_backend_pid` (it may have
@@ -190,7 +191,7 @@ pub fn alive(kept: Vec<WorkerPg>) -> Vec<WorkerPg> {
 }
 
 /// One schedule's connections: those kept from the namespace's schedule before, taken by its
-/// workers as they start; those of workers crashed or stopped between calls, reset and
+/// workers as they start; those of workers crashed or stopped with no call under way, reset and
 /// taken by restarts ([`Shelf::catching`]); and, once [`Shelf::collect`] was called at the
 /// schedule's end, those its workers leave idle.
 #[derive(Default)]
@@ -229,7 +230,7 @@ impl Shelf {
     }
 
     /// Runs `stop`, which ends hosts mid-schedule (a crash or a graceful stop), and returns
-    /// what it returned with the connections those hosts left idle, outside a transaction
+    /// what it returned with the connections those hosts left with no call under way
     /// ([`Shelf::leave`]), instead of closing them. The caller resets them as fresh sessions
     /// ([`reset`]) and hands those back with [`Shelf::give`], or closes them.
     pub fn catching<R>(&self, stop: impl FnOnce() -> R) -> (R, Vec<WorkerPg>) {
@@ -244,14 +245,14 @@ impl Shelf {
         self.kept.borrow_mut().extend(reset);
     }
 
-    /// The connection of a worker whose host stops while it is idle, outside a transaction:
-    /// kept at the schedule's end ([`Shelf::collect`]); caught during [`Shelf::catching`] (a
-    /// crash or a graceful stop) unless its session named its backend's pid (`pid_named`: the
-    /// pid may be someone's token for the ended process, so the backend must end too); closed
-    /// otherwise (a program that returned).
-    pub fn leave(&self, mut c: WorkerPg, pid_named: bool) {
+    /// The connection of a worker whose host stops with no call under way: caught during
+    /// [`Shelf::catching`] (a crash or a graceful stop) unless its session named its backend's
+    /// pid (`pid_named`: the pid may be someone's token for the ended process, so the backend
+    /// must end too); kept at the schedule's end ([`Shelf::collect`]) if outside a transaction
+    /// (`in_tx` false); closed otherwise (a program that returned).
+    pub fn leave(&self, mut c: WorkerPg, pid_named: bool, in_tx: bool) {
         let catching = self.caught.borrow().is_some();
-        if (catching && pid_named) || (!catching && !self.collecting.get()) {
+        if (catching && pid_named) || (!catching && (in_tx || !self.collecting.get())) {
             return;
         }
         if !c.counted {
@@ -310,7 +311,7 @@ mod tests {
         // (as `Run::finish` does), then checked and handed on (as `Run::start` does).
         let shelf = Shelf::new(Vec::new());
         shelf.collect();
-        shelf.leave(c, false);
+        shelf.leave(c, false, false);
         a.kept = reset(shelf.drain());
         assert_eq!(a.kept.len(), 1);
         let state: String = a.rt.block_on(sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1").bind(pid).fetch_one(&a.pg)).unwrap();
@@ -358,7 +359,7 @@ mod tests {
         assert!(rows.is_ok(), "a statement sqlx still had cached failed after the workload's DEALLOCATE ALL: {rows:?}");
         // A host that stops mid-schedule (a crash) leaves nothing: its connection closes.
         let mid = Shelf::new(Vec::new());
-        mid.leave(c, false);
+        mid.leave(c, false, false);
         assert!(mid.drain().is_empty());
         let gone = (0..200).any(|_| !backend_alive(&b, pid) || {
             std::thread::sleep(std::time::Duration::from_millis(10));

@@ -524,14 +524,14 @@ impl Cx {
 
 impl Drop for Cx {
     /// The host stops (a crash, a graceful stop, a program that returned, the schedule's end):
-    /// a connection idle between calls, outside a transaction, goes to the shelf
-    /// ([`super::worker_pg::Shelf::leave`]), which keeps it at the schedule's end and hands it
-    /// to a restart after a crash or a stop; any other is closed here, and PostgreSQL rolls back
-    /// what it had open.
+    /// a connection with no call under way goes to the shelf
+    /// ([`super::worker_pg::Shelf::leave`]), which hands it to a restart after a crash or a
+    /// stop, and keeps it at the schedule's end if it is outside a transaction; any other is
+    /// closed here, and PostgreSQL rolls back what it had open.
     fn drop(&mut self) {
         let in_call = self.world.try_borrow_mut().map_or(true, |mut w| w.slot(&self.me).in_pg);
-        if let Some(pg) = self.pg.take().filter(|_| !self.in_tx && !in_call) {
-            self.shelf.leave(pg, self.pid_named);
+        if let Some(pg) = self.pg.take().filter(|_| !in_call) {
+            self.shelf.leave(pg, self.pid_named, self.in_tx);
         }
     }
 }

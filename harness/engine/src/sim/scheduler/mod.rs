@@ -513,9 +513,10 @@ impl<'a> Run<'a> {
             Status::Crashed => return Err(inapplicable(format!("{w} is already crashed"))),
             _ => (None, None),
         };
-        // The host's connection, if it was idle outside a transaction, comes back reset as a
-        // fresh session: no lock, setting or temporary table of the ended process survives,
-        // as when its backend exits, and a restart takes it instead of forking a new backend.
+        // The host's connection, if no call was under way, comes back reset as a fresh session
+        // (its transaction rolled back): no lock, setting or temporary table of the ended
+        // process survives, as when its backend exits, and a restart takes it instead of
+        // forking a new backend.
         let shelf = self.pg_kept.clone();
         let ((), left) = shelf.catching(|| self.sim.crash(w));
         let recycled = super::worker_pg::reset(left);
