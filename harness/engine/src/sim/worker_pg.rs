@@ -13,13 +13,13 @@
 //! call was under way, inside a transaction or not, its connection is reset as a fresh session
 //! at that moment ([`Shelf::catching`], [`reset`]: a `ROLLBACK` first if a transaction is
 //! open): no lock, setting, temporary table or transaction of the ended process survives, as
-//! when its backend exits, and the next worker to restart takes
-//! it instead of forking a backend (about 4 ms of PostgreSQL's CPU each, and the catalog
-//! caches a new backend loads). What still differs from an exit: the backend's pid stays in
-//! `pg_stat_activity`. So a session whose statements named `pg_backend_pid` (it may have
-//! handed its pid out as an owner token, judged dead by its absence) is closed and terminated
-//! as before. A program that returns closes its connection; a restarted
-//! worker with no such connection left connects anew ([`Shelf::started`]). Connections are made on
+//! when its backend exits, and the next worker to restart takes it instead of forking a
+//! backend (about 4 ms of PostgreSQL's CPU each, and the catalog caches a new backend loads).
+//! What still differs from an exit: the backend's pid stays in `pg_stat_activity`. So a
+//! session whose statements named `pg_backend_pid` (it may have handed its pid out as an owner
+//! token, judged dead by its absence) is closed and terminated as before. A program that
+//! returns closes its connection; a restarted worker with no such connection left connects
+//! anew ([`Shelf::started`]). Connections are made on
 //! one long-lived I/O runtime ([`super::io::runtime`]) rather than on the turmoil host's: a host's runtime is
 //! dropped when its schedule ends, and a socket registered with a dropped runtime's reactor
 //! cannot be used again. The host's tasks still poll the socket; the I/O runtime's thread runs
@@ -230,13 +230,13 @@ impl Shelf {
     }
 
     /// Runs `stop`, which ends hosts mid-schedule (a crash or a graceful stop), and returns
-    /// what it returned with the connections those hosts left with no call under way
-    /// ([`Shelf::leave`]), instead of closing them. The caller resets them as fresh sessions
-    /// ([`reset`]) and hands those back with [`Shelf::give`], or closes them.
-    pub fn catching<R>(&self, stop: impl FnOnce() -> R) -> (R, Vec<WorkerPg>) {
+    /// the connections those hosts left with no call under way ([`Shelf::leave`]), instead of
+    /// closing them. The caller resets them as fresh sessions ([`reset`]) and hands those back
+    /// with [`Shelf::give`], or closes them.
+    pub fn catching(&self, stop: impl FnOnce()) -> Vec<WorkerPg> {
         *self.caught.borrow_mut() = Some(Vec::new());
-        let r = stop();
-        (r, self.caught.borrow_mut().take().unwrap_or_default())
+        stop();
+        self.caught.borrow_mut().take().unwrap_or_default()
     }
 
     /// Connections reset as fresh sessions mid-schedule ([`Shelf::catching`]): the next
@@ -357,7 +357,8 @@ mod tests {
         let mut c = reset(vec![c]).pop().expect("the reset failed");
         let rows: Result<i64, sqlx::Error> = b.rt.block_on(sqlx::query_scalar(count).fetch_one(&mut c.conn));
         assert!(rows.is_ok(), "a statement sqlx still had cached failed after the workload's DEALLOCATE ALL: {rows:?}");
-        // A host that stops mid-schedule (a crash) leaves nothing: its connection closes.
+        // A host that stops mid-schedule outside `Shelf::catching` (a program that returned)
+        // leaves nothing: its connection closes.
         let mid = Shelf::new(Vec::new());
         mid.leave(c, false, false);
         assert!(mid.drain().is_empty());

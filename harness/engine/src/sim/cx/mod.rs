@@ -321,7 +321,7 @@ impl Cx {
     /// A statement without parameters that opens (`in_tx_after`) or closes a transaction. An
     /// injected failure leaves the transaction state as it was: the statement was not sent.
     async fn simple(&mut self, op: &'static str, sql: &str, in_tx_after: bool) -> Result<(), CallError> {
-        self.pg_gate(op).await?;
+        self.pg_gate(op, sql).await?;
         // An armed `pg:commit-response-lost` takes a COMMIT that commits: in an aborted
         // transaction (where any statement fails, 25P02) COMMIT rolls back, and the fault
         // waits for the next COMMIT. The probe is the harness's, not counted as the worker's.
@@ -344,11 +344,13 @@ impl Cx {
         CallError::Service(message.to_string())
     }
 
-    /// The gate of a PostgreSQL call `op`, then an armed `pg:connection-reset`: the statement
-    /// is not sent, the worker's open transaction is rolled back (as the server does when a
-    /// connection drops; the ROLLBACK is the harness's, not counted as the worker's call) and
-    /// the call fails with [`crate::nemesis::pg::CONNECTION_RESET`].
-    async fn pg_gate(&mut self, op: &'static str) -> Result<(), CallError> {
+    /// The gate of a PostgreSQL call `op` that is to send `sql`, then an armed
+    /// `pg:connection-reset`: the statement is not sent, the worker's open transaction is rolled
+    /// back (as the server does when a connection drops; the ROLLBACK is the harness's, not
+    /// counted as the worker's call) and the call fails with
+    /// [`crate::nemesis::pg::CONNECTION_RESET`]. A statement that goes out and names
+    /// `pg_backend_pid` marks the session ([`names_backend_pid`]).
+    async fn pg_gate(&mut self, op: &'static str, sql: &str) -> Result<(), CallError> {
         self.gate(op).await?;
         if self.world.borrow_mut().pg.take(PgFault::ConnectionReset) {
             if self.in_tx {
@@ -357,6 +359,7 @@ impl Cx {
             }
             return Err(self.pg_fault_error(op, crate::nemesis::pg::CONNECTION_RESET));
         }
+        self.pid_named |= names_backend_pid(sql);
         self.count(1, 0, 0);
         self.set_in_pg(true);
         Ok(())
@@ -370,8 +373,7 @@ impl Cx {
         sql: &str,
         vals: &[Val],
     ) -> Result<Option<PgRow>, CallError> {
-        self.pg_gate(op).await?;
-        self.pid_named |= names_backend_pid(sql);
+        self.pg_gate(op, sql).await?;
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_optional(self.pg()).await;
         let outcome = r.as_ref().map(|o| Outcome::Returned { row: o.is_some() });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
@@ -380,8 +382,7 @@ impl Cx {
 
     /// Runs `sql` with `vals` and returns all rows. A yield point named `op`.
     pub async fn fetch_all(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<Vec<PgRow>, CallError> {
-        self.pg_gate(op).await?;
-        self.pid_named |= names_backend_pid(sql);
+        self.pg_gate(op, sql).await?;
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_all(self.pg()).await;
         let outcome = r.as_ref().map(|rows| Outcome::Fetched { n: rows.len() as u64 });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
@@ -390,8 +391,7 @@ impl Cx {
 
     /// Runs `sql` with `vals` and returns the number of rows affected. A yield point named `op`.
     pub async fn execute(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<u64, CallError> {
-        self.pg_gate(op).await?;
-        self.pid_named |= names_backend_pid(sql);
+        self.pg_gate(op, sql).await?;
         let r = bind(sqlx::query(sql), vals, self.now()).execute(self.pg()).await;
         let outcome = r.as_ref().map(|d| Outcome::Affected { n: d.rows_affected() });
         self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);

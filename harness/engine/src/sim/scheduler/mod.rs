@@ -518,7 +518,7 @@ impl<'a> Run<'a> {
         // process survives, as when its backend exits, and a restart takes it instead of
         // forking a new backend.
         let shelf = self.pg_kept.clone();
-        let ((), left) = shelf.catching(|| self.sim.crash(w));
+        let left = shelf.catching(|| self.sim.crash(w));
         let recycled = super::worker_pg::reset(left);
         let recycled_pids: Vec<i32> = recycled.iter().map(|c| c.pid).collect();
         shelf.give(recycled);
