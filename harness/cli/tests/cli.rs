@@ -77,7 +77,11 @@ fn doctor_without_redis_server_exits_2_naming_the_package() {
 fn up_then_down_leaves_no_process_behind() {
     let state = tempfile::tempdir().unwrap();
     let state_file = state.path().join("up.json");
-    let up = crashpoint().arg("up").env("CRASHPOINT_STATE_FILE", &state_file).output().unwrap();
+    // A `TMPDIR` that is set is where the services' directory goes (else `/dev/shm` when it is
+    // a roomy tmpfs): one PostgreSQL's account can enter, as `/tmp` is.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let up = crashpoint().arg("up").env("CRASHPOINT_STATE_FILE", &state_file).env("TMPDIR", tmp.path()).output().unwrap();
     let (out, err) = text(&up);
     assert_eq!(up.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
     for k in ["DATABASE_URL=", "SQS_ENDPOINT_URL=", "REDIS_URL="] {
@@ -91,6 +95,7 @@ fn up_then_down_leaves_no_process_behind() {
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
     let pids: Vec<i32> = saved["pids"].as_array().unwrap().iter().map(|p| p[1].as_i64().unwrap() as i32).collect();
     let dir = saved["dir"].as_str().unwrap().to_string();
+    assert!(std::path::Path::new(&dir).starts_with(tmp.path()), "services' directory {dir} is not under TMPDIR {}", tmp.path().display());
     assert_eq!(pids.len(), 2 + localstacks(), "{saved}");
     assert!(pids.iter().all(|p| alive(*p)), "not all running after up: {pids:?}");
     let down = crashpoint().arg("down").env("CRASHPOINT_STATE_FILE", &state_file).output().unwrap();

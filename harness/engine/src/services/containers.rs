@@ -34,9 +34,9 @@ impl ContainerServices {
             .start()
             .await
             .context("starting the PostgreSQL container")?;
-        let localstack = LocalStack::default()
-            .with_tag(LOCALSTACK_TAG)
-            .with_env_var("SERVICES", "sqs")
+        let localstack = super::native::localstack::LEAN
+            .iter()
+            .fold(LocalStack::default().with_tag(LOCALSTACK_TAG).with_env_var("SERVICES", "sqs"), |c, (k, v)| c.with_env_var(*k, *v))
             .start()
             .await
             .context("starting the LocalStack container")?;
