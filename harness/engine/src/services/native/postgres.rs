@@ -15,6 +15,10 @@ use crate::services::ports::on_free_port;
 /// Server settings for a throwaway test cluster: durability off (nothing here must survive a
 /// power cut) and `client_connection_check_interval` so that a crashed worker's backend
 /// notices its closed socket even while it waits on a lock (PostgreSQL ≥ 14).
+/// `dynamic_shared_memory_type = mmap` keeps the dynamic shared memory segments as files in
+/// the data directory (`pg_dynshmem/`, PostgreSQL docs "Resource Consumption"), which goes
+/// with the temp dir: with the default `posix`, a server killed by SIGKILL (the service-kill
+/// tests) left about 1.1 MB of `PostgreSQL.*` segments in `/dev/shm` for every kill.
 const SETTINGS: &[(&str, &str)] = &[
     ("listen_addresses", "127.0.0.1"),
     ("fsync", "off"),
@@ -23,6 +27,7 @@ const SETTINGS: &[(&str, &str)] = &[
     ("max_connections", "300"),
     ("client_connection_check_interval", "50ms"),
     ("log_min_messages", "warning"),
+    ("dynamic_shared_memory_type", "mmap"),
 ];
 
 /// A running cluster.
