@@ -78,7 +78,7 @@ fn up_then_down_leaves_no_process_behind() {
     let state = tempfile::tempdir().unwrap();
     let state_file = state.path().join("up.json");
     // A `TMPDIR` that is set is where the services' directory goes (else `/dev/shm` when it is
-    // a roomy tmpfs): one PostgreSQL's account can enter, as `/tmp` is.
+    // a roomy tmpfs): one that PostgreSQL's account can enter, as it can `/tmp`.
     let tmp = tempfile::tempdir().unwrap();
     std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let up = crashpoint().arg("up").env("CRASHPOINT_STATE_FILE", &state_file).env("TMPDIR", tmp.path()).output().unwrap();
