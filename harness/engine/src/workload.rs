@@ -104,6 +104,29 @@ pub trait Workload: Send + Sync + 'static {
     fn catalogue_scenario_of(&self, _system: &str) -> String {
         self.catalogue_scenario()
     }
+
+    /// Roles played by the team's own processes, gated at the wire ([`crate::sim::wire`]), as
+    /// a scenario's `[external.<role>]` declares them; a scenario's own table for a role wins.
+    /// Default: none, every role is a [`crate::sut::Program`] of the system.
+    fn external(&self) -> Vec<Arc<crate::sim::wire::External>> {
+        Vec::new()
+    }
+
+    /// Whether PostgreSQL's `now()`, `transaction_timestamp()`, `statement_timestamp()` and
+    /// `clock_timestamp()` follow the schedule's logical clock in its schema, for the DDL's
+    /// defaults and every connection, as `crashpoint_now()` does
+    /// ([`crate::sim::admin::SqlClock::Everywhere`]). Default `false`: `now()` is wall time.
+    fn logical_now(&self) -> bool {
+        false
+    }
+
+    /// Whether the schedule's schema holds the engine's facts as tables for SQL invariants
+    /// ([`crate::checker::facts`]): the system's DDL must then include
+    /// [`crate::checker::facts::DDL`], and they are filled after the drain, before any
+    /// invariant is checked. Default `false`.
+    fn history_tables(&self) -> bool {
+        false
+    }
 }
 
 impl crate::schedule::Vocabulary {
@@ -133,6 +156,17 @@ impl Registry {
     /// A registry of `workloads`, the first being the default.
     pub fn new(workloads: Vec<Arc<dyn Workload>>) -> Registry {
         Registry { workloads }
+    }
+
+    /// This registry with `more` after its workloads. Errors: a name registered twice.
+    pub fn with(mut self, more: Vec<Arc<dyn Workload>>) -> anyhow::Result<Registry> {
+        for w in more {
+            if self.get(w.name()).is_some() {
+                anyhow::bail!("workload `{}` is declared twice (a workload file may not reuse the name of another workload: {})", w.name(), self.names().join(", "));
+            }
+            self.workloads.push(w);
+        }
+        Ok(self)
     }
 
     /// The workload named `name`.

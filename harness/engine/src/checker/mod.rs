@@ -15,6 +15,7 @@
 mod acks;
 mod copies;
 mod expired;
+pub mod facts;
 mod locks;
 mod sql;
 mod stops;

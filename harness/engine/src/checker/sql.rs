@@ -20,17 +20,20 @@ pub struct SqlInvariant {
     /// Whether a violating row is too much of an effect ([`CulpritKind::Excess`]) or too
     /// little ([`CulpritKind::Missing`]), for "where it broke" in reports.
     pub kind: CulpritKind,
+    /// Where it is written (`scenarios/x.toml:12`), named when its query fails; `None` for
+    /// one built in code.
+    pub origin: Option<String>,
 }
 
 impl SqlInvariant {
     /// An invariant named `name` whose violating rows `sql` returns, too much of an effect.
     pub fn excess(name: impl Into<String>, sql: impl Into<String>) -> SqlInvariant {
-        SqlInvariant { name: name.into(), sql: sql.into(), kind: CulpritKind::Excess }
+        SqlInvariant { name: name.into(), sql: sql.into(), kind: CulpritKind::Excess, origin: None }
     }
 
     /// The same, for an effect missing.
     pub fn missing(name: impl Into<String>, sql: impl Into<String>) -> SqlInvariant {
-        SqlInvariant { name: name.into(), sql: sql.into(), kind: CulpritKind::Missing }
+        SqlInvariant { name: name.into(), sql: sql.into(), kind: CulpritKind::Missing, origin: None }
     }
 }
 
@@ -43,10 +46,13 @@ impl Invariant for SqlInvariant {
         let rows = match cx.rows(&self.sql) {
             Ok(rows) => rows,
             Err(e) => {
-                let msg = match e.as_database_error() {
+                let mut msg = match e.as_database_error() {
                     Some(db) => format!("PostgreSQL: {} (in `{}`)", db.message(), self.sql),
                     None => format!("{e} (in `{}`)", self.sql),
                 };
+                if let Some(origin) = &self.origin {
+                    msg.push_str(&format!(", the invariant of {origin}"));
+                }
                 return Verdict::unknown(&self.name, msg);
             }
         };

@@ -72,6 +72,21 @@ enum Command {
     Screenshot(shot::ScreenshotArgs),
     /// Measure exploration throughput on the real services and where a schedule's time goes.
     Bench(bench::BenchArgs),
+    /// Write a workload declared in a file, for a team's own service in any language: a
+    /// commented `scenarios/<name>.workload.toml`, a schema, a scripted scenario and an
+    /// exploration, for the team to edit.
+    Init(InitArgs),
+}
+
+/// `crashpoint init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The directory to write into (the team's repository; created if missing). Files that
+    /// exist already are left alone, and the command fails naming them.
+    pub dir: std::path::PathBuf,
+    /// The workload's name (default: the directory's name, in lower case).
+    #[arg(long)]
+    pub name: Option<String>,
 }
 
 /// The whole `crashpoint` command for the workloads in `registry` (the first is the default
@@ -80,6 +95,38 @@ enum Command {
 /// own binary is `fn main() { std::process::exit(crashpoint::cli::main(registry)) }`, or
 /// [`crate::main!`].
 pub fn main(registry: Registry) -> i32 {
+    main_with(registry, &NoFiles)
+}
+
+/// Workloads declared in files, which a binary adds to its compiled ones at run time
+/// ([`main_with`]): `crashpoint_declared::Files` reads the `*.workload.toml` files under the
+/// scenarios directory.
+pub trait Declarations {
+    /// The workloads declared under `scenarios` (the scenarios directory). Errors: a file
+    /// that does not read, named with its line and field.
+    fn discover(&self, scenarios: &std::path::Path) -> anyhow::Result<Vec<std::sync::Arc<dyn crate::workload::Workload>>>;
+    /// Writes a new declared workload named `name` into `dir` (`crashpoint init`) and returns
+    /// the files written. Errors: a file that exists already, an invalid name, I/O.
+    fn init(&self, dir: &std::path::Path, name: &str) -> anyhow::Result<Vec<std::path::PathBuf>>;
+}
+
+/// No workload files: the binary knows only its compiled workloads.
+struct NoFiles;
+
+impl Declarations for NoFiles {
+    fn discover(&self, _: &std::path::Path) -> anyhow::Result<Vec<std::sync::Arc<dyn crate::workload::Workload>>> {
+        Ok(Vec::new())
+    }
+    fn init(&self, _: &std::path::Path, _: &str) -> anyhow::Result<Vec<std::path::PathBuf>> {
+        anyhow::bail!("this binary reads no workload files; the stock `crashpoint` binary does")
+    }
+}
+
+/// Like [`main`], and the commands that read scenarios (`run`, `repro`, `list`, `catalogue`,
+/// `bench`) also know the workloads `declared` finds in the scenarios directory
+/// ([`crate::scenario::scenarios_dir`]), after those of `registry`; `init` writes a new one.
+/// A malformed workload file ends those commands with exit 2 and its message.
+pub fn main_with(registry: Registry, declared: &dyn Declarations) -> i32 {
     let cli = Cli::parse();
     init_tracing();
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
@@ -90,6 +137,17 @@ pub fn main(registry: Registry) -> i32 {
         }
     };
     let opts = cli.services.options();
+    let reads_scenarios = matches!(cli.command, Command::List | Command::Catalogue(_) | Command::Run(_) | Command::Repro(_) | Command::Bench(_));
+    let registry = match reads_scenarios {
+        true => match declared.discover(&crate::scenario::scenarios_dir()).and_then(|more| registry.with(more)) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("crashpoint: error: {e:#}");
+                return EXIT_HARNESS;
+            }
+        },
+        false => registry,
+    };
     let result = match cli.command {
         Command::Doctor(args) => rt.block_on(doctor::doctor(&opts, &args)),
         Command::Up => rt.block_on(updown::up()),
@@ -100,6 +158,7 @@ pub fn main(registry: Registry) -> i32 {
         Command::Repro(args) => run::repro(&rt, &opts, &args, &registry),
         Command::Screenshot(args) => shot::screenshot(&args),
         Command::Bench(args) => bench::bench(&rt, &opts, &args, &registry),
+        Command::Init(args) => init(declared, &args),
     };
     drop(rt);
     crate::sim::wire::process::remove_logs_dir();
@@ -116,6 +175,28 @@ pub fn main(registry: Registry) -> i32 {
     }
 }
 
+/// `crashpoint init DIR`: writes the files and says what to do next.
+fn init(declared: &dyn Declarations, args: &InitArgs) -> anyhow::Result<i32> {
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => {
+            let abs = std::path::absolute(&args.dir)?;
+            let base = abs.file_name().and_then(|n| n.to_str()).unwrap_or("service").to_ascii_lowercase();
+            base.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect::<String>().trim_matches('-').to_string()
+        }
+    };
+    let written = declared.init(&args.dir, &name)?;
+    for f in &written {
+        println!("wrote {}", f.display());
+    }
+    println!(
+        "next: point `command` in scenarios/{name}.workload.toml at your worker, then run `crashpoint list` and \
+         `crashpoint run {name}` in {}",
+        args.dir.display()
+    );
+    Ok(EXIT_OK)
+}
+
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,sqlx::postgres::notice=error"));
@@ -123,8 +204,6 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
-#[allow(dead_code)]
-const _: i32 = EXIT_OK;
 
 /// A team's `main`: `crashpoint::main!(MyWorkload, OtherWorkload);` registers the workloads
 /// (the first is the default) and runs the whole CLI (list, run, repro, catalogue, bench,

@@ -121,6 +121,9 @@ pub struct ReproArgs {
     /// With `--seed`: regenerate the schedule from the menu of a run that had `--all-faults`.
     #[arg(long)]
     pub all_faults: bool,
+    /// Accepted as `run` accepts it; a repro runs no SQS calibration anyway.
+    #[arg(long)]
+    pub no_calibrate: bool,
 }
 
 fn select(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenario>> {

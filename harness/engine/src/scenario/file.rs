@@ -108,6 +108,38 @@ pub struct InvariantSpec {
     pub kind: Option<String>,
 }
 
+impl InvariantSpec {
+    /// The `[[invariants]]` tables of file `path` (text `text`) as SQL invariants, each
+    /// knowing its file and line. Errors: a `kind` other than `excess` or `missing`, an empty
+    /// query, named by file, line and field.
+    pub fn resolve_all(path: &Path, text: &str, tables: &[toml::Spanned<InvariantSpec>]) -> Result<Vec<crate::checker::SqlInvariant>> {
+        let mut out = Vec::new();
+        for (i, spanned) in tables.iter().enumerate() {
+            let line = line_of(text, spanned.span().start);
+            let inv = spanned.get_ref();
+            let kind = match inv.kind.as_deref() {
+                None | Some("excess") => crate::checker::CulpritKind::Excess,
+                Some("missing") => crate::checker::CulpritKind::Missing,
+                Some(other) => bail!(
+                    "{}:{line}: field `invariants[{i}].kind` ({}): expected `excess` or `missing`, found `{other}`",
+                    path.display(),
+                    inv.name
+                ),
+            };
+            if inv.sql.trim().is_empty() {
+                bail!("{}:{line}: field `invariants[{i}].sql` ({}): expected a query returning the violating rows", path.display(), inv.name);
+            }
+            out.push(crate::checker::SqlInvariant {
+                name: inv.name.clone(),
+                sql: inv.sql.clone(),
+                kind,
+                origin: Some(format!("{}:{line}: field `invariants[{i}]`", path.display())),
+            });
+        }
+        Ok(out)
+    }
+}
+
 /// A loaded scenario.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -176,8 +208,10 @@ impl Scenario {
     }
 }
 
-/// The scenarios directory: `$CRASHPOINT_SCENARIOS`, else `./scenarios` if it exists, else
-/// the crashpoint checkout's `scenarios/` (next to the engine crate).
+/// The scenarios directory: `$CRASHPOINT_SCENARIOS`, else `./scenarios`. Only a binary run
+/// inside the crashpoint checkout it was built from (a test's working directory is its crate's)
+/// falls back to the checkout's `scenarios/`: an installed binary run from a team's repository
+/// reads that repository's scenarios, wherever it was built.
 pub fn scenarios_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("CRASHPOINT_SCENARIOS") {
         return PathBuf::from(d);
@@ -186,12 +220,24 @@ pub fn scenarios_dir() -> PathBuf {
     if local.is_dir() {
         return local;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    match (std::env::current_dir().and_then(|d| d.canonicalize()), checkout.canonicalize()) {
+        (Ok(here), Ok(checkout)) if here.starts_with(&checkout) => checkout.join("scenarios"),
+        _ => local,
+    }
 }
 
 /// Every scenario under `dir`, sorted by name, each for its workload in `registry`.
 /// Errors: a file that does not load.
 pub fn discover(dir: &Path, registry: &Registry) -> Result<Vec<Scenario>> {
+    if !dir.is_dir() {
+        let here = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
+        bail!(
+            "no scenarios directory `{}` (working directory {here}): crashpoint reads the `scenarios/` of the directory \
+             it runs in, or $CRASHPOINT_SCENARIOS; `crashpoint init .` writes a first one",
+            dir.display()
+        );
+    }
     let mut files = Vec::new();
     collect(dir, &mut files).with_context(|| format!("reading scenarios from {}", dir.display()))?;
     files.sort();
@@ -209,15 +255,24 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         let p = e?.path();
         if p.is_dir() {
             collect(&p, out)?;
-        } else if p.extension().is_some_and(|x| x == "toml") {
+        } else if p.extension().is_some_and(|x| x == "toml") && !is_workload_file(&p) {
             out.push(p);
         }
     }
     Ok(())
 }
 
+/// The suffix of a workload file, which declares a workload rather than a scenario
+/// (`scenarios/invoices.workload.toml`): scenario discovery skips it.
+pub const WORKLOAD_FILE_SUFFIX: &str = ".workload.toml";
+
+/// Whether `p` is a workload file ([`WORKLOAD_FILE_SUFFIX`]).
+pub fn is_workload_file(p: &Path) -> bool {
+    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(WORKLOAD_FILE_SUFFIX))
+}
+
 /// The 1-based line of byte `offset` of `text`.
-fn line_of(text: &str, offset: usize) -> usize {
+pub fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
 }
 
@@ -388,28 +443,7 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
     workload
         .config(raw.config.clone())
         .map_err(|e| anyhow!("{}:{}: field `config`: {e}", path.display(), line_of_field(&text, "config")))?;
-    let mut sql_invariants = Vec::new();
-    for (i, spanned) in raw.invariants.iter().enumerate() {
-        let line = line_of(&text, spanned.span().start);
-        let inv = spanned.get_ref();
-        let kind = match inv.kind.as_deref() {
-            None | Some("excess") => crate::checker::CulpritKind::Excess,
-            Some("missing") => crate::checker::CulpritKind::Missing,
-            Some(other) => bail!(
-                "{}:{line}: field `invariants[{i}].kind` ({}): expected `excess` or `missing`, found `{other}`",
-                path.display(),
-                inv.name
-            ),
-        };
-        if inv.sql.trim().is_empty() {
-            bail!(
-                "{}:{line}: field `invariants[{i}].sql` ({}): expected a query returning the violating rows",
-                path.display(),
-                inv.name
-            );
-        }
-        sql_invariants.push(crate::checker::SqlInvariant { name: inv.name.clone(), sql: inv.sql.clone(), kind });
-    }
+    let sql_invariants = InvariantSpec::resolve_all(path, &text, &raw.invariants)?;
     let root_dir = root.canonicalize().ok().and_then(|r| r.parent().map(Path::to_path_buf)).unwrap_or_else(|| PathBuf::from("."));
     let mut external = Vec::new();
     for (role, ext) in std::mem::take(&mut raw.external) {
@@ -418,6 +452,13 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
         })?;
         external.push(Arc::new(ext));
     }
+    // The workload's own external roles, where the scenario does not play the role itself.
+    for ext in workload.external() {
+        if !external.iter().any(|e| e.role == ext.role) {
+            external.push(ext);
+        }
+    }
+    external.sort_by_key(|e| e.role);
     Ok(Some(Scenario {
         name,
         workload,
@@ -441,7 +482,7 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
 
 /// The text of a scenario file. Errors: its first byte that is not UTF-8, by line and column
 /// (and the field it is in, when a key line precedes it).
-fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String> {
+pub fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String> {
     String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
         let bytes = e.as_bytes();
@@ -457,7 +498,7 @@ fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String> {
 /// column (toml gives every error of a document a span), and before it the field, when one
 /// can be told. A file that is not TOML names the field only when the error is on a
 /// `key = …` line, or in a table.
-fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> anyhow::Error {
+pub fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> anyhow::Error {
     let syntax = text.parse::<toml::Table>().is_err();
     let field = e.span().and_then(|span| {
         let missing = e.message().strip_prefix("missing field `").and_then(|m| m.split_once('`')).map(|(f, _)| f);
@@ -560,7 +601,7 @@ fn fifo_queues(v: Option<toml::Value>, queues: &[crate::spec::QueueSpec]) -> Res
 /// table header or `key = …` line whose dotted name is `name` or lies under it, else the first
 /// whose name contains it (an inline table), else 1. Line-based: it reads files as people
 /// write them, one key per line.
-fn line_of_field(text: &str, name: &str) -> usize {
+pub fn line_of_field(text: &str, name: &str) -> usize {
     let mut table = String::new();
     let mut outer = None;
     for (i, line) in text.lines().enumerate() {

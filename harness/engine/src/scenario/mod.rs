@@ -34,7 +34,12 @@ mod fuzz;
 mod run;
 
 pub use dead_letter::DeadLetterConfig;
-pub use file::{discover, load, scenarios_dir, ExhaustiveSpec, ExploreSpec, Scenario};
+pub use file::{discover, is_workload_file, load, scenarios_dir, ExhaustiveSpec, ExploreSpec, InvariantSpec, Scenario, WORKLOAD_FILE_SUFFIX};
+/// Reading TOML files with errors that name the file, the line and the field (the scenario
+/// files', and a declared workload's).
+pub mod source {
+    pub use super::file::{line_of, line_of_field, toml_error, utf8};
+}
 pub(crate) use run::run_driven;
 pub use run::{materialize, queues, run_scenario, Phases, ScenarioOutcome};
 
@@ -44,6 +49,10 @@ pub use run::{materialize, queues, run_scenario, Phases, ScenarioOutcome};
 /// With external workers (`[external.<role>]`), `name` must also be `reference` or one of the
 /// variants each external worker declares in `systems`.
 pub fn system_of(s: &Scenario, name: &str) -> anyhow::Result<std::rc::Rc<dyn crate::sut::System>> {
+    let system = s.workload.system(name).ok_or_else(|| {
+        let known: Vec<&str> = s.workload.systems().iter().map(|i| i.name).collect();
+        anyhow::anyhow!("workload `{}` (scenario {}) has no system `{name}`; known: {}", s.workload.name(), s.name, known.join(", "))
+    })?;
     for ext in &s.external {
         if name != "reference" && !ext.systems.iter().any(|v| v == name) {
             anyhow::bail!(
@@ -54,8 +63,5 @@ pub fn system_of(s: &Scenario, name: &str) -> anyhow::Result<std::rc::Rc<dyn cra
             );
         }
     }
-    s.workload.system(name).ok_or_else(|| {
-        let known: Vec<&str> = s.workload.systems().iter().map(|i| i.name).collect();
-        anyhow::anyhow!("workload `{}` (scenario {}) has no system `{name}`; known: {}", s.workload.name(), s.name, known.join(", "))
-    })
+    Ok(system)
 }

@@ -126,7 +126,10 @@ pub(crate) fn run_driven(
     let (events, names) = materialize(s, Uuid::new_v4())?;
     let config = s.workload.config(s.config.clone()).map_err(|e| anyhow!("{}: field `config`: {e}", s.path.display()))?;
     for ext in &s.external {
-        crate::sim::wire::prepare(ext).map_err(|e| anyhow!("{}: [external.{}]: {e:#}", s.path.display(), ext.role))?;
+        crate::sim::wire::prepare(ext).map_err(|e| match &ext.origin {
+            Some(origin) => anyhow!("{origin}: {e:#}"),
+            None => anyhow!("{}: [external.{}]: {e:#}", s.path.display(), ext.role),
+        })?;
     }
     let setup = Setup {
         endpoints: endpoints.clone(),
@@ -146,6 +149,7 @@ pub(crate) fn run_driven(
         names,
         external: s.external.clone(),
         config_json: serde_json::to_string(&s.config).unwrap_or_else(|_| "{}".into()),
+        logical_now: s.workload.logical_now(),
         providers: s.workload.providers(),
     };
     let t_setup = Instant::now();
@@ -173,6 +177,12 @@ pub(crate) fn run_driven(
     cpu[2] = thread_cpu_ms();
     let t_check = Instant::now();
     let invariants = s.invariants();
+    if s.workload.history_tables() {
+        if let Err(e) = checker::facts::fill(&fin.admin, &fin.history, &events) {
+            crate::sim::pool::give_back(fin.admin, &fin.keys, false);
+            return Err(anyhow!("{}: {e:#}\ntrace:\n{text}", s.name));
+        }
+    }
     let verdicts = checker::check(&invariants, &fin.admin, &fin.history, &events, &fin.names, &fin.effects, stuck.as_deref());
     let check_ms = t_check.elapsed().as_secs_f64() * 1e3;
     let missing: Vec<String> = s.expect_trace.iter().filter(|f| !text.contains(f.as_str())).cloned().collect();

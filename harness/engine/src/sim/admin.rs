@@ -22,6 +22,46 @@ const CLOCK_DDL: &str = "CREATE TABLE crashpoint_clock (now_ms BIGINT NOT NULL);
     CREATE FUNCTION crashpoint_now() RETURNS timestamptz LANGUAGE sql STABLE AS \
     $$ SELECT timestamptz '2026-01-01 00:00:00+00' + now_ms * interval '1 millisecond' FROM crashpoint_clock $$;";
 
+/// PostgreSQL's own clock functions shadowed in the schedule's schema by the logical clock
+/// ([`SqlClock::Everywhere`]): `now()`, `transaction_timestamp()`, `statement_timestamp()` and
+/// `clock_timestamp()` are ordinary functions of `pg_catalog`, so an unqualified call resolves
+/// through `search_path` to the schema's own when `pg_catalog` is placed after it
+/// (PostgreSQL documentation, "The Schema Search Path": "if pg_catalog is in the path, it is
+/// searched in the specified order"). `CURRENT_TIMESTAMP`, `LOCALTIMESTAMP`, `CURRENT_DATE`
+/// and `'now'::timestamptz` are keywords or literals the parser resolves itself: they stay
+/// wall time.
+const NOW_DDL: &str = "CREATE FUNCTION now() RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT crashpoint_now() $$; \
+    CREATE FUNCTION transaction_timestamp() RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT crashpoint_now() $$; \
+    CREATE FUNCTION statement_timestamp() RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT crashpoint_now() $$; \
+    CREATE FUNCTION clock_timestamp() RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT crashpoint_now() $$;";
+
+/// How much of PostgreSQL's time follows the schedule's logical clock in its schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SqlClock {
+    /// None: the workers are in-process and take the logical clock from [`super::cx::Cx::now`].
+    Off,
+    /// `crashpoint_now()` (timestamptz): a one-row table `crashpoint_clock` and the function,
+    /// created before the system's DDL, for external workers, whose own clock is real.
+    Function,
+    /// `crashpoint_now()`, and `now()`, `transaction_timestamp()`, `statement_timestamp()` and
+    /// `clock_timestamp()` too (`NOW_DDL`): every connection's `search_path` is
+    /// `<schema>, pg_catalog`, so the DDL's defaults and every unqualified call take the
+    /// schema's functions. Within a transaction, `now()` then reads the logical clock at each
+    /// statement instead of the transaction's start.
+    Everywhere,
+}
+
+impl SqlClock {
+    /// The `search_path` of every connection to schema `schema`: `<schema>`, or
+    /// `<schema>,pg_catalog` for [`SqlClock::Everywhere`].
+    pub fn search_path(self, schema: &str) -> String {
+        match self {
+            SqlClock::Everywhere => format!("{schema},pg_catalog"),
+            _ => schema.to_string(),
+        }
+    }
+}
+
 /// How long the harness waits for a PostgreSQL connection of its own (3 s): the namespace's
 /// first connect and its pool's acquire timeout. Longer means PostgreSQL stopped answering.
 const CONNECT_MAX: Duration = Duration::from_secs(3);
@@ -49,6 +89,8 @@ pub struct Admin {
     pub endpoints: Endpoints,
     /// The schedule's schema name.
     pub schema: String,
+    /// How much of PostgreSQL's time follows the logical clock in it.
+    pub sql_clock: SqlClock,
     /// The schedule's queues.
     pub queues: QueueUrls,
     /// The schedule's SQS calls by operation, the workers' and the harness's: the worker
@@ -74,10 +116,9 @@ impl Admin {
     /// messages). Errors: a service unreachable, the DDL failing (with PostgreSQL's message),
     /// CreateQueue failing.
     ///
-    /// With `sql_clock`, the schema also gets the logical clock as SQL: a one-row table
-    /// `crashpoint_clock` and the function `crashpoint_now()` (timestamptz), for external
-    /// workers, whose own clock is real ([`Admin::set_clock`] moves it).
-    pub fn create(endpoints: &Endpoints, ns: &str, ddl: &str, specs: &[QueueSpec], sql_clock: bool) -> Result<Admin> {
+    /// Unless `sql_clock` is [`SqlClock::Off`], the schema also gets the logical clock as SQL,
+    /// before the system's DDL ([`SqlClock`]; [`Admin::set_clock`] moves it).
+    pub fn create(endpoints: &Endpoints, ns: &str, ddl: &str, specs: &[QueueSpec], sql_clock: SqlClock) -> Result<Admin> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let schema = ns.to_string();
         let sqs_calls = SqsCalls::default();
@@ -99,12 +140,15 @@ impl Admin {
             let pg = PgPoolOptions::new()
                 .max_connections(2)
                 .acquire_timeout(CONNECT_MAX)
-                .connect_with(opts.options([("search_path", schema.as_str())]))
+                .connect_with(opts.options([("search_path", sql_clock.search_path(&schema).as_str())]))
                 .await?;
-            sqlx::raw_sql(ddl).execute(&pg).await.context("creating the system's schema")?;
-            if sql_clock {
+            if sql_clock != SqlClock::Off {
                 sqlx::raw_sql(CLOCK_DDL).execute(&pg).await.context("creating crashpoint_now()")?;
             }
+            if sql_clock == SqlClock::Everywhere {
+                sqlx::raw_sql(NOW_DDL).execute(&pg).await.context("creating the schema's now()")?;
+            }
+            sqlx::raw_sql(ddl).execute(&pg).await.context("creating the system's schema")?;
             autovacuum_off(&pg, &schema).await.context("turning autovacuum off for the schema's tables")?;
             let sqs = clients::sqs_client_counted(&endpoints.sqs_endpoint_url, &sqs_calls);
             let mut urls = Vec::new();
@@ -129,7 +173,7 @@ impl Admin {
             let snapshot = snapshot::take(&pg, &schema).await.context("taking the schema's snapshot for its reset")?;
             anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls, fifo }, snapshot))
         })?;
-        Ok(Admin { rt, pg, sqs, redis, endpoints: endpoints.clone(), schema, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default(), kept: Vec::new() })
+        Ok(Admin { rt, pg, sqs, redis, endpoints: endpoints.clone(), schema, sql_clock, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default(), kept: Vec::new() })
     }
 
     /// Records that PostgreSQL did not answer (the checker's probe timed out): a later
@@ -509,7 +553,7 @@ mod tests {
             redis_url: format!("redis://127.0.0.1:{}", free_port().unwrap()),
         };
         let started = Instant::now();
-        match Admin::create(&e, "cp_unreachable", "", &[], false) {
+        match Admin::create(&e, "cp_unreachable", "", &[], SqlClock::Off) {
             Ok(_) => panic!("created a namespace on port {pg}, where no PostgreSQL answers"),
             Err(err) => (format!("{err:#}"), started.elapsed()),
         }
@@ -523,7 +567,7 @@ mod tests {
     fn the_reset_waits_for_a_lock_at_most_its_timeout_and_names_a_dropped_table() {
         let e = crate::testkit::endpoints();
         let ddl = "CREATE TABLE jobs (id int PRIMARY KEY); CREATE TABLE notes (body text);";
-        let a = Admin::create(&e, &crate::sim::pool::unique_namespace(), ddl, &[], false).unwrap();
+        let a = Admin::create(&e, &crate::sim::pool::unique_namespace(), ddl, &[], SqlClock::Off).unwrap();
         let schema = a.schema.clone();
         a.rt.block_on(async {
             let options: Vec<String> =

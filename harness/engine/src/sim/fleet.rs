@@ -113,7 +113,7 @@ async fn host_main(name: String, program: Program, queue: Option<&'static str>, 
     let pg = match spec.pg_kept.take() {
         Some(pg) => pg,
         None => {
-            let opts = clients::pg_options(&spec.endpoints.database_url)?.options([("search_path", spec.schema.as_str())]);
+            let opts = clients::pg_options(&spec.endpoints.database_url)?.options([("search_path", spec.search_path.as_str())]);
             super::worker_pg::connect(opts).await?
         }
     };

@@ -15,8 +15,11 @@ pub struct HostSpec {
     /// Where the services listen, as the schedule's namespace uses them: one SQS endpoint, the
     /// instance that holds its queues ([`super::admin::Admin::endpoints`]).
     pub endpoints: Endpoints,
-    /// The schedule's PostgreSQL schema (the search_path of every worker connection).
+    /// The schedule's PostgreSQL schema.
     pub schema: String,
+    /// The `search_path` of every worker connection: the schema, then `pg_catalog` when
+    /// `now()` follows the logical clock ([`super::admin::SqlClock::search_path`]).
+    pub search_path: String,
     /// The schedule's queues.
     pub queues: QueueUrls,
     /// The workload's handler policy.

@@ -23,14 +23,14 @@ use std::sync::Mutex;
 
 use anyhow::Result;
 
-use super::admin::Admin;
+use super::admin::{Admin, SqlClock};
 use crate::services::Endpoints;
 use crate::spec::QueueSpec;
 
 /// A namespace's identity for reuse: the same endpoints, DDL, queues and SQL clock.
-fn shape(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bool) -> String {
+fn shape(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: SqlClock) -> String {
     let queues: Vec<String> = specs.iter().map(|q| q.sqs_name("")).collect();
-    format!("{}|{}|{}|{}|{sql_clock}|{ddl}", endpoints.database_url, endpoints.sqs_endpoint_url, endpoints.redis_url, queues.join(","))
+    format!("{}|{}|{}|{}|{sql_clock:?}|{ddl}", endpoints.database_url, endpoints.sqs_endpoint_url, endpoints.redis_url, queues.join(","))
 }
 
 /// Namespaces waiting for their next schedule, with their shape. At most one per slot of
@@ -48,7 +48,7 @@ fn pool() -> std::sync::MutexGuard<'static, Vec<(String, Admin)>> {
 /// over them. Which instance a namespace uses changes no outcome: they run the same LocalStack
 /// with the same settings, and queue URLs never reach a trace. Errors: those of
 /// [`Admin::create`].
-pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: bool) -> Result<Admin> {
+pub fn take(endpoints: &Endpoints, ddl: &str, specs: &[QueueSpec], sql_clock: SqlClock) -> Result<Admin> {
     let shape = shape(endpoints, ddl, specs, sql_clock);
     let pooled = {
         let mut p = pool();
@@ -194,12 +194,12 @@ mod tests {
         let e = crate::testkit::endpoints();
         // Its own DDL, so that no other test of this process shares the shape.
         let ddl = format!("{DDL} -- pool test {}", unique_namespace());
-        let a = take(&e, &ddl, &specs(), false).unwrap();
+        let a = take(&e, &ddl, &specs(), SqlClock::Off).unwrap();
         let first = a.schema.clone();
         // A schedule that wrote nothing: its reset empties only the seeded `jobs`, which
         // `runs` (no page) references, so the TRUNCATE must take `runs` too or fail.
         give_back(a, &[], true);
-        let a = take(&e, &ddl, &specs(), false).unwrap();
+        let a = take(&e, &ddl, &specs(), SqlClock::Off).unwrap();
         assert_eq!(a.schema, first, "the namespace of a schedule that wrote nothing was not reused");
         let fresh = rows(&a);
         assert_eq!(fresh, (vec![(1, "seeded by the DDL".to_string())], 0, 101));
@@ -215,7 +215,7 @@ mod tests {
             a.sqs.delete_message().queue_url(&url).receipt_handle(m.receipt_handle.clone().unwrap()).send().await.unwrap();
         });
         give_back(a, std::slice::from_ref(&key), true);
-        let b = take(&e, &ddl, &specs(), false).unwrap();
+        let b = take(&e, &ddl, &specs(), SqlClock::Off).unwrap();
         assert_eq!(b.schema, first, "the namespace was not reused");
         assert!(!key_exists(&b, &key), "the previous schedule's Redis key survived the reset");
         assert_eq!(rows(&b), fresh, "the reset did not restore what the DDL left");
@@ -223,7 +223,7 @@ mod tests {
         // A schedule that did not end quiescent: its namespace is dropped, message and all.
         dirty(&b, &key);
         give_back(b, std::slice::from_ref(&key), false);
-        let c = take(&e, &ddl, &specs(), false).unwrap();
+        let c = take(&e, &ddl, &specs(), SqlClock::Off).unwrap();
         assert_ne!(c.schema, first, "an unclean namespace was reused");
         assert_eq!(c.leftovers(&[]).unwrap().0, "", "a new namespace's queue holds messages");
         assert!(!key_exists(&c, &key));
@@ -244,11 +244,11 @@ mod tests {
     fn a_namespace_whose_relations_changed_or_that_a_copy_cannot_restore_is_not_reused() {
         let e = crate::testkit::endpoints();
         let ddl = format!("{DDL} -- pool test {}", unique_namespace());
-        let a = take(&e, &ddl, &specs(), false).unwrap();
+        let a = take(&e, &ddl, &specs(), SqlClock::Off).unwrap();
         let first = a.schema.clone();
         a.rt.block_on(sqlx::raw_sql("CREATE TABLE made_by_a_worker (v text); INSERT INTO made_by_a_worker VALUES ('x')").execute(&a.pg)).unwrap();
         give_back(a, &[], true);
-        let b = take(&e, &ddl, &specs(), false).unwrap();
+        let b = take(&e, &ddl, &specs(), SqlClock::Off).unwrap();
         assert_ne!(b.schema, first, "a namespace with a table the DDL did not make was reused");
         give_back(b, &[], false);
         // A trigger would fire again when the DDL's rows are copied back.
@@ -257,11 +257,11 @@ mod tests {
              CREATE TRIGGER touched BEFORE INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION touch(); -- pool test {}",
             unique_namespace()
         );
-        let c = take(&e, &ddl, &specs(), false).unwrap();
+        let c = take(&e, &ddl, &specs(), SqlClock::Off).unwrap();
         assert!(!c.reusable());
         let first = c.schema.clone();
         give_back(c, &[], true);
-        let d = take(&e, &ddl, &specs(), false).unwrap();
+        let d = take(&e, &ddl, &specs(), SqlClock::Off).unwrap();
         assert_ne!(d.schema, first, "a schema with a user trigger was reused");
         give_back(d, &[], false);
     }
@@ -290,7 +290,7 @@ mod tests {
         // take a few until two instances were seen.
         let mut taken: Vec<Admin> = Vec::new();
         while taken.len() < 8 && taken.iter().map(|a| &a.endpoints.sqs_endpoint_url).collect::<std::collections::BTreeSet<_>>().len() < 2 {
-            taken.push(take(&e, &ddl, &specs(), false).unwrap());
+            taken.push(take(&e, &ddl, &specs(), SqlClock::Off).unwrap());
         }
         let on: std::collections::BTreeSet<&String> = taken.iter().map(|a| &a.endpoints.sqs_endpoint_url).collect();
         assert_eq!(on.len(), 2, "{} namespaces, all on {on:?}", taken.len());

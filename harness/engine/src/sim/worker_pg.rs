@@ -288,7 +288,7 @@ mod tests {
     fn a_kept_connection_serves_the_next_schedule_with_a_fresh_session_and_one_left_mid_schedule_closes() {
         let e = crate::testkit::endpoints();
         let ddl = format!("CREATE TABLE t (v int); -- worker_pg test {}", pool::unique_namespace());
-        let mut a = pool::take(&e, &ddl, &[], false).unwrap();
+        let mut a = pool::take(&e, &ddl, &[], crate::sim::admin::SqlClock::Off).unwrap();
         let opts = clients::pg_options(&e.database_url).unwrap().options([("search_path", a.schema.as_str())]);
         let mut c = a.rt.block_on(connect(opts.clone())).unwrap();
         let pid = c.pid;
@@ -317,7 +317,7 @@ mod tests {
         let state: String = a.rt.block_on(sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1").bind(pid).fetch_one(&a.pg)).unwrap();
         assert_eq!(state, "idle", "the transaction left open was not rolled back");
         pool::give_back(a, &[], true);
-        let mut b = pool::take(&e, &ddl, &[], false).unwrap();
+        let mut b = pool::take(&e, &ddl, &[], crate::sim::admin::SqlClock::Off).unwrap();
         let mut c = alive(std::mem::take(&mut b.kept)).pop().expect("the connection was not kept with the namespace");
         assert_eq!(c.pid, pid, "another backend came back");
         let ((locks, app, temp, path, prepared), rows): ((i64, String, Option<String>, String, i64), Result<i64, sqlx::Error>) = b.rt.block_on(async {

@@ -20,7 +20,7 @@ mod drain;
 mod nemesis;
 mod network;
 
-use super::admin::Admin;
+use super::admin::{Admin, SqlClock};
 use super::clock::Clock;
 use super::fleet::{self, HostSpec};
 use super::history::{Entry, Fact, FaultEvent, History, Service, WorkerRole};
@@ -78,6 +78,9 @@ pub struct Setup {
     pub external: Vec<std::sync::Arc<crate::sim::wire::External>>,
     /// The scenario's `[config]` as JSON, for external workers.
     pub config_json: String,
+    /// Whether PostgreSQL's `now()` follows the logical clock in the schedule's schema
+    /// ([`crate::workload::Workload::logical_now`], [`SqlClock::Everywhere`]).
+    pub logical_now: bool,
     /// The workload's providers for this schedule ([`crate::workload::Workload::providers`]).
     pub providers: Vec<Rc<dyn crate::provider::Provider>>,
 }
@@ -187,7 +190,12 @@ impl<'a> Run<'a> {
     /// failing, a host failing to connect.
     pub fn start(setup: Setup) -> Result<Run<'a>> {
         let t0 = Instant::now();
-        let mut admin = super::pool::take(&setup.endpoints, &setup.system.schema_sql(), &setup.queues, !setup.external.is_empty())?;
+        let sql_clock = match (setup.logical_now, setup.external.is_empty()) {
+            (true, _) => SqlClock::Everywhere,
+            (false, false) => SqlClock::Function,
+            (false, true) => SqlClock::Off,
+        };
+        let mut admin = super::pool::take(&setup.endpoints, &setup.system.schema_sql(), &setup.queues, sql_clock)?;
         let pg_kept = Rc::new(super::worker_pg::Shelf::new(super::worker_pg::alive(std::mem::take(&mut admin.kept))));
         let identity = Rc::new(setup.identity);
         let step_timeout = setup.external.iter().map(|e| Duration::from_secs(e.step_timeout_s)).min();
@@ -199,6 +207,7 @@ impl<'a> Run<'a> {
         let spec = Rc::new(HostSpec {
             endpoints: admin.endpoints.clone(),
             schema: admin.schema.clone(),
+            search_path: admin.sql_clock.search_path(&admin.schema),
             queues: admin.queues.clone(),
             config: setup.config.clone(),
             world: world.clone(),

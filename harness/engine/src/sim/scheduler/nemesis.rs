@@ -79,7 +79,7 @@ impl Run<'_> {
     pub(super) fn advance_clock(&mut self, to: u64) -> Result<()> {
         let due = self.clock.advance_to(to);
         self.world.borrow_mut().now_ms = self.clock.now_ms;
-        if self.has_external() {
+        if self.admin.sql_clock != crate::sim::admin::SqlClock::Off {
             self.admin.set_clock(self.clock.now_ms)?;
         }
         for d in due {

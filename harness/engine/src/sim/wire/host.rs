@@ -34,10 +34,11 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
     tokio::task::spawn_local(sqs::serve(sqs_l, Rc::new(proxy)));
     tokio::task::spawn_local(redis::serve(redis_l, host_port(&e.redis_url, 6379)?, worker.clone()));
     let env = environment(&name, &spec, pg_port, sqs_port, redis_port)?;
-    let env: Vec<(String, String)> = env.into_iter().chain(ext.env.clone()).collect();
+    let (command, extra) = ext.for_system(spec.system.name());
+    let env: Vec<(String, String)> = env.into_iter().chain(extra).collect();
     let log = super::process::logs_dir()?.join(format!("{}-{name}.log", spec.schema));
-    let mut process = WorkerProcess::spawn(&ext.command, &ext.cwd, &env, log.clone())?;
-    tracing::info!(worker = %name, pid = process.pid(), log = %log.display(), command = %ext.command.join(" "), "external worker started");
+    let mut process = WorkerProcess::spawn(&command, &ext.cwd, &env, log.clone())?;
+    tracing::info!(worker = %name, pid = process.pid(), log = %log.display(), command = %command.join(" "), "external worker started");
     loop {
         tokio::time::sleep(Duration::from_millis(EXIT_POLL_MS)).await;
         if let Some(status) = process.exited() {
@@ -62,7 +63,7 @@ fn environment(name: &str, spec: &HostSpec, pg: u16, sqs: u16, redis: u16) -> Re
     let mut db = url::Url::parse(&spec.endpoints.database_url)?;
     db.set_host(Some("127.0.0.1"))?;
     db.set_port(Some(pg)).map_err(|_| anyhow!("cannot set the port of the database URL"))?;
-    db.query_pairs_mut().clear().append_pair("sslmode", "disable").append_pair("options", &format!("-csearch_path={}", spec.schema));
+    db.query_pairs_mut().clear().append_pair("sslmode", "disable").append_pair("options", &format!("-csearch_path={}", spec.search_path));
     let mut rd = url::Url::parse(&spec.endpoints.redis_url)?;
     rd.set_host(Some("127.0.0.1"))?;
     rd.set_port(Some(redis)).map_err(|_| anyhow!("cannot set the port of the Redis URL"))?;

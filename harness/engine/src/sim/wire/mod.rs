@@ -15,7 +15,7 @@ pub mod spec;
 pub mod sqs;
 pub mod worker;
 
-pub use spec::{External, ExternalRaw};
+pub use spec::{External, ExternalRaw, Variant};
 
 /// Runs `ext`'s `setup` command (e.g. making a venv) once per crashpoint process. Errors: the
 /// command cannot start or exits non-zero (with its output), so the run fails before any

@@ -36,11 +36,24 @@ pub fn logs_dir() -> Result<&'static Path> {
     dir.as_deref().map_err(|e| anyhow::anyhow!("creating a directory for external workers' logs: {e}"))
 }
 
+/// The environment variable that keeps every external worker's log (`1`): with `crashpoint
+/// repro` of a failing schedule, what the team's process printed in exactly that run.
+pub const KEEP_LOGS_VAR: &str = "CRASHPOINT_KEEP_WORKER_LOGS";
+
+/// Whether [`KEEP_LOGS_VAR`] is set to a value other than `0` or empty.
+fn keep_all_logs() -> bool {
+    std::env::var(KEEP_LOGS_VAR).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
 /// Removes [`logs_dir`], if it was created, when it holds no log; a log kept because its
-/// worker failed (an error named it) stays, with its directory. Called at the end of
-/// `crashpoint`'s `main` and at the exit of a test process.
+/// worker failed (an error named it) stays, with its directory. With [`KEEP_LOGS_VAR`] every
+/// log stays, and the directory is named on stderr. Called at the end of `crashpoint`'s
+/// `main` and at the exit of a test process.
 pub fn remove_logs_dir() {
     if let Some(Ok(dir)) = LOGS.get() {
+        if keep_all_logs() {
+            eprintln!("crashpoint: the external workers' logs are kept in {} ({KEEP_LOGS_VAR})", dir.display());
+        }
         // Removed, or kept for the logs an error named: either way no cleanup removes it later.
         let _ = std::fs::remove_dir(dir);
         crate::services::native::process::unregister_dir(dir);
@@ -88,7 +101,7 @@ impl Drop for WorkerProcess {
         let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if !self.keep_log {
+        if !self.keep_log && !keep_all_logs() {
             let _ = std::fs::remove_file(&self.log);
         }
     }

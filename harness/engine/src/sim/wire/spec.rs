@@ -41,6 +41,8 @@ pub struct ExternalRaw {
     labels: BTreeMap<String, String>,
     #[serde(default = "default_step_timeout_s")]
     step_timeout_s: u64,
+    #[serde(default)]
+    poll: Option<String>,
 }
 
 fn default_step_timeout_s() -> u64 {
@@ -75,6 +77,25 @@ pub struct External {
     pub labels: Vec<(&'static str, String)>,
     /// Real time a worker may take between two calls before the run fails (exit 2), s.
     pub step_timeout_s: u64,
+    /// For a role that polls PostgreSQL (a poller of a table queue): the call label that
+    /// starts each cycle (`claim`). When its statement returns or affects no row, the worker
+    /// is idle, as an empty ReceiveMessage makes a handler idle, and stands at no crash point.
+    pub poll: Option<&'static str>,
+    /// Per system (variant) name: arguments appended to `command` and environment added for
+    /// it (a declared workload's `[systems.<name>]`). A system not listed runs `command` as is.
+    pub variants: BTreeMap<String, Variant>,
+    /// Where it is declared, for errors: `scenarios/x.toml: [external.c]` by default, or a
+    /// workload file's `[roles.c]`.
+    pub origin: Option<String>,
+}
+
+/// How one system (variant) runs an external worker's command.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Variant {
+    /// Arguments appended to the command line.
+    pub args: Vec<String>,
+    /// Environment added for the process (over [`External::env`]).
+    pub env: BTreeMap<String, String>,
 }
 
 impl External {
@@ -114,6 +135,16 @@ impl External {
         if raw.step_timeout_s == 0 {
             bail!("field `step_timeout_s`: expected a positive number of seconds");
         }
+        let poll = match raw.poll {
+            None => None,
+            Some(p) if p.is_empty() || !p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') => {
+                bail!("field `poll`: expected a call label (lower case letters, digits and `_`), e.g. \"claim\", found `{p}`")
+            }
+            Some(p) if role.kind != crate::spec::RoleKind::Poller && role.kind != crate::spec::RoleKind::Periodic => {
+                bail!("field `poll`: role `{prefix}` is not a poller; only a poller's cycles start with a PostgreSQL call (`{p}`)")
+            }
+            Some(p) => Some(intern(&p)),
+        };
         Ok(External {
             role: role.prefix,
             command: raw.command,
@@ -125,6 +156,9 @@ impl External {
             pass: raw.pass.into_iter().map(|p| p.to_ascii_uppercase()).collect(),
             labels,
             step_timeout_s: raw.step_timeout_s,
+            poll,
+            variants: BTreeMap::new(),
+            origin: None,
         })
     }
 
@@ -138,6 +172,18 @@ impl External {
     /// The crash point a worker stands at after call `op`, if any.
     pub fn point_after(&self, op: &str) -> Option<CrashPoint> {
         self.points.get(op).copied()
+    }
+
+    /// The command line and extra environment of the process for system `system`: `command`
+    /// with the variant's arguments, `env` with the variant's entries over it.
+    pub fn for_system(&self, system: &str) -> (Vec<String>, Vec<(String, String)>) {
+        let v = self.variants.get(system);
+        let command = self.command.iter().chain(v.map(|v| &v.args).into_iter().flatten()).cloned().collect();
+        let mut env = self.env.clone();
+        if let Some(v) = v {
+            env.extend(v.env.clone());
+        }
+        (command, env.into_iter().collect())
     }
 }
 

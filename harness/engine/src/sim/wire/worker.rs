@@ -99,7 +99,10 @@ impl WireWorker {
         };
         // As in-process: a crash point is reached only by a call that succeeded, and the one
         // after a receive only when a message came (an idle poll stands nowhere).
-        let reached = !outcome.failed() && !matches!(outcome, Outcome::Empty | Outcome::ReceiveLost { .. });
+        // A poller's poll that found no row is an idle poll too.
+        let reached = !outcome.failed()
+            && !matches!(outcome, Outcome::Empty | Outcome::ReceiveLost { .. })
+            && !(self.ext.poll == Some(op) && no_rows(&outcome));
         let at = self.at.replace(if reached { self.ext.point_after(op) } else { None });
         let mut w = self.world.borrow_mut();
         let t_ms = w.now_ms;
@@ -261,7 +264,7 @@ pub fn pg_label(call: &PgCall) -> &'static str {
 }
 
 /// The label of `call` from its first keyword alone: `begin`, `commit`, `rollback` or `sql`.
-fn keyword_label(call: &PgCall) -> &'static str {
+pub(crate) fn keyword_label(call: &PgCall) -> &'static str {
     let first = call.sql.iter().map(|s| s.trim_start().to_ascii_uppercase()).find(|s| !s.is_empty()).unwrap_or_default();
     let word = first.split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("");
     match word {
@@ -281,7 +284,13 @@ fn comment_label(call: &PgCall) -> Option<&'static str> {
     })
 }
 
+/// Whether a statement's outcome found nothing: no row returned, affected or fetched.
+fn no_rows(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Returned { row: false } | Outcome::Affected { n: 0 } | Outcome::Fetched { n: 0 })
+}
+
 /// What a PostgreSQL reply says, as an [`Outcome`].
+
 pub fn pg_outcome(call: &PgCall, reply: &PgReply) -> Outcome {
     if let Some((_, message)) = &reply.error {
         return Outcome::Error { message: message.clone() };
@@ -330,7 +339,7 @@ impl PgGate for WireWorker {
         let label = comment_label(call)
             .or_else(|| call.sql.iter().find_map(|sql| self.ext.label_of(sql, true)))
             .unwrap_or_else(|| pg_label(call));
-        match WireWorker::hold(self, label, Service::Postgres, false).await {
+        match WireWorker::hold(self, label, Service::Postgres, self.ext.poll == Some(label)).await {
             Granted::Fail(cp) => Admit::Fail(injected_error(cp)),
             Granted::Withhold => Admit::Withhold,
             Granted::Go => {
@@ -350,7 +359,13 @@ impl PgGate for WireWorker {
     }
 
     fn replied(&self, _pid: i32, call: &PgCall, reply: PgReply) {
-        self.complete(Service::Postgres, pg_outcome(call, &reply), vec![]);
+        let outcome = pg_outcome(call, &reply);
+        let polled = self.ext.poll.is_some_and(|p| self.current.borrow().as_ref().is_some_and(|(op, _)| *op == p));
+        let idle = no_rows(&outcome);
+        self.complete(Service::Postgres, outcome, vec![]);
+        if polled {
+            self.set_idle(idle);
+        }
     }
 
     fn dropped(&self, _pid: i32, _call: &PgCall, message: &str) {

@@ -288,7 +288,10 @@ impl Conn {
                     Some(reply) => reply,
                     None => return Ok(()),
                 },
-                Some(Admit::Fail(text)) => self.answer_failure(&batch, &text).await?,
+                Some(Admit::Fail(text)) => {
+                    self.fail_upstream(crate::sim::wire::worker::keyword_label(&call) == "commit").await?;
+                    self.answer_failure(&batch, &text).await?
+                }
                 Some(Admit::LoseReply) => {
                     // Applied; the worker's connection closes (this session ends) before it
                     // hears of it. A COMMIT that failed after all is recorded with its own
@@ -464,6 +467,24 @@ impl Conn {
         self.client.sock.write_all(&out).await?;
         let error = Some((FAIL_SQLSTATE.to_string(), text.to_string()));
         Ok(PgReply { error, status: (!flush).then_some(status), ..PgReply::default() })
+    }
+
+    /// Puts the server's session where PostgreSQL leaves it after the error the proxy answers
+    /// instead of a call (`fail@`), without telling the worker: inside a transaction, a failed
+    /// statement aborts it (the server runs a statement that fails, so that it too accepts
+    /// only ROLLBACK now), and a failed COMMIT ends it rolled back (PostgreSQL documentation,
+    /// "COMMIT": a transaction that cannot commit is rolled back). Without it the worker would
+    /// be told its transaction failed while the server kept it open, a state no real
+    /// PostgreSQL reaches.
+    async fn fail_upstream(&mut self, commits: bool) -> io::Result<()> {
+        if self.track.status != Some(b'T') {
+            return Ok(());
+        }
+        let sql: &[u8] = if commits { b"ROLLBACK\0" } else { b"SELECT 1/0 AS crashpoint_injected_failure\0" };
+        self.withhold = true;
+        let forwarded = self.forward(&frame(b'Q', sql)).await;
+        self.withhold = false;
+        forwarded.map(|_| ())
     }
 
     /// Rolls back the connection's open transaction, if any, without telling the worker: what

@@ -255,6 +255,40 @@ fn failed_call_is_answered_and_never_executed() {
     });
 }
 
+/// An injected failure leaves the server where PostgreSQL would: a statement that fails
+/// inside a transaction aborts it (only ROLLBACK is accepted next, not a SAVEPOINT), and a
+/// COMMIT that fails ends the transaction, rolled back.
+#[test]
+fn a_failed_call_in_a_transaction_leaves_the_server_as_a_real_failure_would() {
+    let gate = Rc::new(Recorder { fail_on: Some("pg_proxy_t9"), ..Recorder::default() });
+    with_proxy(gate.clone(), |port| async move {
+        let mut admin = direct().await;
+        exec(&mut admin, "CREATE TABLE IF NOT EXISTS pg_proxy_t9 (v text)").await;
+        let mut c = proxied(port).await;
+        exec(&mut c, "BEGIN").await;
+        let err = sqlx::raw_sql("INSERT INTO pg_proxy_t9 VALUES ('x')").execute(&mut c).await.unwrap_err();
+        assert!(err.to_string().contains(FAILURE), "{err}");
+        let aborted = sqlx::raw_sql("SAVEPOINT s1").execute(&mut c).await.unwrap_err();
+        assert!(aborted.to_string().contains("current transaction is aborted"), "{aborted}");
+        exec(&mut c, "ROLLBACK").await;
+    });
+    // A failed COMMIT ends the transaction: its row is gone, and the next statement runs in
+    // autocommit (it would join the old transaction, never committed, were it still open).
+    let gate = Rc::new(Recorder { fail_on: Some("COMMIT"), ..Recorder::default() });
+    with_proxy(gate.clone(), |port| async move {
+        let mut admin = direct().await;
+        let mut c = proxied(port).await;
+        let (before, after) = (uuid::Uuid::new_v4().to_string(), uuid::Uuid::new_v4().to_string());
+        exec(&mut c, "BEGIN").await;
+        exec(&mut c, &format!("INSERT INTO pg_proxy_t9 VALUES ('{before}')")).await;
+        let err = sqlx::raw_sql("COMMIT").execute(&mut c).await.unwrap_err();
+        assert!(err.to_string().contains(FAILURE), "{err}");
+        exec(&mut c, &format!("INSERT INTO pg_proxy_t9 VALUES ('{after}')")).await;
+        assert_eq!(int(&mut admin, "SELECT count(*) FROM pg_proxy_t9 WHERE v = $1", &before).await, 0);
+        assert_eq!(int(&mut admin, "SELECT count(*) FROM pg_proxy_t9 WHERE v = $1", &after).await, 1);
+    });
+}
+
 #[test]
 fn required_tls_is_refused_naming_sslmode() {
     let gate = Rc::new(Recorder::default());

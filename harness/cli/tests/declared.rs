@@ -1,0 +1,297 @@
+//! Workloads declared in a file (`crashpoint_declared`), proved on two teams' own services,
+//! neither written in Rust nor naming a payout table:
+//! - `examples/node-invoices`: a Node.js worker on sqs-consumer, OrderCompleted → one invoice;
+//! - `examples/pg-jobs`: a Python worker on a PostgreSQL-only job queue (the Doctrine transport),
+//!   one provider charge per job.
+//!
+//! The `crashpoint` binary runs from each example's directory, as it runs from a team's
+//! repository, reading that directory's `scenarios/` only.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crashpoint::scenario::Scenario;
+use crashpoint::testkit;
+mod common;
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).canonicalize().unwrap()
+}
+
+/// The registry the binary has in `dir`: the compiled workloads, then those declared there.
+fn registry_in(dir: &Path) -> crashpoint::Registry {
+    common::registry().with(crashpoint_declared::discover(&dir.join("scenarios")).expect("workload files load")).unwrap()
+}
+
+fn scenario_of(dir: &Path, name: &str) -> Scenario {
+    testkit::scenario_in(&dir.join("scenarios"), &registry_in(dir), name)
+}
+
+/// `crashpoint <args>` run in `dir` on this process's services.
+fn crashpoint_in(dir: &Path, args: &[&str]) -> Output {
+    let mut c = common::crashpoint_on_test_services();
+    c.args(args).current_dir(dir).env_remove("CRASHPOINT_SCENARIOS");
+    c.output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// Each scripted scenario of `names` in `dir` passes on the reference twice, the second trace
+/// equal to the first byte for byte.
+fn windows_pass_twice_identically(dir: &Path, names: &[&str]) {
+    for name in names {
+        let s = scenario_of(dir, name);
+        let system = crashpoint::scenario::system_of(&s, "reference").unwrap();
+        let first = crashpoint::scenario::run_scenario(&testkit::endpoints(), system.clone(), &s, None).unwrap();
+        assert!(first.passed(), "{name} failed:\n{}", first.trace);
+        let second = crashpoint::scenario::run_scenario(&testkit::endpoints(), system, &s, None).unwrap();
+        assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
+    }
+}
+
+#[test]
+fn the_node_invoice_worker_passes_its_windows_byte_for_byte() {
+    windows_pass_twice_identically(&example("node-invoices"), &["invoices/crash-after-commit", "invoices/concurrent-duplicate"]);
+}
+
+#[test]
+fn the_job_queue_worker_passes_its_windows_byte_for_byte() {
+    windows_pass_twice_identically(&example("pg-jobs"), &["jobs/redeliver-while-running", "jobs/crash-after-claim"]);
+}
+
+/// `crashpoint run <scenario> --system <variant>` in `dir`: exit 1, on `invariant`, shrunk to
+/// at most 4 decisions; the printed repro command fails again on the same invariant.
+fn caught_shrunk_and_reproduced(dir: &Path, scenario: &str, variant: &str, invariant: &str) {
+    let out = crashpoint_in(dir, &["run", scenario, "--system", variant, "--schedules", "100", "--seed", "7", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{variant} was not caught in 100 schedules:\n{t}");
+    assert!(t.contains(&format!("FAIL {scenario} ({variant}): {invariant}")), "{variant}: not on `{invariant}`:\n{t}");
+    let minimal = t.lines().find_map(|l| l.strip_prefix("minimal schedule: ")).unwrap_or_else(|| panic!("no minimal schedule:\n{t}"));
+    assert!(minimal.split_whitespace().count() <= 4, "{variant}: shrunk only to `{minimal}`");
+    let repro = t.lines().find_map(|l| l.trim().strip_prefix("reproduce: crashpoint ")).unwrap_or_else(|| panic!("no repro line:\n{t}"));
+    let schedule = repro.split('\'').nth(1).expect("the repro line quotes its schedule");
+    assert_eq!(schedule, minimal);
+    let again = crashpoint_in(dir, &["repro", scenario, "--system", variant, "--schedule", schedule]);
+    let t2 = text(&again);
+    assert_eq!(again.status.code(), Some(1), "the repro of {variant} did not fail:\n{t2}");
+    assert!(t2.contains(&format!("FAIL {invariant}")), "the repro of {variant} failed otherwise:\n{t2}");
+}
+
+#[test]
+#[ignore = "full tier: explorations of Node.js worker processes; `cargo test -- --include-ignored` runs it"]
+fn the_node_invoice_variants_are_caught_shrunk_and_reproduced() {
+    let dir = example("node-invoices");
+    caught_shrunk_and_reproduced(&dir, "invoices/explore", "ack-before-commit", "every dispatched event has its invoice");
+    caught_shrunk_and_reproduced(&dir, "invoices/explore", "check-then-insert", "one invoice per order");
+}
+
+#[test]
+fn the_job_queue_variant_is_caught_shrunk_and_reproduced() {
+    caught_shrunk_and_reproduced(&example("pg-jobs"), "jobs/explore", "no-idempotency-key", "at most one charge per order");
+}
+
+#[test]
+fn the_redeliver_window_charges_twice_without_an_idempotency_key() {
+    let out = crashpoint_in(&example("pg-jobs"), &["run", "jobs/redeliver-while-running", "--system", "no-idempotency-key", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("FAIL at most one charge per order: row order_id=o1 charges=2"), "{t}");
+}
+
+/// The catalogue of a declared workload: every variant caught, the reference passes 100
+/// explored schedules.
+fn catalogue_passes(dir: &Path, workload: &str, variants: &[&str]) {
+    let out = crashpoint_in(dir, &["catalogue", workload, "--budget", "100"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("budget 100 schedules per system, seed 1") && t.contains("every mutant caught, the reference passes"), "{t}");
+    for v in variants {
+        assert!(t.contains(&format!("| {v} | yes |")), "{v} not caught:\n{t}");
+    }
+    assert!(t.contains("| reference (must not be caught) | no |"), "{t}");
+}
+
+#[test]
+#[ignore = "full tier: the catalogue of the Node.js workload; `cargo test -- --include-ignored` runs it"]
+fn the_node_invoice_catalogue_catches_every_variant() {
+    catalogue_passes(&example("node-invoices"), "invoices", &["ack-before-commit", "check-then-insert"]);
+}
+
+#[test]
+#[ignore = "full tier: the catalogue of the job queue; `cargo test -- --include-ignored` runs it"]
+fn the_job_queue_catalogue_catches_its_variant() {
+    catalogue_passes(&example("pg-jobs"), "jobs", &["no-idempotency-key"]);
+}
+
+#[test]
+fn now_follows_the_logical_clock_in_a_declared_workload_and_current_timestamp_does_not() {
+    // A tick moves `now()` and its kin by exactly the tick; CURRENT_TIMESTAMP stays wall time
+    // (the logical clock starts at 2026-01-01).
+    let workload = WORKLOAD.replace(
+        "sql = \"SELECT 1 WHERE false\"",
+        "sql = \"\"\"SELECT count(*) FROM seen s, jobs j WHERE NOT (s.now_ = j.at + interval '90 s' AND s.tx = s.now_ AND s.st = s.now_ \
+         AND s.clock = s.now_ AND s.cp = s.now_ AND s.ct > s.now_ + interval '300 days') HAVING count(*) > 0 OR (SELECT count(*) FROM seen) <> 1\"\"\"",
+    );
+    let dir = bad_dir(&workload, "description = \"clocks\"\nworkers = \"p w1\"\nschedule = \"p:send tick:90s w1:claim\"\n\n[[events]]\nname = \"e1\"\n");
+    std::fs::write(
+        dir.path().join("worker.py"),
+        "import os, psycopg\n\
+         c = psycopg.connect(os.environ['DATABASE_URL'], autocommit=True)\n\
+         while True:\n    c.execute(\"/* crashpoint:claim */ INSERT INTO seen SELECT now(), transaction_timestamp(), statement_timestamp(), \
+         clock_timestamp(), CURRENT_TIMESTAMP, crashpoint_now() WHERE NOT EXISTS (SELECT 1 FROM seen)\")\n",
+    )
+    .unwrap();
+    let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("ok   clocks") && t.contains("w1   claim                                   → 1 row"), "{t}");
+}
+
+/// A minimal table-queue workload for the bad-input cases: a Python poller that inserts a row.
+const WORKLOAD: &str = r#"name = "t"
+about = "a test workload"
+schema = ["schema.sql"]
+
+[events]
+insert = "INSERT INTO jobs (body) VALUES ($1)"
+identity = "/id"
+body = { id = "{{id}}" }
+
+[roles.p]
+builtin = "producer"
+
+[roles.w]
+kind = "poller"
+poll = "claim"
+command = ["PYTHON", "worker.py"]
+setup = ["bash", "SETUP"]
+
+[[invariants]]
+name = "clocks"
+sql = "SELECT 1 WHERE false"
+"#;
+
+/// A team directory with `workload` as `scenarios/t.workload.toml`, `scenario` as
+/// `scenarios/t/clocks.toml`, a schema, and a worker that claims nothing.
+fn bad_dir(workload: &str, scenario: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("scenarios/t")).unwrap();
+    // The Python worker's venv (psycopg), made by its setup script.
+    let repo = example("..");
+    let workload = workload
+        .replace("PYTHON", &repo.join("target/python-venv/bin/python").display().to_string())
+        .replace("SETUP", &repo.join("examples/python-worker/setup.sh").display().to_string());
+    std::fs::write(dir.path().join("scenarios/t.workload.toml"), workload).unwrap();
+    std::fs::write(dir.path().join("scenarios/t/clocks.toml"), scenario).unwrap();
+    std::fs::write(
+        dir.path().join("schema.sql"),
+        "CREATE TABLE jobs (body jsonb, at timestamptz DEFAULT now());\n\
+         CREATE TABLE seen (now_ timestamptz, tx timestamptz, st timestamptz, clock timestamptz, ct timestamptz, cp timestamptz);\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("worker.py"),
+        "import os, psycopg\nc = psycopg.connect(os.environ['DATABASE_URL'], autocommit=True)\n\
+         while True:\n    c.execute('/* crashpoint:claim */ SELECT 1 WHERE false')\n",
+    )
+    .unwrap();
+    dir
+}
+
+/// `crashpoint list` in a directory whose workload file is `workload`: exit 2 with `expected`
+/// (the file, line and field) in its error.
+fn list_fails(workload: &str, expected: &[&str]) {
+    let dir = bad_dir(workload, "description = \"x\"\nworkers = \"p w1\"\nschedule = \"p:send\"\n\n[[events]]\nname = \"e1\"\n");
+    let out = crashpoint_in(dir.path(), &["list"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    for e in expected {
+        assert!(t.contains(e), "`{e}` not in:\n{t}");
+    }
+}
+
+#[test]
+fn an_unknown_key_is_named_with_its_file_line_and_field() {
+    list_fails(&WORKLOAD.replace("about = \"a test workload\"", "about = \"a test workload\"\nquues = []"), &["t.workload.toml", "quues", "unknown field"]);
+    list_fails(&WORKLOAD.replace("poll = \"claim\"", "poll = \"claim\"\ncomand = [\"x\"]"), &["t.workload.toml:16: field `roles.w.comand`", "unknown field `comand`"]);
+}
+
+#[test]
+fn a_json_pointer_that_finds_nothing_in_the_body_is_named() {
+    list_fails(&WORKLOAD.replace("identity = \"/id\"", "identity = \"/eventId\""), &["t.workload.toml:7: field `events.identity`", "the JSON pointer `/eventId` finds nothing in the body"]);
+}
+
+#[test]
+fn a_role_without_a_command_is_named() {
+    list_fails(&WORKLOAD.replace("command = [\"PYTHON\", \"worker.py\"]\n", ""), &["t.workload.toml:13: field `roles.w`", "expected the worker's command line"]);
+}
+
+#[test]
+fn a_missing_schema_file_is_named() {
+    list_fails(&WORKLOAD.replace("schema.sql", "schemas.sql"), &["t.workload.toml:3: field `schema`", "cannot read `schemas.sql`"]);
+}
+
+#[test]
+fn a_system_the_file_does_not_declare_is_refused_with_exit_2() {
+    let dir = bad_dir(WORKLOAD, "description = \"x\"\nworkers = \"p w1\"\nschedule = \"p:send\"\n\n[[events]]\nname = \"e1\"\n");
+    let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--system", "no-such-variant", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("workload `t`") && t.contains("has no system `no-such-variant`; known: reference"), "{t}");
+}
+
+#[test]
+fn an_invariant_that_is_not_valid_sql_is_unknown_with_postgresqls_message_and_exit_2() {
+    let dir = bad_dir(
+        &WORKLOAD.replace("sql = \"SELECT 1 WHERE false\"", "sql = \"SELEC order_id FROM nowhere\""),
+        "description = \"x\"\nworkers = \"p w1\"\nschedule = \"p:send\"\n\n[[events]]\nname = \"e1\"\n",
+    );
+    let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("invariant `clocks` could not decide: PostgreSQL: syntax error at or near \"SELEC\"")
+            && t.contains("the invariant of scenarios/t.workload.toml:19: field `invariants[0]`"),
+        "{t}"
+    );
+}
+
+#[test]
+fn a_worker_that_exits_at_start_is_named_with_the_last_lines_of_its_stderr() {
+    let dir = bad_dir(
+        &WORKLOAD.replace("command = [\"PYTHON\", \"worker.py\"]", "command = [\"sh\", \"-c\", \"echo DATABASE_URL is not what I expected >&2; exit 3\"]"),
+        "description = \"x\"\nworkers = \"p w1\"\nschedule = \"p:send w1:claim\"\n\n[[events]]\nname = \"e1\"\n",
+    );
+    let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("external worker w1 exited by itself") && t.contains("DATABASE_URL is not what I expected"), "{t}");
+}
+
+#[test]
+fn init_writes_a_workload_that_lists_and_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = dir.path().join("billing-svc");
+    let out = crashpoint_in(dir.path(), &["init", "billing-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(team.join("scenarios/billing-svc.workload.toml").is_file());
+    let listed = crashpoint_in(&team, &["list"]);
+    let t = text(&listed);
+    assert_eq!(listed.status.code(), Some(0), "{t}");
+    assert!(t.contains("billing-svc/crash-after-commit") && t.contains("workload billing-svc:"), "{t}");
+    let again = crashpoint_in(dir.path(), &["init", "billing-svc"]);
+    let t = text(&again);
+    assert_eq!(again.status.code(), Some(2), "{t}");
+    assert!(t.contains("not overwriting") && t.contains("billing-svc.workload.toml"), "{t}");
+}
+
+#[test]
+fn a_directory_without_scenarios_is_named_not_replaced_by_the_build_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crashpoint_in(dir.path(), &["list"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("no scenarios directory `scenarios`") && !t.contains("payout/"), "{t}");
+}

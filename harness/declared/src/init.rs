@@ -1,0 +1,47 @@
+//! `crashpoint init DIR`: a commented workload file, a schema, a scripted scenario and an
+//! exploration for a team to edit ([`Files`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+
+use crashpoint::Workload;
+
+/// The stock binary's workload files: [`crate::discover`] and `crashpoint init`.
+pub struct Files;
+
+/// The files `init` writes, relative to the team's directory, with `NAME` for the workload.
+const TEMPLATE: &[(&str, &str)] = &[
+    ("scenarios/NAME.workload.toml", include_str!("init/workload.toml")),
+    ("scenarios/NAME.schema.sql", include_str!("init/schema.sql")),
+    ("scenarios/NAME/crash-after-commit.toml", include_str!("init/crash-after-commit.toml")),
+    ("scenarios/NAME/explore.toml", include_str!("init/explore.toml")),
+];
+
+impl crashpoint::cli::Declarations for Files {
+    fn discover(&self, scenarios: &Path) -> Result<Vec<Arc<dyn Workload>>> {
+        crate::discover(scenarios)
+    }
+
+    fn init(&self, dir: &Path, name: &str) -> Result<Vec<PathBuf>> {
+        let ok = !name.is_empty()
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if !ok {
+            bail!("`{name}` is not a workload name; expected lower-case letters, digits, `-` and `_`, starting with a letter (--name)");
+        }
+        let files: Vec<(PathBuf, String)> = TEMPLATE.iter().map(|(p, text)| (dir.join(p.replace("NAME", name)), text.replace("NAME", name))).collect();
+        let existing: Vec<String> = files.iter().filter(|(p, _)| p.exists()).map(|(p, _)| p.display().to_string()).collect();
+        if !existing.is_empty() {
+            bail!("not overwriting {}: move them away or choose another --name", existing.join(", "));
+        }
+        for (p, text) in &files {
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| anyhow::anyhow!("creating {}: {e}", parent.display()))?;
+            }
+            std::fs::write(p, text).map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?;
+        }
+        Ok(files.into_iter().map(|(p, _)| p).collect())
+    }
+}

@@ -1,0 +1,167 @@
+//! The engine's facts as tables of the schedule's schema, so that an invariant written in SQL
+//! can join a system's own tables with what the history knows: "every dispatched event has its
+//! invoice", "no message was deleted before its effect committed".
+//!
+//! A workload that wants them ([`crate::workload::Workload::history_tables`]) includes [`DDL`]
+//! in its schema; after the drain, before any invariant runs, [`fill`] writes one row per
+//! dispatched event and one per message. They are ordinary tables of the schedule's schema:
+//! reset with the rest of it before the namespace's next schedule.
+//!
+//! `crashpoint_dispatched`: the scenario's events that the producer began to dispatch
+//! ([`Fact::Dispatched`]), once each.
+//!
+//! | column | type | what |
+//! |---|---|---|
+//! | `event` | `text` | the event's label in the scenario (`e1`) |
+//! | `identity` | `uuid` | its stable identity (the idempotency key in the body) |
+//! | `body` | `jsonb` | the body the producer dispatched |
+//!
+//! `crashpoint_messages`: each message SQS accepted ([`Fact::Sent`]), by label.
+//!
+//! | column | type | what |
+//! |---|---|---|
+//! | `msg` | `text` | its label (`m1`; a dead-letter copy has its own) |
+//! | `queue` | `text` | the workload's queue name |
+//! | `identity` | `uuid` | the identity in its body |
+//! | `receives` | `integer` | receives recorded (ReceiveMessage that returned it) |
+//! | `deleted` | `boolean` | a DeleteMessage (or batch entry) succeeded for it |
+//! | `dead_lettered` | `boolean` | SQS moved it to a dead-letter queue (redrive policy) |
+//! | `expired` | `boolean` | it outlived its queue's retention and SQS deleted it |
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use crate::sim::admin::Admin;
+use crate::sim::history::{Entry, Fact, FaultEvent, History};
+use crate::spec::Event;
+
+/// The two tables, empty: part of the schema of a workload whose
+/// [`crate::workload::Workload::history_tables`] is true.
+pub const DDL: &str = "CREATE TABLE crashpoint_dispatched (event text PRIMARY KEY, identity uuid NOT NULL, body jsonb NOT NULL);\n\
+CREATE TABLE crashpoint_messages (msg text PRIMARY KEY, queue text NOT NULL, identity uuid NOT NULL, receives integer NOT NULL, \
+deleted boolean NOT NULL, dead_lettered boolean NOT NULL, expired boolean NOT NULL);\n";
+
+/// One message's row of `crashpoint_messages`.
+#[derive(Debug, Default, serde::Serialize)]
+struct Message {
+    msg: String,
+    queue: String,
+    identity: uuid::Uuid,
+    receives: u32,
+    deleted: bool,
+    dead_lettered: bool,
+    expired: bool,
+}
+
+/// The rows of both tables, from `history` and the scenario's `events`: (dispatched, messages)
+/// as JSON arrays of objects keyed by column.
+fn rows(history: &History, events: &[Event]) -> (serde_json::Value, serde_json::Value) {
+    let mut dispatched = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut messages: BTreeMap<String, Message> = BTreeMap::new();
+    for f in history.facts() {
+        match f {
+            Fact::Dispatched { event, identity } if seen.insert(event.clone()) => {
+                let body = events.iter().find(|e| &e.label == event).map(|e| e.body.clone()).unwrap_or(serde_json::Value::Null);
+                dispatched.push(json!({ "event": event, "identity": identity, "body": body }));
+            }
+            Fact::Sent { queue, msg, identity } => {
+                let m = messages.entry(msg.clone()).or_default();
+                (m.msg, m.queue, m.identity) = (msg.clone(), queue.to_string(), *identity);
+            }
+            Fact::Received { msg, .. } => {
+                if let Some(m) = messages.get_mut(msg) {
+                    m.receives += 1;
+                }
+            }
+            Fact::Deleted { msg, .. } => {
+                if let Some(m) = messages.get_mut(msg) {
+                    m.deleted = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    for e in &history.entries {
+        if let Entry::Fault { fault, .. } = e {
+            let (msg, expired) = match fault {
+                FaultEvent::Expired { msg, found: true, .. } => (msg, true),
+                FaultEvent::DeadLettered { msg, .. } => (msg, false),
+                _ => continue,
+            };
+            if let Some(m) = messages.get_mut(msg) {
+                match expired {
+                    true => m.expired = true,
+                    false => m.dead_lettered = true,
+                }
+            }
+        }
+    }
+    let messages: Vec<serde_json::Value> = messages.into_values().filter(|m| !m.msg.is_empty()).map(|m| json!(m)).collect();
+    (serde_json::Value::Array(dispatched), serde_json::Value::Array(messages))
+}
+
+/// Writes the facts of `history` into the schedule's `crashpoint_dispatched` and
+/// `crashpoint_messages` (two statements). Errors: PostgreSQL's (the tables are missing when
+/// the system's DDL left out [`DDL`]).
+pub fn fill(admin: &Admin, history: &History, events: &[Event]) -> Result<()> {
+    let (dispatched, messages) = rows(history, events);
+    admin.on_pg(async {
+        sqlx::query(
+            "INSERT INTO crashpoint_dispatched (event, identity, body) \
+             SELECT event, identity, body FROM jsonb_to_recordset($1) AS x(event text, identity uuid, body jsonb)",
+        )
+        .bind(&dispatched)
+        .execute(&admin.pg)
+        .await
+        .context("filling crashpoint_dispatched")?;
+        sqlx::query(
+            "INSERT INTO crashpoint_messages (msg, queue, identity, receives, deleted, dead_lettered, expired) \
+             SELECT * FROM jsonb_to_recordset($1) AS x(msg text, queue text, identity uuid, receives integer, \
+             deleted boolean, dead_lettered boolean, expired boolean)",
+        )
+        .bind(&messages)
+        .execute(&admin.pg)
+        .await
+        .context("filling crashpoint_messages")?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::history::{Outcome, Service, Step};
+
+    fn step(facts: Vec<Fact>) -> Entry {
+        Entry::Step(Step { t_ms: 0, worker: "c1".into(), op: "x".into(), service: Service::Sqs, at: None, outcome: Outcome::Done, idle: false, facts })
+    }
+
+    #[test]
+    fn rows_follow_the_history() {
+        let id = uuid::Uuid::from_u128(7);
+        let ev = Event { label: "e1".into(), identity: id, body: json!({"k": 1}) };
+        let history = History {
+            entries: vec![
+                step(vec![Fact::Dispatched { event: "e1".into(), identity: id }, Fact::Sent { queue: "q", msg: "m1".into(), identity: id }]),
+                step(vec![Fact::Dispatched { event: "e1".into(), identity: id }, Fact::Sent { queue: "q", msg: "m2".into(), identity: id }]),
+                step(vec![Fact::Received { queue: "q", msg: "m1".into(), receive_count: 1, receipt: String::new() }]),
+                step(vec![Fact::Received { queue: "q", msg: "m1".into(), receive_count: 2, receipt: String::new() }]),
+                step(vec![Fact::Deleted { queue: "q", msg: "m1".into() }]),
+                Entry::Fault { t_ms: 0, fault: FaultEvent::Expired { msg: "m2".into(), queue: "q", retention_ms: 1, found: true }, facts: vec![] },
+            ],
+            roles: Default::default(),
+        };
+        let (d, m) = rows(&history, &[ev]);
+        assert_eq!(d, json!([{"event": "e1", "identity": id, "body": {"k": 1}}]), "an event dispatched twice is one row");
+        assert_eq!(
+            m,
+            json!([
+                {"msg": "m1", "queue": "q", "identity": id, "receives": 2, "deleted": true, "dead_lettered": false, "expired": false},
+                {"msg": "m2", "queue": "q", "identity": id, "receives": 0, "deleted": false, "dead_lettered": false, "expired": true},
+            ])
+        );
+    }
+}
