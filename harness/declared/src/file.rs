@@ -122,7 +122,7 @@ pub struct SystemDecl {
     pub name: &'static str,
     /// One line saying what it is.
     pub about: &'static str,
-    /// Its whole DDL: the engine's fact tables, then its schema files in order.
+    /// Its whole DDL: its schema files in order.
     pub schema_sql: String,
 }
 
@@ -307,10 +307,8 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
     if roles.iter().all(|r| r.kind == RoleKind::Producer) {
         bail!("{}: expected at least one role besides the producer: the team's worker, with its `command`", at("roles"));
     }
-    if matches!(dispatch, Dispatch::Queue(_)) || matches!(dispatch, Dispatch::Insert(_)) {
-        if producer.is_none() {
-            bail!("{}: expected a role with `builtin = \"producer\"`, which dispatches the scenario's events", at("roles"));
-        }
+    if producer.is_none() {
+        bail!("{}: expected a role with `builtin = \"producer\"`, which dispatches the scenario's events", at("roles"));
     }
     // Systems.
     let mut systems = Vec::new();
@@ -388,7 +386,7 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
 fn system(path: &Path, text: &str, root: &Path, name: &str, raw: &SystemRaw, default_schema: &[String]) -> Result<SystemDecl> {
     let field = if raw.schema.is_some() { format!("systems.{name}.schema") } else { "schema".to_string() };
     let files = raw.schema.as_deref().unwrap_or(default_schema);
-    let mut sql = crashpoint::checker::facts::DDL.to_string();
+    let mut sql = String::new();
     for f in files {
         let p = root.join(f);
         let body = std::fs::read_to_string(&p).map_err(|e| {

@@ -121,9 +121,8 @@ pub trait Workload: Send + Sync + 'static {
     }
 
     /// Whether the schedule's schema holds the engine's facts as tables for SQL invariants
-    /// ([`crate::checker::facts`]): the system's DDL must then include
-    /// [`crate::checker::facts::DDL`], and they are filled after the drain, before any
-    /// invariant is checked. Default `false`.
+    /// ([`crate::checker::facts`]): the engine creates them before the system's DDL and fills
+    /// them after the drain, before any invariant is checked. Default `false`.
     fn history_tables(&self) -> bool {
         false
     }

@@ -2,9 +2,9 @@
 //! can join a system's own tables with what the history knows: "every dispatched event has its
 //! invoice", "no message was deleted before its effect committed".
 //!
-//! A workload that wants them ([`crate::workload::Workload::history_tables`]) includes [`DDL`]
-//! in its schema; after the drain, before any invariant runs, [`fill`] writes one row per
-//! dispatched event and one per message. They are ordinary tables of the schedule's schema:
+//! For a workload that wants them ([`crate::workload::Workload::history_tables`]) the engine
+//! runs [`DDL`] before the system's own; after the drain, before any invariant runs, [`fill`]
+//! writes one row per dispatched event and one per message. They are ordinary tables of the schedule's schema:
 //! reset with the rest of it before the namespace's next schedule.
 //!
 //! `crashpoint_dispatched`: the scenario's events that the producer began to dispatch
@@ -37,7 +37,7 @@ use crate::sim::admin::Admin;
 use crate::sim::history::{Entry, Fact, FaultEvent, History};
 use crate::spec::Event;
 
-/// The two tables, empty: part of the schema of a workload whose
+/// The two tables, empty: run before the system's DDL for a workload whose
 /// [`crate::workload::Workload::history_tables`] is true.
 pub const DDL: &str = "CREATE TABLE crashpoint_dispatched (event text PRIMARY KEY, identity uuid NOT NULL, body jsonb NOT NULL);\n\
 CREATE TABLE crashpoint_messages (msg text PRIMARY KEY, queue text NOT NULL, identity uuid NOT NULL, receives integer NOT NULL, \

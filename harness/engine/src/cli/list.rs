@@ -7,17 +7,25 @@ use crate::error::EXIT_OK;
 use crate::scenario;
 use crate::workload::{Registry, RoleKind};
 
-/// Prints the scenarios, and for each workload its queues (visibility timeout and retention,
-/// logical), roles with their crash points, faults, providers, invariants and systems, then
-/// the engine's fault kinds and its own invariants.
-/// Errors: a scenario file that does not load (named with its line and field).
+/// Prints the scenarios, and for each workload they use (every workload when there is no
+/// scenario) its queues (visibility timeout and retention, logical), roles with their crash
+/// points, faults, providers, invariants and systems, then the engine's fault kinds and its
+/// own invariants. Errors: a scenario file that does not load (named with its line and field).
 pub fn list(registry: &Registry) -> Result<i32> {
     let dir = scenario::scenarios_dir();
     println!("scenarios (from {}/):", dir.display());
-    for s in scenario::discover(&dir, registry)? {
+    let scenarios = scenario::discover(&dir, registry)?;
+    for s in &scenarios {
         println!("  {:<36} {}", s.name, s.description);
     }
-    for w in registry.all() {
+    let used: std::collections::BTreeSet<&str> = scenarios.iter().map(|s| s.workload.name()).collect();
+    let (shown, unused): (Vec<_>, Vec<_>) = registry.all().iter().partition(|w| used.is_empty() || used.contains(w.name()));
+    if !unused.is_empty() {
+        let names: Vec<&str> = unused.iter().map(|w| w.name()).collect();
+        println!("
+(workloads with no scenario here, not shown: {})", names.join(", "));
+    }
+    for w in shown {
         println!("\nworkload {}: {}", w.name(), w.about());
         for q in w.queues() {
             println!(

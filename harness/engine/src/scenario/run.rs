@@ -150,6 +150,7 @@ pub(crate) fn run_driven(
         external: s.external.clone(),
         config_json: serde_json::to_string(&s.config).unwrap_or_else(|_| "{}".into()),
         logical_now: s.workload.logical_now(),
+        history_tables: s.workload.history_tables(),
         providers: s.workload.providers(),
     };
     let t_setup = Instant::now();

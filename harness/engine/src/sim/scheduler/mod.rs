@@ -81,6 +81,9 @@ pub struct Setup {
     /// Whether PostgreSQL's `now()` follows the logical clock in the schedule's schema
     /// ([`crate::workload::Workload::logical_now`], [`SqlClock::Everywhere`]).
     pub logical_now: bool,
+    /// Whether the schema holds the engine's facts as tables ([`crate::checker::facts::DDL`]
+    /// before the system's DDL; [`crate::workload::Workload::history_tables`]).
+    pub history_tables: bool,
     /// The workload's providers for this schedule ([`crate::workload::Workload::providers`]).
     pub providers: Vec<Rc<dyn crate::provider::Provider>>,
 }
@@ -195,7 +198,11 @@ impl<'a> Run<'a> {
             (false, false) => SqlClock::Function,
             (false, true) => SqlClock::Off,
         };
-        let mut admin = super::pool::take(&setup.endpoints, &setup.system.schema_sql(), &setup.queues, sql_clock)?;
+        let ddl = match setup.history_tables {
+            true => format!("{}{}", crate::checker::facts::DDL, setup.system.schema_sql()),
+            false => setup.system.schema_sql().into_owned(),
+        };
+        let mut admin = super::pool::take(&setup.endpoints, &ddl, &setup.queues, sql_clock)?;
         let pg_kept = Rc::new(super::worker_pg::Shelf::new(super::worker_pg::alive(std::mem::take(&mut admin.kept))));
         let identity = Rc::new(setup.identity);
         let step_timeout = setup.external.iter().map(|e| Duration::from_secs(e.step_timeout_s)).min();
