@@ -295,3 +295,59 @@ fn a_directory_without_scenarios_is_named_not_replaced_by_the_build_tree() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("no scenarios directory `scenarios`") && !t.contains("payout/"), "{t}");
 }
+
+/// A team directory whose Python worker acknowledges each message with a DeleteMessageBatch
+/// of one entry (boto3) and, unless its system is `ignores-failed`, deletes again an entry
+/// SQS reported in `Failed`.
+fn batch_ack_dir() -> tempfile::TempDir {
+    let repo = example("..");
+    let workload = format!(
+        "name = \"acks\"\nabout = \"batch acknowledgements\"\n\n[[queues]]\nname = \"q\"\n\n[events]\nqueue = \"q\"\nidentity = \"/id\"\nbody = {{ id = \"{{{{id}}}}\" }}\n\n\
+         [roles.p]\nbuiltin = \"producer\"\n\n[roles.c]\nhandles = \"q\"\ncommand = [\"{py}\", \"worker.py\"]\nsetup = [\"bash\", \"{setup}\"]\n\n\
+         [systems.ignores-failed]\nabout = \"takes a DeleteMessageBatch's HTTP 200 for success\"\n",
+        py = repo.join("target/python-venv/bin/python").display(),
+        setup = repo.join("examples/python-worker/setup.sh").display(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("scenarios/acks")).unwrap();
+    std::fs::write(dir.path().join("scenarios/acks.workload.toml"), workload).unwrap();
+    std::fs::write(
+        dir.path().join("worker.py"),
+        "import os, boto3\nfrom botocore.config import Config\n\
+         sqs = boto3.client('sqs', config=Config(read_timeout=3600, retries={'mode': 'standard', 'max_attempts': 3}))\n\
+         q = os.environ['CRASHPOINT_QUEUE_URL']\nchecks = os.environ['CRASHPOINT_SYSTEM'] != 'ignores-failed'\n\
+         while True:\n    for m in sqs.receive_message(QueueUrl=q, MaxNumberOfMessages=1).get('Messages', []):\n\
+         \x20       r = sqs.delete_message_batch(QueueUrl=q, Entries=[{'Id': 'a1', 'ReceiptHandle': m['ReceiptHandle']}])\n\
+         \x20       if checks and r.get('Failed'):\n            sqs.delete_message(QueueUrl=q, ReceiptHandle=m['ReceiptHandle'])\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("scenarios/acks/partial.toml"),
+        "description = \"the batch delete's only entry fails with HTTP 200\"\nworkers = \"p c1\"\n\
+         schedule = \"p:send sqs:batch-delete-partial c1:recv c1:delete_batch\"\n\n[[events]]\nname = \"e1\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("scenarios/acks/ok.toml"),
+        "description = \"a batch delete of one entry\"\nworkers = \"p c1\"\nschedule = \"p:send c1:recv c1:delete_batch\"\n\n[[events]]\nname = \"e1\"\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn delete_message_batch_passes_the_proxy_with_each_entrys_fate_and_the_partial_fault() {
+    let dir = batch_ack_dir();
+    let out = crashpoint_in(dir.path(), &["run", "acks/partial", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("c1   delete_batch") && t.contains("InternalError") && t.contains("c1   delete ") && t.contains("m1 deleted"), "{t}");
+    let ignored = crashpoint_in(dir.path(), &["run", "acks/partial", "--system", "ignores-failed", "--no-calibrate"]);
+    let t = text(&ignored);
+    assert_eq!(ignored.status.code(), Some(1), "{t}");
+    assert!(t.contains("FAIL no failed acknowledgement is ignored"), "{t}");
+    let plain = crashpoint_in(dir.path(), &["run", "acks/ok", "--system", "ignores-failed", "--no-calibrate"]);
+    let t = text(&plain);
+    assert_eq!(plain.status.code(), Some(0), "{t}");
+    assert!(t.lines().any(|l| l.contains("c1   delete_batch") && l.contains("m1 deleted")), "{t}");
+}

@@ -92,6 +92,20 @@ impl fmt::Display for SqsFault {
     }
 }
 
+/// A DeleteMessageBatch's entries under the armed faults ([`SqsNemesis::plan_batch_delete`]),
+/// as indexes into the request's entries.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BatchDeletePlan {
+    /// Sent to SQS.
+    pub send: Vec<usize>,
+    /// Answered as deleted without being sent (a stale handle under `stale-delete-noop`).
+    pub kept: Vec<usize>,
+    /// Not sent, answered as failed with `InternalError` (`batch-delete-partial`).
+    pub failed: Option<usize>,
+    /// How many of `send` decide their message's fate on the stale-receipt behaviour.
+    pub depends: usize,
+}
+
 /// The SQS nemesis' state within one schedule, shared by the workers' contexts and the
 /// scheduler.
 #[derive(Debug, Default)]
@@ -155,6 +169,28 @@ impl SqsNemesis {
     /// is to fail.
     pub fn take_batch_delete_partial(&mut self) -> bool {
         take(&mut self.batch_delete_partial)
+    }
+
+    /// How a DeleteMessageBatch of `entries` ((message label, receipt handle), in request
+    /// order) goes under the armed faults: with `sqs:stale-delete-noop`, an entry with a stale
+    /// handle succeeds without being sent (`kept`); with `sqs:batch-delete-partial` (taken
+    /// here) the last entry to send is not sent and fails (`failed`); the rest is sent.
+    /// `rejected`: SQS refuses the request as a whole (repeated or malformed entry ids), so it
+    /// goes as it is, with no fault applied. The same plan for in-process and wire workers.
+    pub fn plan_batch_delete(&mut self, entries: &[(&str, &str)], rejected: bool) -> BatchDeletePlan {
+        let mut plan = BatchDeletePlan::default();
+        for (i, (msg, receipt)) in entries.iter().enumerate() {
+            if !rejected && self.is_stale(msg, receipt) && self.stale_delete_noop {
+                plan.kept.push(i);
+            } else {
+                plan.send.push(i);
+            }
+        }
+        if !rejected && !plan.send.is_empty() && self.take_batch_delete_partial() {
+            plan.failed = plan.send.pop();
+        }
+        plan.depends = plan.send.iter().filter(|i| self.depends_on_stale_delete(entries[**i].0, entries[**i].1)).count();
+        plan
     }
 
     /// Whether `receipt` is not the latest handle of `msg`.

@@ -216,7 +216,7 @@ impl Cx {
             _ => return Err(CallError::Service("DeleteMessageBatch: 1 to 10 entries of one queue".into())),
         };
         self.gate("delete_batch").await?;
-        let (mut send, mut kept, mut failed, mut facts) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut failed, mut facts) = (Vec::new(), Vec::new());
         // SQS checks the request as a whole: entry ids that repeat or are malformed get the
         // batch rejected whatever the entries hold, so such a request goes as it is, with no
         // fault applied to its entries.
@@ -224,25 +224,14 @@ impl Cx {
         ids.sort_unstable();
         let well_formed = |id: &str| (1..=80).contains(&id.len()) && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
         let rejected = ids.windows(2).any(|p| p[0] == p[1]) || !ids.iter().all(|id| well_formed(id));
-        {
-            let mut w = self.world.borrow_mut();
-            for (id, d) in entries {
-                if !rejected && w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop {
-                    kept.push(d.msg.clone());
-                } else {
-                    send.push((id.clone(), *d));
-                }
-            }
-            if !rejected && !send.is_empty() && w.sqs.take_batch_delete_partial() {
-                let (_, d) = send.pop().expect("not empty");
-                failed.push(FailedEntry { delivery: d.clone(), code: "InternalError".into() });
-            }
-            for (_, d) in &send {
-                if w.sqs.depends_on_stale_delete(&d.msg, &d.receipt) {
-                    facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
-                }
-            }
+        let keys: Vec<(&str, &str)> = entries.iter().map(|(_, d)| (d.msg.as_str(), d.receipt.as_str())).collect();
+        let plan = self.world.borrow_mut().sqs.plan_batch_delete(&keys, rejected);
+        let kept: Vec<String> = plan.kept.iter().map(|i| entries[*i].1.msg.clone()).collect();
+        let send: Vec<(String, &Delivery)> = plan.send.iter().map(|i| (entries[*i].0.clone(), entries[*i].1)).collect();
+        if let Some(i) = plan.failed {
+            failed.push(FailedEntry { delivery: entries[i].1.clone(), code: "InternalError".into() });
         }
+        facts.extend((0..plan.depends).map(|_| Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() }));
         let mut deleted = Vec::new();
         if !send.is_empty() {
             self.count(0, 1, 0);

@@ -100,6 +100,51 @@ impl Call {
         }
     }
 
+    /// The entries of a batch request, in request order, as (`Id`, `field`): JSON `Entries`,
+    /// or the query protocol's `<prefix>.<n>.Id` and `<prefix>.<n>.<field>`.
+    fn entries(&self, prefix: &str, field: &str) -> Vec<(String, String)> {
+        match self.proto {
+            Proto::Json => self.json.get("Entries").and_then(|e| e.as_array()).into_iter().flatten().map(|e| (str_of(e, "Id"), str_of(e, field))).collect(),
+            Proto::Query => (1..)
+                .map_while(|n| {
+                    let get = |k: &str| self.form.iter().find(|(key, _)| *key == format!("{prefix}.{n}.{k}")).map(|(_, v)| v.clone());
+                    Some((get("Id")?, get(field).unwrap_or_default()))
+                })
+                .collect(),
+        }
+    }
+
+    /// A batch operation's reply: the ids that succeeded, and the failed ones with their
+    /// error code (`SenderFault` false), in this request's wire form.
+    fn batch_reply(&self, successful: &[String], failed: &[(String, String)]) -> Response<Full<Bytes>> {
+        match self.proto {
+            Proto::Json => {
+                let ok: Vec<serde_json::Value> = successful.iter().map(|id| serde_json::json!({ "Id": id })).collect();
+                let bad: Vec<serde_json::Value> = failed
+                    .iter()
+                    .map(|(id, code)| serde_json::json!({ "Id": id, "SenderFault": false, "Code": code, "Message": "crashpoint: entry failed" }))
+                    .collect();
+                let body = serde_json::json!({ "Successful": ok, "Failed": bad }).to_string();
+                reply(StatusCode::OK, "application/x-amz-json-1.0", body, None)
+            }
+            Proto::Query => {
+                let esc = |s: &str| quick_xml::escape::escape(s).into_owned();
+                let mut result = String::new();
+                for id in successful {
+                    result.push_str(&format!("<{0}ResultEntry><Id>{1}</Id></{0}ResultEntry>", self.op, esc(id)));
+                }
+                for (id, code) in failed {
+                    result.push_str(&format!(
+                        "<BatchResultErrorEntry><Id>{}</Id><SenderFault>false</SenderFault><Code>{}</Code><Message>crashpoint: entry failed</Message></BatchResultErrorEntry>",
+                        esc(id),
+                        esc(code)
+                    ));
+                }
+                self.ok_reply(&format!("<{0}Result>{result}</{0}Result>", self.op))
+            }
+        }
+    }
+
     /// A success reply without content, in this request's wire form.
     fn ok_reply(&self, result: &str) -> Response<Full<Bytes>> {
         match self.proto {
@@ -149,7 +194,8 @@ fn label(op: &str) -> Option<&'static str> {
         "SendMessage" => "send",
         "DeleteMessage" => "delete",
         "ChangeMessageVisibility" => "change_visibility",
-        "SendMessageBatch" | "DeleteMessageBatch" | "ChangeMessageVisibilityBatch" | "PurgeQueue" => "batch",
+        "DeleteMessageBatch" => "delete_batch",
+        "SendMessageBatch" | "ChangeMessageVisibilityBatch" | "PurgeQueue" => "batch",
         _ => return None,
     })
 }
@@ -216,6 +262,7 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
         "recv" => receive(p, &call, queue, &parts, body).await,
         "send" => send(p, &call, queue, &parts, body).await,
         "delete" => delete(p, &call, &parts, body).await,
+        "delete_batch" => delete_batch(p, &call, queue, &parts, body).await,
         _ => change_visibility(p, &call, queue, &parts, body).await,
     }
 }
@@ -495,6 +542,80 @@ async fn delete(p: &SqsProxy, call: &Call, parts: &hyper::http::request::Parts, 
     }
     p.worker.complete(Service::Sqs, Outcome::Deleted { msg, stale: depends }, facts);
     passthrough(status, headers, rbody)
+}
+
+/// DeleteMessageBatch, as the in-process [`crate::sim::cx::Cx::delete_batch`] makes it: the
+/// entries are planned under the armed faults ([`crate::nemesis::sqs::SqsNemesis::plan_batch_delete`]),
+/// those to send are deleted by the harness's own client, and the worker gets SQS's answer in
+/// its wire form, with an injected `InternalError` entry under `sqs:batch-delete-partial`
+/// (HTTP 200 all the same: "check for batch errors even when the call returns an HTTP status
+/// code of 200", DeleteMessageBatch API reference). Each entry's fate is a fact: `Deleted` or
+/// `DeleteFailed`. A request SQS refuses as a whole (no entries, more than 10, repeated or
+/// malformed ids) is forwarded as it is and its error returned.
+async fn delete_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+    let entries = call.entries("DeleteMessageBatchRequestEntry", "ReceiptHandle");
+    let mut ids: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
+    ids.sort_unstable();
+    let well_formed = |id: &str| (1..=80).contains(&id.len()) && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !(1..=10).contains(&entries.len()) || ids.windows(2).any(|w| w[0] == w[1]) || !ids.iter().all(|id| well_formed(id)) {
+        let (status, headers, rbody) = match forward_call(p, parts, body).await {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        p.worker.complete(Service::Sqs, Outcome::Error { message: format!("HTTP {} {}", status.as_u16(), error_code(&rbody).unwrap_or_default()) }, vec![]);
+        return passthrough(status, headers, rbody);
+    }
+    // Each entry's message, as this worker received it (a handle it never received keeps its id).
+    let msgs: Vec<String> = entries.iter().map(|(id, r)| p.worker.message_of(r).map(|(_, m)| m).unwrap_or_else(|| format!("?{id}"))).collect();
+    let keys: Vec<(&str, &str)> = msgs.iter().zip(&entries).map(|(m, (_, r))| (m.as_str(), r.as_str())).collect();
+    let plan = p.worker.world.borrow_mut().sqs.plan_batch_delete(&keys, false);
+    let mut facts: Vec<Fact> = (0..plan.depends).map(|_| Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() }).collect();
+    let mut successful: Vec<usize> = plan.kept.clone();
+    let mut failed: Vec<(usize, String)> = plan.failed.map(|i| (i, "InternalError".to_string())).into_iter().collect();
+    if !plan.send.is_empty() {
+        let request = plan.send.iter().map(|i| {
+            aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(&entries[*i].0).receipt_handle(&entries[*i].1).build()
+        });
+        let r = match request.collect::<Result<Vec<_>, _>>() {
+            Ok(request) => p.sqs.delete_message_batch().queue_url(p.worker.queues.url(queue)).set_entries(Some(request)).send().await.map_err(|e| {
+                crate::sim::cx::sqs::redact_handles(&format!("DeleteMessageBatch: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))
+            }),
+            Err(e) => Err(e.to_string()),
+        };
+        let out = match r {
+            Ok(out) => out,
+            Err(e) => {
+                p.worker.complete(Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
+                return call.error_reply(&e);
+            }
+        };
+        let index = |id: &str| entries.iter().position(|(i, _)| i == id);
+        successful.extend(out.successful.iter().filter_map(|ok| index(&ok.id)));
+        failed.extend(out.failed.iter().filter_map(|f| Some((index(&f.id)?, f.code.clone()))));
+    }
+    successful.sort_unstable();
+    failed.sort_unstable();
+    let mut deleted = Vec::new();
+    {
+        let mut w = p.worker.world.borrow_mut();
+        for i in successful.iter().filter(|i| !plan.kept.contains(i)) {
+            if p.worker.message_of(&entries[*i].1).is_some() {
+                w.sqs.deleted(&msgs[*i]);
+                facts.push(Fact::Deleted { queue, msg: msgs[*i].clone() });
+                deleted.push(msgs[*i].clone());
+            }
+        }
+    }
+    facts.extend(failed.iter().map(|(i, _)| Fact::DeleteFailed { queue, msg: msgs[*i].clone() }));
+    let outcome = Outcome::BatchDeleted {
+        deleted,
+        kept: plan.kept.iter().map(|i| msgs[*i].clone()).collect(),
+        failed: failed.iter().map(|(i, code)| (msgs[*i].clone(), code.clone())).collect(),
+    };
+    p.worker.complete(if plan.send.is_empty() { Service::None } else { Service::Sqs }, outcome, facts);
+    let ids = |v: &[usize]| v.iter().map(|i| entries[*i].0.clone()).collect::<Vec<_>>();
+    let failed_ids: Vec<(String, String)> = failed.iter().map(|(i, code)| (entries[*i].0.clone(), code.clone())).collect();
+    call.batch_reply(&ids(&successful), &failed_ids)
 }
 
 async fn change_visibility(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
