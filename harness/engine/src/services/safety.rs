@@ -60,6 +60,7 @@ pub const DESTRUCTIVE: &[(&str, &str, &str)] = &[
     ("sim/admin.rs", "cmd(\"DEL\")", "the schedule's Redis keys (lock expiry, reset, teardown)"),
     ("sim/cx/sqs.rs", ".delete_message()", "a worker's DeleteMessage of its delivery"),
     ("sim/cx/sqs.rs", ".delete_message_batch()", "a worker's DeleteMessageBatch of the deliveries of one receive"),
+    ("sim/wire/sqs.rs", ".delete_message_batch()", "an external worker's DeleteMessageBatch, made for it on the schedule's queue with the receipt handles it received"),
     ("sim/cx/mod.rs", "cmd(\"DEL\")", "a worker's plain unlock (`Cx::unlock_unchecked`): whoever holds the key"),
     ("sim/cx/mod.rs", "cmd(\"EVAL\")", "a worker's compare-and-delete unlock of the key it holds (`Cx::unlock`)"),
     ("services/calibrate/probes.rs", ".create_queue()", "the calibration's probe queues"),
