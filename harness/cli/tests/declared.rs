@@ -351,3 +351,52 @@ fn delete_message_batch_passes_the_proxy_with_each_entrys_fate_and_the_partial_f
     assert_eq!(plain.status.code(), Some(0), "{t}");
     assert!(t.lines().any(|l| l.contains("c1   delete_batch") && l.contains("m1 deleted")), "{t}");
 }
+
+#[test]
+fn send_message_batch_and_change_message_visibility_batch_pass_the_proxy_with_each_entry() {
+    // c forwards each message of q as two messages on `out` with one SendMessageBatch; d hides
+    // each of those for 60 s with ChangeMessageVisibilityBatch, then deletes it.
+    let dir = batch_ack_dir();
+    let repo = example("..");
+    let py = repo.join("target/python-venv/bin/python").display().to_string();
+    let workload = format!(
+        "name = \"acks\"\nabout = \"batch sends and visibility\"\n\n[[queues]]\nname = \"q\"\n\n[[queues]]\nname = \"out\"\nlabel = \"o\"\n\n\
+         [events]\nqueue = \"q\"\nidentity = \"/id\"\nbody = {{ id = \"{{{{id}}}}\" }}\n\n[roles.p]\nbuiltin = \"producer\"\n\n\
+         [roles.c]\nhandles = \"q\"\ncommand = [\"{py}\", \"fan.py\"]\n\n[roles.d]\nhandles = \"out\"\ncommand = [\"{py}\", \"hide.py\"]\n"
+    );
+    std::fs::write(dir.path().join("scenarios/acks.workload.toml"), workload).unwrap();
+    let client = "import os, json, boto3\nfrom botocore.config import Config\n\
+                  sqs = boto3.client('sqs', config=Config(read_timeout=3600, retries={'mode': 'standard', 'max_attempts': 3}))\n\
+                  q = os.environ['CRASHPOINT_QUEUE_URL']\nout = os.environ['CRASHPOINT_QUEUE_URL_OUT']\n";
+    std::fs::write(
+        dir.path().join("fan.py"),
+        format!(
+            "{client}while True:\n    for m in sqs.receive_message(QueueUrl=q).get('Messages', []):\n\
+             \x20       body = json.loads(m['Body'])\n\
+             \x20       sqs.send_message_batch(QueueUrl=out, Entries=[{{'Id': 'x', 'MessageBody': json.dumps(body)}}, {{'Id': 'y', 'MessageBody': json.dumps(body)}}])\n\
+             \x20       sqs.delete_message(QueueUrl=q, ReceiptHandle=m['ReceiptHandle'])\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("hide.py"),
+        format!(
+            "{client}while True:\n    for m in sqs.receive_message(QueueUrl=out).get('Messages', []):\n\
+             \x20       sqs.change_message_visibility_batch(QueueUrl=out, Entries=[{{'Id': 'v', 'ReceiptHandle': m['ReceiptHandle'], 'VisibilityTimeout': 60}}])\n\
+             \x20       sqs.delete_message(QueueUrl=out, ReceiptHandle=m['ReceiptHandle'])\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("scenarios/acks/fan.toml"),
+        "description = \"a batch send, then a batch visibility change\"\nworkers = \"p c1 d1\"\n\
+         schedule = \"p:send c1:recv c1:send_batch c1:delete d1:recv d1:change_visibility_batch d1:delete\"\n\n[[events]]\nname = \"e1\"\n",
+    )
+    .unwrap();
+    let out = crashpoint_in(dir.path(), &["run", "acks/fan", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.lines().any(|l| l.contains("c1   send_batch") && l.contains("o1 (e1), o2 (e1)")), "{t}");
+    assert!(t.lines().any(|l| l.contains("d1   change_visibility_batch") && l.contains("o1 visible again in 60s")), "{t}");
+    assert!(t.lines().any(|l| l.contains("d1   delete") && l.contains("o1 deleted")), "{t}");
+}

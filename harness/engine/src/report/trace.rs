@@ -60,6 +60,17 @@ pub fn outcome_text(s: &Step) -> String {
             parts.extend(failed.iter().map(|(m, code)| format!("{m} failed ({code})")));
             parts.join(", ")
         }
+        Outcome::BatchSent { sent, suppressed, failed } => {
+            let mut parts: Vec<String> = sent.iter().map(|(m, who)| format!("{m} ({who})")).collect();
+            parts.extend(suppressed.iter().map(|(m, who)| format!("{who} dropped: FIFO deduplication ({m})")));
+            parts.extend(failed.iter().map(|(id, code)| format!("entry {id} failed ({code})")));
+            parts.join(", ")
+        }
+        Outcome::BatchHidden { hidden, failed } => {
+            let mut parts: Vec<String> = hidden.iter().map(|(m, secs)| format!("{m} visible again in {secs}s")).collect();
+            parts.extend(failed.iter().map(|(m, code)| format!("{m} failed ({code})")));
+            parts.join(", ")
+        }
         Outcome::Empty => "empty".into(),
         Outcome::Sent { msg, who } => format!("{msg} ({who})"),
         Outcome::Suppressed { msg, who, first_ms } => format!(

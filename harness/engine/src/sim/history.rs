@@ -121,6 +121,13 @@ pub enum Outcome {
     /// entries came back in `Failed`, each with its code), `kept` succeeded and deleted nothing
     /// (a stale receipt handle under `sqs:stale-delete-noop`).
     BatchDeleted { deleted: Vec<String>, kept: Vec<String>, failed: Vec<(String, String)> },
+    /// SendMessageBatch: the messages accepted, each with its identity's label (`(msg, who)`),
+    /// those a FIFO queue accepted and dropped as duplicates (`(msg, who)`), and the entries
+    /// SQS failed, by entry id with their error code.
+    BatchSent { sent: Vec<(String, String)>, suppressed: Vec<(String, String)>, failed: Vec<(String, String)> },
+    /// ChangeMessageVisibilityBatch: each message hidden for `secs` logical seconds (`(msg,
+    /// secs)`), and the entries SQS failed, by message (or entry id) with their error code.
+    BatchHidden { hidden: Vec<(String, u64)>, failed: Vec<(String, String)> },
     /// ChangeMessageVisibility: `msg` is visible again in `secs` logical seconds.
     Hidden { msg: String, secs: u64 },
     /// `SET NX` took the lock (`true`) or found it held.

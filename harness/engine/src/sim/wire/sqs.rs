@@ -104,7 +104,22 @@ impl Call {
     /// or the query protocol's `<prefix>.<n>.Id` and `<prefix>.<n>.<field>`.
     fn entries(&self, prefix: &str, field: &str) -> Vec<(String, String)> {
         match self.proto {
-            Proto::Json => self.json.get("Entries").and_then(|e| e.as_array()).into_iter().flatten().map(|e| (str_of(e, "Id"), str_of(e, field))).collect(),
+            Proto::Json => self
+                .json
+                .get("Entries")
+                .and_then(|e| e.as_array())
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    // A number (VisibilityTimeout) as its text, as the query protocol has it.
+                    let value = match e.get(field) {
+                        Some(serde_json::Value::String(s)) => s.clone(),
+                        Some(serde_json::Value::Null) | None => String::new(),
+                        Some(v) => v.to_string(),
+                    };
+                    (str_of(e, "Id"), value)
+                })
+                .collect(),
             Proto::Query => (1..)
                 .map_while(|n| {
                     let get = |k: &str| self.form.iter().find(|(key, _)| *key == format!("{prefix}.{n}.{k}")).map(|(_, v)| v.clone());
@@ -195,7 +210,9 @@ fn label(op: &str) -> Option<&'static str> {
         "DeleteMessage" => "delete",
         "ChangeMessageVisibility" => "change_visibility",
         "DeleteMessageBatch" => "delete_batch",
-        "SendMessageBatch" | "ChangeMessageVisibilityBatch" | "PurgeQueue" => "batch",
+        "SendMessageBatch" => "send_batch",
+        "ChangeMessageVisibilityBatch" => "change_visibility_batch",
+        "PurgeQueue" => "batch",
         _ => return None,
     })
 }
@@ -263,6 +280,8 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
         "send" => send(p, &call, queue, &parts, body).await,
         "delete" => delete(p, &call, &parts, body).await,
         "delete_batch" => delete_batch(p, &call, queue, &parts, body).await,
+        "send_batch" => send_batch(p, &call, queue, &parts, body).await,
+        "change_visibility_batch" => change_visibility_batch(p, &call, queue, &parts, body).await,
         _ => change_visibility(p, &call, queue, &parts, body).await,
     }
 }
@@ -576,18 +595,12 @@ async fn delete_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hy
         let request = plan.send.iter().map(|i| {
             aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(&entries[*i].0).receipt_handle(&entries[*i].1).build()
         });
-        let r = match request.collect::<Result<Vec<_>, _>>() {
-            Ok(request) => p.sqs.delete_message_batch().queue_url(p.worker.queues.url(queue)).set_entries(Some(request)).send().await.map_err(|e| {
-                crate::sim::cx::sqs::redact_handles(&format!("DeleteMessageBatch: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))
-            }),
-            Err(e) => Err(e.to_string()),
-        };
-        let out = match r {
+        let sent = own_batch(p, call, "DeleteMessageBatch", request.collect(), |r| {
+            p.sqs.delete_message_batch().queue_url(p.worker.queues.url(queue)).set_entries(Some(r)).send()
+        });
+        let out = match sent.await {
             Ok(out) => out,
-            Err(e) => {
-                p.worker.complete(Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
-                return call.error_reply(&e);
-            }
+            Err(resp) => return resp,
         };
         let index = |id: &str| entries.iter().position(|(i, _)| i == id);
         successful.extend(out.successful.iter().filter_map(|ok| index(&ok.id)));
@@ -616,6 +629,139 @@ async fn delete_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hy
     let ids = |v: &[usize]| v.iter().map(|i| entries[*i].0.clone()).collect::<Vec<_>>();
     let failed_ids: Vec<(String, String)> = failed.iter().map(|(i, code)| (entries[*i].0.clone(), code.clone())).collect();
     call.batch_reply(&ids(&successful), &failed_ids)
+}
+
+/// A batch call the harness's own client makes for a worker's request (`what`, e.g.
+/// `DeleteMessageBatch`): `send` with the built entries. Errors: an entry that does not build
+/// or SQS's error, the call then completed as an error and the worker's error reply returned.
+async fn own_batch<R, T, E, Fut>(
+    p: &SqsProxy,
+    call: &Call,
+    what: &str,
+    request: Result<Vec<R>, aws_sdk_sqs::error::BuildError>,
+    send: impl FnOnce(Vec<R>) -> Fut,
+) -> std::result::Result<T, Response<Full<Bytes>>>
+where
+    Fut: std::future::Future<Output = std::result::Result<T, E>>,
+    E: std::error::Error,
+{
+    let r = match request {
+        Ok(request) => send(request).await.map_err(|e| crate::sim::cx::sqs::redact_handles(&format!("{what}: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))),
+        Err(e) => Err(format!("{what}: {e}")),
+    };
+    r.map_err(|e| {
+        p.worker.complete(Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
+        call.error_reply(&e)
+    })
+}
+
+/// The entries of a batch reply: (`Id`, `field`) of each `Successful` entry and (`Id`, `Code`)
+/// of each `Failed` one, from JSON or from the query protocol's XML (`<op>ResultEntry`,
+/// `BatchResultErrorEntry`).
+fn batch_result(call: &Call, body: &[u8], field: &str) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    match call.proto {
+        Proto::Json => {
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+            let list = |k: &str, f: &str| -> Vec<(String, String)> {
+                v.get(k).and_then(|a| a.as_array()).into_iter().flatten().map(|e| (str_of(e, "Id"), str_of(e, f))).collect()
+            };
+            (list("Successful", field), list("Failed", "Code"))
+        }
+        Proto::Query => {
+            let xml = String::from_utf8_lossy(body);
+            let list = |tag: &str, f: &str| -> Vec<(String, String)> {
+                xml.split(&format!("<{tag}>"))
+                    .skip(1)
+                    .filter_map(|e| {
+                        let e = e.split(&format!("</{tag}>")).next()?;
+                        Some((xml_tag(e, "Id")?, xml_tag(e, f).unwrap_or_default()))
+                    })
+                    .collect()
+            };
+            (list(&format!("{}ResultEntry", call.op), field), list("BatchResultErrorEntry", "Code"))
+        }
+    }
+}
+
+/// SendMessageBatch, forwarded as it is: each entry SQS accepted is a message sent (its
+/// identity read from its body, as for SendMessage), recorded as a `Sent` fact, or as
+/// `Suppressed` when a FIFO queue accepted it as a duplicate; failed entries are named by id.
+async fn send_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+    let bodies = call.entries("SendMessageBatchRequestEntry", "MessageBody");
+    let (status, headers, rbody) = match forward_call(p, parts, body).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let (ok, failed) = batch_result(call, &rbody, "MessageId");
+    let fifo = p.worker.queues.is_fifo(queue);
+    let (mut sent, mut suppressed, mut facts) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, message_id) in &ok {
+        let identity = bodies
+            .iter()
+            .find(|(i, _)| i == id)
+            .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(b).ok())
+            .and_then(|v| (*p.worker.identity)(&v))
+            .map(|(_, u)| u)
+            .unwrap_or_default();
+        let mut w = p.worker.world.borrow_mut();
+        let who = w.names.uuid(&identity);
+        match w.sent(queue, p.worker.queues.prefix(queue), message_id, fifo, None) {
+            Ok(msg) => {
+                facts.push(Fact::Sent { queue, msg: msg.clone(), identity });
+                sent.push((msg, who));
+            }
+            Err(first) => {
+                facts.push(Fact::Suppressed { queue, msg: first.msg.clone(), identity, replay: false });
+                suppressed.push((first.msg, who));
+            }
+        }
+    }
+    p.worker.complete(Service::Sqs, Outcome::BatchSent { sent, suppressed, failed }, facts);
+    passthrough(status, headers, rbody)
+}
+
+/// ChangeMessageVisibilityBatch, made by the harness's own client as ChangeMessageVisibility
+/// is: an entry with `n > 0` s is hidden for the real hour and becomes visible after `n`
+/// logical seconds, one with 0 is visible at once. Each entry SQS accepted is a
+/// `VisibilityChanged` fact; the worker gets the answer in its wire form.
+async fn change_visibility_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+    let handles = call.entries("ChangeMessageVisibilityBatchRequestEntry", "ReceiptHandle");
+    let secs = call.entries("ChangeMessageVisibilityBatchRequestEntry", "VisibilityTimeout");
+    if !(1..=10).contains(&handles.len()) {
+        let (status, headers, rbody) = match forward_call(p, parts, body).await {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        p.worker.complete(Service::Sqs, Outcome::Error { message: format!("HTTP {} {}", status.as_u16(), error_code(&rbody).unwrap_or_default()) }, vec![]);
+        return passthrough(status, headers, rbody);
+    }
+    let secs_of = |i: usize| -> u64 { secs.get(i).and_then(|(_, s)| s.parse().ok()).unwrap_or(0) };
+    let request = handles.iter().enumerate().map(|(i, (id, receipt))| {
+        let real = if secs_of(i) == 0 { 0 } else { REAL_VISIBILITY_S };
+        aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry::builder().id(id).receipt_handle(receipt).visibility_timeout(real).build()
+    });
+    let sent = own_batch(p, call, "ChangeMessageVisibilityBatch", request.collect(), |r| {
+        p.sqs.change_message_visibility_batch().queue_url(p.worker.queues.url(queue)).set_entries(Some(r)).send()
+    });
+    let out = match sent.await {
+        Ok(out) => out,
+        Err(resp) => return resp,
+    };
+    let index = |id: &str| handles.iter().position(|(i, _)| i == id);
+    let msg_of = |i: usize| p.worker.message_of(&handles[i].1).map(|(_, m)| m).unwrap_or_else(|| format!("?{}", handles[i].0));
+    let mut ok: Vec<usize> = out.successful.iter().filter_map(|e| index(&e.id)).collect();
+    ok.sort_unstable();
+    let mut bad: Vec<(usize, String)> = out.failed.iter().filter_map(|f| Some((index(&f.id)?, f.code.clone()))).collect();
+    bad.sort_unstable();
+    let facts = ok.iter().map(|i| Fact::VisibilityChanged { queue, msg: msg_of(*i), secs: secs_of(*i) }).collect();
+    let outcome = Outcome::BatchHidden {
+        hidden: ok.iter().map(|i| (msg_of(*i), secs_of(*i))).collect(),
+        failed: bad.iter().map(|(i, code)| (msg_of(*i), code.clone())).collect(),
+    };
+    p.worker.complete(Service::Sqs, outcome, facts);
+    let ids: Vec<String> = ok.iter().map(|i| handles[*i].0.clone()).collect();
+    let failed: Vec<(String, String)> = bad.iter().map(|(i, code)| (handles[*i].0.clone(), code.clone())).collect();
+    call.batch_reply(&ids, &failed)
 }
 
 async fn change_visibility(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
