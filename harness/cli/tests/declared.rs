@@ -134,7 +134,7 @@ fn now_follows_the_logical_clock_in_a_declared_workload_and_current_timestamp_do
         "sql = \"\"\"SELECT count(*) FROM seen s, jobs j WHERE NOT (s.now_ = j.at + interval '90 s' AND s.tx = s.now_ AND s.st = s.now_ \
          AND s.clock = s.now_ AND s.cp = s.now_ AND s.ct > s.now_ + interval '300 days') HAVING count(*) > 0 OR (SELECT count(*) FROM seen) <> 1\"\"\"",
     );
-    let dir = bad_dir(&workload, "description = \"clocks\"\nworkers = \"p w1\"\nschedule = \"p:send tick:90s w1:claim\"\n\n[[events]]\nname = \"e1\"\n");
+    let dir = bad_dir(&workload, &one_event("p:send tick:90s w1:claim"));
     std::fs::write(
         dir.path().join("worker.py"),
         "import os, psycopg\n\
@@ -200,16 +200,27 @@ fn bad_dir(workload: &str, scenario: &str) -> tempfile::TempDir {
     dir
 }
 
-/// `crashpoint list` in a directory whose workload file is `workload`: exit 2 with `expected`
-/// (the file, line and field) in its error.
-fn list_fails(workload: &str, expected: &[&str]) {
-    let dir = bad_dir(workload, "description = \"x\"\nworkers = \"p w1\"\nschedule = \"p:send\"\n\n[[events]]\nname = \"e1\"\n");
-    let out = crashpoint_in(dir.path(), &["list"]);
+/// A one-event scenario for workers `p w1` with `schedule`.
+fn one_event(schedule: &str) -> String {
+    format!("description = \"x\"\nworkers = \"p w1\"\nschedule = \"{schedule}\"\n\n[[events]]\nname = \"e1\"\n")
+}
+
+/// `crashpoint <args>` in a team directory whose workload file is `workload` and whose scenario
+/// `t/clocks` runs `schedule`: exit 2 with each of `expected` (the file, line and field) in
+/// its output.
+fn exits_2(workload: &str, schedule: &str, args: &[&str], expected: &[&str]) {
+    let dir = bad_dir(workload, &one_event(schedule));
+    let out = crashpoint_in(dir.path(), args);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     for e in expected {
         assert!(t.contains(e), "`{e}` not in:\n{t}");
     }
+}
+
+/// `crashpoint list` with workload file `workload`: exit 2 with each of `expected`.
+fn list_fails(workload: &str, expected: &[&str]) {
+    exits_2(workload, "p:send", &["list"], expected);
 }
 
 #[test]
@@ -235,39 +246,35 @@ fn a_missing_schema_file_is_named() {
 
 #[test]
 fn a_system_the_file_does_not_declare_is_refused_with_exit_2() {
-    let dir = bad_dir(WORKLOAD, "description = \"x\"\nworkers = \"p w1\"\nschedule = \"p:send\"\n\n[[events]]\nname = \"e1\"\n");
-    let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--system", "no-such-variant", "--no-calibrate"]);
-    let t = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("workload `t`") && t.contains("has no system `no-such-variant`; known: reference"), "{t}");
+    exits_2(
+        WORKLOAD,
+        "p:send",
+        &["run", "t/clocks", "--system", "no-such-variant", "--no-calibrate"],
+        &["workload `t`", "has no system `no-such-variant`; known: reference"],
+    );
 }
 
 #[test]
 fn an_invariant_that_is_not_valid_sql_is_unknown_with_postgresqls_message_and_exit_2() {
-    let dir = bad_dir(
+    exits_2(
         &WORKLOAD.replace("sql = \"SELECT 1 WHERE false\"", "sql = \"SELEC order_id FROM nowhere\""),
-        "description = \"x\"\nworkers = \"p w1\"\nschedule = \"p:send\"\n\n[[events]]\nname = \"e1\"\n",
-    );
-    let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]);
-    let t = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(
-        t.contains("invariant `clocks` could not decide: PostgreSQL: syntax error at or near \"SELEC\"")
-            && t.contains("the invariant of scenarios/t.workload.toml:19: field `invariants[0]`"),
-        "{t}"
+        "p:send",
+        &["run", "t/clocks", "--no-calibrate"],
+        &[
+            "invariant `clocks` could not decide: PostgreSQL: syntax error at or near \"SELEC\"",
+            "the invariant of scenarios/t.workload.toml:19: field `invariants[0]`",
+        ],
     );
 }
 
 #[test]
 fn a_worker_that_exits_at_start_is_named_with_the_last_lines_of_its_stderr() {
-    let dir = bad_dir(
+    exits_2(
         &WORKLOAD.replace("command = [\"PYTHON\", \"worker.py\"]", "command = [\"sh\", \"-c\", \"echo DATABASE_URL is not what I expected >&2; exit 3\"]"),
-        "description = \"x\"\nworkers = \"p w1\"\nschedule = \"p:send w1:claim\"\n\n[[events]]\nname = \"e1\"\n",
+        "p:send w1:claim",
+        &["run", "t/clocks", "--no-calibrate"],
+        &["external worker w1 exited by itself", "DATABASE_URL is not what I expected"],
     );
-    let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]);
-    let t = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("external worker w1 exited by itself") && t.contains("DATABASE_URL is not what I expected"), "{t}");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! line and field, with what was expected.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
@@ -131,7 +131,6 @@ pub struct SystemDecl {
 pub struct Decl {
     pub name: &'static str,
     pub about: &'static str,
-    pub path: PathBuf,
     pub queues: Vec<QueueSpec>,
     pub roles: Vec<RoleSpec>,
     pub external: Vec<Arc<External>>,
@@ -367,7 +366,6 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
     Ok(Decl {
         name: leak(name),
         about: leak(raw.about),
-        path: path.to_path_buf(),
         queues,
         roles,
         external,

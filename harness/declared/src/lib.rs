@@ -85,7 +85,7 @@ use crashpoint::checker::Invariant;
 use crashpoint::sim::wire::External;
 use crashpoint::{derive_id, Event, Leftover, Names, QueueSpec, RoleSpec, SystemInfo, Workload};
 
-pub use file::Dispatch;
+use file::Dispatch;
 pub use init::Files;
 
 /// A workload read from a `*.workload.toml` file ([`Declared::load`]).
@@ -101,11 +101,6 @@ impl Declared {
     /// was expected.
     pub fn load(path: &Path, root: &Path) -> Result<Declared> {
         Ok(Declared { decl: file::read(path, root)? })
-    }
-
-    /// The file it was read from.
-    pub fn path(&self) -> &Path {
-        &self.decl.path
     }
 }
 
