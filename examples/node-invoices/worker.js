@@ -3,18 +3,21 @@
  * crashpoint's demo Node.js worker: an SQS consumer that issues one invoice per completed order.
  *
  * It consumes OrderCompleted messages ({"eventId", "orderId", "amountMinor", "currency"}) with
- * sqs-consumer (its own polling loop, and its DeleteMessage once handleMessage resolves) and
- * writes the invoice in PostgreSQL with node-postgres. crashpoint runs it behind gating proxies
- * that hold every PostgreSQL statement and every SQS request until its scheduler grants it, and
- * may SIGKILL it between two calls, so the worker:
- * - makes one service call at a time: batchSize 1, no heartbeat, each query awaited in turn;
+ * sqs-consumer and writes the invoice in PostgreSQL with node-postgres, in the configuration a
+ * team runs in production: ten messages per receive handled in parallel (`batchSize: 10`), a
+ * receive-time `visibilityTimeout` kept alive by a `heartbeatInterval`, a pg.Pool, and ioredis
+ * with its default options (a metrics counter per invoice issued). crashpoint runs it behind
+ * gating proxies that hold every PostgreSQL statement, SQS request and Redis command until its
+ * scheduler grants it, and may SIGKILL it between two calls; the workload file declares the role
+ * `concurrent = true`, so that each call in flight is a choice of the scheduler's. The worker:
  * - waits as long as it takes for a reply (one-hour HTTP timeouts, few SDK attempts);
- * - never reads its own clock or randomness in SQL: `now()` follows crashpoint's logical clock;
- * - reconnects to PostgreSQL before the next message when its connection was dropped.
+ * - never reads its own clock or randomness in SQL: `now()` follows crashpoint's logical clock.
  *
- * CRASHPOINT_SYSTEM picks the variant: reference, ack-before-commit or check-then-insert
- * (README.md). Each statement but BEGIN/COMMIT/ROLLBACK starts with `/* crashpoint:<label> *\/`,
- * the name crashpoint's trace gives it.
+ * CRASHPOINT_SYSTEM picks the variant: reference, ack-before-commit, check-then-insert or
+ * batch-check-then-insert (README.md). CRASHPOINT_CONFIG (the scenario's [config], JSON) may set
+ * batchSize, visibilityTimeout and heartbeatInterval (s); the defaults are the production ones.
+ * Each statement but BEGIN/COMMIT/ROLLBACK starts with `/* crashpoint:<label> *\/`, the name
+ * crashpoint's trace gives it.
  */
 // The AWS SDK warns on every start under Node.js < 22 that its releases after January 2027 will
 // need 22; the versions package-lock.json pins run on 20. Keep stderr for the worker's own lines.
@@ -25,13 +28,20 @@ const { Consumer } = require('sqs-consumer');
 const { SQSClient, DeleteMessageCommand } = require('@aws-sdk/client-sqs');
 const { NodeHttpHandler } = require('@smithy/node-http-handler');
 const pg = require('pg');
+const Redis = require('ioredis');
 
-const SYSTEMS = ['reference', 'ack-before-commit', 'check-then-insert'];
+const SYSTEMS = ['reference', 'ack-before-commit', 'check-then-insert', 'batch-check-then-insert'];
+
+/** The production settings; CRASHPOINT_CONFIG may override each. */
+const PRODUCTION = { batchSize: 10, visibilityTimeout: 30, heartbeatInterval: 10 };
 
 const CLAIM =
   '/* crashpoint:claim */ INSERT INTO inbox (message_id) VALUES ($1) ON CONFLICT DO NOTHING RETURNING message_id';
 const INSERT_INVOICE =
   '/* crashpoint:insert_invoice */ INSERT INTO invoice (order_id, amount_minor, currency) VALUES ($1, $2, $3)';
+// Two events of one order (a producer that retried with a new event id): the order's one
+// invoice is already there, or is being inserted by a transaction in parallel.
+const INSERT_INVOICE_ONCE = `${INSERT_INVOICE} ON CONFLICT (order_id) DO NOTHING`;
 const CHECK = '/* crashpoint:check */ SELECT 1 FROM invoice WHERE order_id = $1';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -49,106 +59,94 @@ function parseOrderCompleted(body) {
 }
 
 /**
- * The worker's state and handler.
- * `sqs` needs only `send(command)`; `log(line)` prints one line.
+ * The worker's handler. `pool` is a pg.Pool (each message takes a client of its own, so the ten
+ * messages of a batch run in ten transactions at once); `sqs` needs only `send(command)`;
+ * `redis` needs only `incr(key)`; `log(line)` prints one line.
  */
-function createWorker({ system, name, databaseUrl, queueUrl, sqs, log = (line) => console.log(line) }) {
+function createWorker({ system, name, pool, queueUrl, sqs, redis, log = (line) => console.log(line) }) {
   if (!SYSTEMS.includes(system)) throw new Error(`unknown CRASHPOINT_SYSTEM ${JSON.stringify(system)}`);
-  let db = null; // the one pg.Client (never a Pool: one connection, one statement at a time)
-  let broken = true; // no usable connection: connect a new Client before the next statement
-
-  async function connect() {
-    if (db) {
-      const old = db;
-      db = null;
-      old.end().catch(() => {}); // its socket is already closed, or closes now
-    }
-    // node-postgres reads `options` (and every other query parameter) from the URI and sends it
-    // in the startup message, as libpq does: the search_path of crashpoint's schema applies.
-    const client = new pg.Client({ connectionString: databaseUrl });
-    client.on('error', (e) => {
-      if (db === client) broken = true;
-      console.error(`${name}: postgres connection error: ${e.message}`);
-    });
-    client.on('end', () => {
-      if (db === client) broken = true;
-    });
-    await client.connect();
-    db = client;
-    broken = false;
-  }
-
-  const query = (text, values) => db.query(text, values);
-
-  async function rollback() {
-    try {
-      await db.query('ROLLBACK');
-    } catch (e) {
-      broken = true; // no reply to ROLLBACK: the connection is gone, reconnect before the next message
-    }
-  }
 
   async function deleteMessage(message) {
     await sqs.send(new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle }));
   }
 
-  /** reference and ack-before-commit: claim the event in the inbox, then the invoice. */
-  async function claimAndInvoice(ev, message) {
-    const claimed = (await query(CLAIM, [ev.eventId])).rowCount === 1;
+  /** reference and ack-before-commit: claim the event in the inbox, then the order's invoice. */
+  async function claimAndInvoice(db, ev, message) {
+    const claimed = (await db.query(CLAIM, [ev.eventId])).rowCount === 1;
     if (!claimed) {
-      await query('COMMIT');
+      await db.query('COMMIT');
       if (system === 'ack-before-commit') await deleteMessage(message); // sqs-consumer does not delete here
       return 'duplicate, no effect';
     }
-    await query(INSERT_INVOICE, [ev.orderId, ev.amountMinor, ev.currency]);
+    const inserted = (await db.query(INSERT_INVOICE_ONCE, [ev.orderId, ev.amountMinor, ev.currency])).rowCount === 1;
     if (system === 'ack-before-commit') {
       // The defect: the message is acknowledged before the transaction commits, so a crash in
       // between loses the event (no invoice, no redelivery).
       await deleteMessage(message);
-      await query('COMMIT');
+      await db.query('COMMIT');
       return 'invoice issued (deleted before commit)';
     }
-    await query('COMMIT');
-    return 'invoice issued';
+    await db.query('COMMIT');
+    return inserted ? 'invoice issued' : 'order already invoiced (another event of it), no effect';
   }
 
-  /** check-then-insert: no claim, SELECT then an unguarded INSERT (the race is the defect). */
-  async function checkThenInsert(ev) {
-    if ((await query(CHECK, [ev.orderId])).rowCount > 0) {
-      await query('COMMIT');
+  /**
+   * check-then-insert: no claim, SELECT then an unguarded INSERT. batch-check-then-insert: the
+   * inbox claim first (a redelivered event is a duplicate), then the same SELECT and INSERT, which
+   * is right one message at a time and wrong when two events of one order run in parallel.
+   */
+  async function checkThenInsert(db, ev) {
+    if (system === 'batch-check-then-insert' && (await db.query(CLAIM, [ev.eventId])).rowCount === 0) {
+      await db.query('COMMIT');
+      return 'duplicate, no effect';
+    }
+    if ((await db.query(CHECK, [ev.orderId])).rowCount > 0) {
+      await db.query('COMMIT');
       return 'invoice exists, no effect';
     }
-    await query(INSERT_INVOICE, [ev.orderId, ev.amountMinor, ev.currency]);
-    await query('COMMIT');
+    await db.query(INSERT_INVOICE, [ev.orderId, ev.amountMinor, ev.currency]);
+    await db.query('COMMIT');
     return 'invoice issued';
   }
 
   /**
-   * sqs-consumer's handleMessage: resolves with the message (sqs-consumer then deletes it, except
-   * in ack-before-commit, see `shouldDeleteMessages`), or throws (it does not delete; the message
-   * comes back after its visibility timeout).
+   * sqs-consumer's handleMessage, called for the messages of a batch in parallel: resolves with
+   * the message (sqs-consumer then deletes it, except in ack-before-commit, see
+   * `shouldDeleteMessages`), or throws (it does not delete; the message comes back after its
+   * visibility timeout).
    */
   async function handleMessage(message) {
     const ev = parseOrderCompleted(message.Body);
-    if (broken) await connect();
+    const db = await pool.connect();
+    let broken = false;
+    // A checked-out client's connection error (a connection reset, a lost COMMIT reply) reaches
+    // its own listener, not the pool's: without one Node.js ends the process.
+    const onError = (e) => {
+      broken = true;
+      console.error(`${name}: postgres connection error: ${e.message}`);
+    };
+    db.on('error', onError);
     try {
-      await query('BEGIN');
-      const result = system === 'check-then-insert' ? await checkThenInsert(ev) : await claimAndInvoice(ev, message);
+      await db.query('BEGIN');
+      const checks = system === 'check-then-insert' || system === 'batch-check-then-insert';
+      const result = checks ? await checkThenInsert(db, ev) : await claimAndInvoice(db, ev, message);
+      if (result.startsWith('invoice issued')) await redis.incr('invoices_issued');
       log(`${name}: ${ev.eventId}: ${result}`);
       return message;
     } catch (e) {
-      if (!broken) await rollback();
+      try {
+        await db.query('ROLLBACK');
+      } catch (_) {
+        broken = true; // no reply to ROLLBACK: the connection is gone, the pool drops it
+      }
       throw e;
+    } finally {
+      db.off('error', onError);
+      db.release(broken);
     }
   }
 
-  async function close() {
-    if (db) await db.end().catch(() => {});
-    db = null;
-    broken = true;
-  }
-
-  return { connect, handleMessage, close };
+  return { handleMessage };
 }
 
 function env(name) {
@@ -179,17 +177,22 @@ async function main() {
       socketTimeout: 3600_000,
     }),
   });
-  const worker = createWorker({ system, name, databaseUrl: env('DATABASE_URL'), queueUrl, sqs });
-  await worker.connect();
+  const config = { ...PRODUCTION, ...JSON.parse(process.env.CRASHPOINT_CONFIG || '{}') };
+  // node-postgres reads `options` (and every other query parameter) from the URI and sends it in
+  // the startup message, as libpq does: the search_path of crashpoint's schema applies.
+  const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: config.batchSize });
+  pool.on('error', (e) => console.error(`${name}: idle postgres connection error: ${e.message}`));
+  const redis = new Redis(env('REDIS_URL')); // ioredis, default options
+  redis.on('error', (e) => console.error(`${name}: redis error: ${e.message}`));
+  const worker = createWorker({ system, name, pool, queueUrl, sqs, redis });
 
   const consumer = Consumer.create({
     queueUrl,
     sqs,
     handleMessage: worker.handleMessage,
-    // batchSize 1 (the default): one message, so one handler and one call, at a time. No
-    // visibilityTimeout (a ReceiveMessage VisibilityTimeout would run in real seconds) and no
-    // heartbeatInterval (a ChangeMessageVisibility in parallel with the handler's queries).
-    batchSize: 1,
+    batchSize: config.batchSize,
+    visibilityTimeout: config.visibilityTimeout,
+    heartbeatInterval: config.heartbeatInterval,
     // ack-before-commit deletes the message itself inside handleMessage, so sqs-consumer must not
     // delete it a second time; the other variants leave the DeleteMessage to sqs-consumer.
     shouldDeleteMessages: system !== 'ack-before-commit',
@@ -203,7 +206,7 @@ async function main() {
   consumer.start();
 }
 
-module.exports = { createWorker, parseOrderCompleted, CLAIM, INSERT_INVOICE, CHECK };
+module.exports = { createWorker, parseOrderCompleted, CLAIM, INSERT_INVOICE, INSERT_INVOICE_ONCE, CHECK, PRODUCTION };
 
 if (require.main === module) {
   main().catch((e) => {

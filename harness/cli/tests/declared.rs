@@ -15,12 +15,18 @@ use crashpoint::testkit;
 mod common;
 
 fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name)
+        .canonicalize()
+        .unwrap()
 }
 
 /// The registry the binary has in `dir`: the compiled workloads, then those declared there.
 fn registry_in(dir: &Path) -> crashpoint::Registry {
-    common::registry().with(crashpoint_declared::discover(&dir.join("scenarios")).expect("workload files load")).unwrap()
+    common::registry()
+        .with(crashpoint_declared::discover(&dir.join("scenarios")).expect("workload files load"))
+        .unwrap()
 }
 
 fn scenario_of(dir: &Path, name: &str) -> Scenario {
@@ -30,12 +36,18 @@ fn scenario_of(dir: &Path, name: &str) -> Scenario {
 /// `crashpoint <args>` run in `dir` on this process's services.
 fn crashpoint_in(dir: &Path, args: &[&str]) -> Output {
     let mut c = common::crashpoint_on_test_services();
-    c.args(args).current_dir(dir).env_remove("CRASHPOINT_SCENARIOS");
+    c.args(args)
+        .current_dir(dir)
+        .env_remove("CRASHPOINT_SCENARIOS");
     c.output().unwrap()
 }
 
 fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// Each scripted scenario of `names` in `dir` passes on the reference twice, the second trace
@@ -44,60 +56,186 @@ fn windows_pass_twice_identically(dir: &Path, names: &[&str]) {
     for name in names {
         let s = scenario_of(dir, name);
         let system = crashpoint::scenario::system_of(&s, "reference").unwrap();
-        let first = crashpoint::scenario::run_scenario(&testkit::endpoints(), system.clone(), &s, None).unwrap();
+        let first =
+            crashpoint::scenario::run_scenario(&testkit::endpoints(), system.clone(), &s, None)
+                .unwrap();
         assert!(first.passed(), "{name} failed:\n{}", first.trace);
-        let second = crashpoint::scenario::run_scenario(&testkit::endpoints(), system, &s, None).unwrap();
-        assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
+        let second =
+            crashpoint::scenario::run_scenario(&testkit::endpoints(), system, &s, None).unwrap();
+        assert_eq!(
+            first.trace, second.trace,
+            "{name}: the same schedule gave another trace"
+        );
     }
 }
 
 #[test]
 fn the_node_invoice_worker_passes_its_windows_byte_for_byte() {
-    windows_pass_twice_identically(&example("node-invoices"), &["invoices/crash-after-commit", "invoices/concurrent-duplicate"]);
+    windows_pass_twice_identically(
+        &example("node-invoices"),
+        &[
+            "invoices/crash-after-commit",
+            "invoices/concurrent-duplicate",
+            "invoices/batch-same-order",
+        ],
+    );
 }
 
 #[test]
 fn the_job_queue_worker_passes_its_windows_byte_for_byte() {
-    windows_pass_twice_identically(&example("pg-jobs"), &["jobs/redeliver-while-running", "jobs/crash-after-claim"]);
+    windows_pass_twice_identically(
+        &example("pg-jobs"),
+        &["jobs/redeliver-while-running", "jobs/crash-after-claim"],
+    );
 }
 
 /// `crashpoint run <scenario> --system <variant>` in `dir`: exit 1, on `invariant`, shrunk to
 /// at most 4 decisions; the printed repro command fails again on the same invariant.
 fn caught_shrunk_and_reproduced(dir: &Path, scenario: &str, variant: &str, invariant: &str) {
-    let out = crashpoint_in(dir, &["run", scenario, "--system", variant, "--schedules", "100", "--seed", "7", "--no-calibrate"]);
+    let out = crashpoint_in(
+        dir,
+        &[
+            "run",
+            scenario,
+            "--system",
+            variant,
+            "--schedules",
+            "100",
+            "--seed",
+            "7",
+            "--no-calibrate",
+        ],
+    );
     let t = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{variant} was not caught in 100 schedules:\n{t}");
-    assert!(t.contains(&format!("FAIL {scenario} ({variant}): {invariant}")), "{variant}: not on `{invariant}`:\n{t}");
-    let minimal = t.lines().find_map(|l| l.strip_prefix("minimal schedule: ")).unwrap_or_else(|| panic!("no minimal schedule:\n{t}"));
-    assert!(minimal.split_whitespace().count() <= 4, "{variant}: shrunk only to `{minimal}`");
-    let repro = t.lines().find_map(|l| l.trim().strip_prefix("reproduce: crashpoint ")).unwrap_or_else(|| panic!("no repro line:\n{t}"));
-    let schedule = repro.split('\'').nth(1).expect("the repro line quotes its schedule");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{variant} was not caught in 100 schedules:\n{t}"
+    );
+    assert!(
+        t.contains(&format!("FAIL {scenario} ({variant}): {invariant}")),
+        "{variant}: not on `{invariant}`:\n{t}"
+    );
+    let minimal = t
+        .lines()
+        .find_map(|l| l.strip_prefix("minimal schedule: "))
+        .unwrap_or_else(|| panic!("no minimal schedule:\n{t}"));
+    assert!(
+        minimal.split_whitespace().count() <= 4,
+        "{variant}: shrunk only to `{minimal}`"
+    );
+    let repro = t
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("reproduce: crashpoint "))
+        .unwrap_or_else(|| panic!("no repro line:\n{t}"));
+    let schedule = repro
+        .split('\'')
+        .nth(1)
+        .expect("the repro line quotes its schedule");
     assert_eq!(schedule, minimal);
-    let again = crashpoint_in(dir, &["repro", scenario, "--system", variant, "--schedule", schedule]);
+    let again = crashpoint_in(
+        dir,
+        &[
+            "repro",
+            scenario,
+            "--system",
+            variant,
+            "--schedule",
+            schedule,
+        ],
+    );
     let t2 = text(&again);
-    assert_eq!(again.status.code(), Some(1), "the repro of {variant} did not fail:\n{t2}");
-    assert!(t2.contains(&format!("FAIL {invariant}")), "the repro of {variant} failed otherwise:\n{t2}");
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "the repro of {variant} did not fail:\n{t2}"
+    );
+    assert!(
+        t2.contains(&format!("FAIL {invariant}")),
+        "the repro of {variant} failed otherwise:\n{t2}"
+    );
 }
 
 #[test]
 #[ignore = "full tier: explorations of Node.js worker processes; `cargo test -- --include-ignored` runs it"]
 fn the_node_invoice_variants_are_caught_shrunk_and_reproduced() {
     let dir = example("node-invoices");
-    caught_shrunk_and_reproduced(&dir, "invoices/explore", "ack-before-commit", "every dispatched event has its invoice");
-    caught_shrunk_and_reproduced(&dir, "invoices/explore", "check-then-insert", "one invoice per order");
+    caught_shrunk_and_reproduced(
+        &dir,
+        "invoices/explore",
+        "ack-before-commit",
+        "every dispatched event has its invoice",
+    );
+    caught_shrunk_and_reproduced(
+        &dir,
+        "invoices/explore",
+        "check-then-insert",
+        "one invoice per order",
+    );
+    // Only concurrency inside one process reaches it: one worker, two events of one order.
+    caught_shrunk_and_reproduced(
+        &dir,
+        "invoices/explore-batch",
+        "batch-check-then-insert",
+        "one invoice per order",
+    );
+}
+
+/// Issue 43 §5: the concurrency-only variant fails the window of two events of one order in one
+/// batch, and the trace tells the two handlers' calls apart by the event each is about.
+#[test]
+fn two_events_of_one_order_in_one_batch_give_two_invoices_without_a_unique_order() {
+    let dir = example("node-invoices");
+    let out = crashpoint_in(
+        &dir,
+        &[
+            "run",
+            "invoices/batch-same-order",
+            "--system",
+            "batch-check-then-insert",
+            "--no-calibrate",
+        ],
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("FAIL one invoice per order: row order_id=o1 invoices=2"),
+        "{t}"
+    );
+    assert!(
+        t.contains("c1   claim e1") && t.contains("c1   claim e2"),
+        "the trace does not name each handler's event:\n{t}"
+    );
 }
 
 #[test]
 fn the_job_queue_variant_is_caught_shrunk_and_reproduced() {
-    caught_shrunk_and_reproduced(&example("pg-jobs"), "jobs/explore", "no-idempotency-key", "at most one charge per order");
+    caught_shrunk_and_reproduced(
+        &example("pg-jobs"),
+        "jobs/explore",
+        "no-idempotency-key",
+        "at most one charge per order",
+    );
 }
 
 #[test]
 fn the_redeliver_window_charges_twice_without_an_idempotency_key() {
-    let out = crashpoint_in(&example("pg-jobs"), &["run", "jobs/redeliver-while-running", "--system", "no-idempotency-key", "--no-calibrate"]);
+    let out = crashpoint_in(
+        &example("pg-jobs"),
+        &[
+            "run",
+            "jobs/redeliver-while-running",
+            "--system",
+            "no-idempotency-key",
+            "--no-calibrate",
+        ],
+    );
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
-    assert!(t.contains("FAIL at most one charge per order: row order_id=o1 charges=2"), "{t}");
+    assert!(
+        t.contains("FAIL at most one charge per order: row order_id=o1 charges=2"),
+        "{t}"
+    );
 }
 
 /// The catalogue of a declared workload: every variant caught, the reference passes 100
@@ -106,9 +244,16 @@ fn catalogue_passes(dir: &Path, workload: &str, variants: &[&str]) {
     let out = crashpoint_in(dir, &["catalogue", workload, "--budget", "100"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(0), "{t}");
-    assert!(t.contains("budget 100 schedules per system, seed 1") && t.contains("every mutant caught, the reference passes"), "{t}");
+    assert!(
+        t.contains("budget 100 schedules per system, seed 1")
+            && t.contains("every mutant caught, the reference passes"),
+        "{t}"
+    );
     for v in variants {
-        assert!(t.contains(&format!("| {v} | yes |")), "{v} not caught:\n{t}");
+        assert!(
+            t.contains(&format!("| {v} | yes |")),
+            "{v} not caught:\n{t}"
+        );
     }
     assert!(t.contains("| reference (must not be caught) | no |"), "{t}");
 }
@@ -116,7 +261,15 @@ fn catalogue_passes(dir: &Path, workload: &str, variants: &[&str]) {
 #[test]
 #[ignore = "full tier: the catalogue of the Node.js workload; `cargo test -- --include-ignored` runs it"]
 fn the_node_invoice_catalogue_catches_every_variant() {
-    catalogue_passes(&example("node-invoices"), "invoices", &["ack-before-commit", "check-then-insert"]);
+    catalogue_passes(
+        &example("node-invoices"),
+        "invoices",
+        &[
+            "ack-before-commit",
+            "check-then-insert",
+            "batch-check-then-insert",
+        ],
+    );
 }
 
 #[test]
@@ -146,7 +299,11 @@ fn now_follows_the_logical_clock_in_a_declared_workload_and_current_timestamp_do
     let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(0), "{t}");
-    assert!(t.contains("ok   clocks") && t.contains("w1   claim                                   → 1 row"), "{t}");
+    assert!(
+        t.contains("ok   clocks")
+            && t.contains("w1   claim                                   → 1 row"),
+        "{t}"
+    );
 }
 
 /// A minimal table-queue workload for the bad-input cases: a Python poller that inserts a row.
@@ -181,8 +338,20 @@ fn bad_dir(workload: &str, scenario: &str) -> tempfile::TempDir {
     // The Python worker's venv (psycopg), made by its setup script.
     let repo = example("..");
     let workload = workload
-        .replace("PYTHON", &repo.join("target/python-venv/bin/python").display().to_string())
-        .replace("SETUP", &repo.join("examples/python-worker/setup.sh").display().to_string());
+        .replace(
+            "PYTHON",
+            &repo
+                .join("target/python-venv/bin/python")
+                .display()
+                .to_string(),
+        )
+        .replace(
+            "SETUP",
+            &repo
+                .join("examples/python-worker/setup.sh")
+                .display()
+                .to_string(),
+        );
     std::fs::write(dir.path().join("scenarios/t.workload.toml"), workload).unwrap();
     std::fs::write(dir.path().join("scenarios/t/clocks.toml"), scenario).unwrap();
     std::fs::write(
@@ -225,23 +394,53 @@ fn list_fails(workload: &str, expected: &[&str]) {
 
 #[test]
 fn an_unknown_key_is_named_with_its_file_line_and_field() {
-    list_fails(&WORKLOAD.replace("about = \"a test workload\"", "about = \"a test workload\"\nquues = []"), &["t.workload.toml", "quues", "unknown field"]);
-    list_fails(&WORKLOAD.replace("poll = \"claim\"", "poll = \"claim\"\ncomand = [\"x\"]"), &["t.workload.toml:16: field `roles.w.comand`", "unknown field `comand`"]);
+    list_fails(
+        &WORKLOAD.replace(
+            "about = \"a test workload\"",
+            "about = \"a test workload\"\nquues = []",
+        ),
+        &["t.workload.toml", "quues", "unknown field"],
+    );
+    list_fails(
+        &WORKLOAD.replace("poll = \"claim\"", "poll = \"claim\"\ncomand = [\"x\"]"),
+        &[
+            "t.workload.toml:16: field `roles.w.comand`",
+            "unknown field `comand`",
+        ],
+    );
 }
 
 #[test]
 fn a_json_pointer_that_finds_nothing_in_the_body_is_named() {
-    list_fails(&WORKLOAD.replace("identity = \"/id\"", "identity = \"/eventId\""), &["t.workload.toml:7: field `events.identity`", "the JSON pointer `/eventId` finds nothing in the body"]);
+    list_fails(
+        &WORKLOAD.replace("identity = \"/id\"", "identity = \"/eventId\""),
+        &[
+            "t.workload.toml:7: field `events.identity`",
+            "the JSON pointer `/eventId` finds nothing in the body",
+        ],
+    );
 }
 
 #[test]
 fn a_role_without_a_command_is_named() {
-    list_fails(&WORKLOAD.replace("command = [\"PYTHON\", \"worker.py\"]\n", ""), &["t.workload.toml:13: field `roles.w`", "expected the worker's command line"]);
+    list_fails(
+        &WORKLOAD.replace("command = [\"PYTHON\", \"worker.py\"]\n", ""),
+        &[
+            "t.workload.toml:13: field `roles.w`",
+            "expected the worker's command line",
+        ],
+    );
 }
 
 #[test]
 fn a_missing_schema_file_is_named() {
-    list_fails(&WORKLOAD.replace("schema.sql", "schemas.sql"), &["t.workload.toml:3: field `schema`", "cannot read `schemas.sql`"]);
+    list_fails(
+        &WORKLOAD.replace("schema.sql", "schemas.sql"),
+        &[
+            "t.workload.toml:3: field `schema`",
+            "cannot read `schemas.sql`",
+        ],
+    );
 }
 
 #[test]
@@ -249,15 +448,27 @@ fn a_system_the_file_does_not_declare_is_refused_with_exit_2() {
     exits_2(
         WORKLOAD,
         "p:send",
-        &["run", "t/clocks", "--system", "no-such-variant", "--no-calibrate"],
-        &["workload `t`", "has no system `no-such-variant`; known: reference"],
+        &[
+            "run",
+            "t/clocks",
+            "--system",
+            "no-such-variant",
+            "--no-calibrate",
+        ],
+        &[
+            "workload `t`",
+            "has no system `no-such-variant`; known: reference",
+        ],
     );
 }
 
 #[test]
 fn an_invariant_that_is_not_valid_sql_is_unknown_with_postgresqls_message_and_exit_2() {
     exits_2(
-        &WORKLOAD.replace("sql = \"SELECT 1 WHERE false\"", "sql = \"SELEC order_id FROM nowhere\""),
+        &WORKLOAD.replace(
+            "sql = \"SELECT 1 WHERE false\"",
+            "sql = \"SELEC order_id FROM nowhere\"",
+        ),
         "p:send",
         &["run", "t/clocks", "--no-calibrate"],
         &[
@@ -270,10 +481,16 @@ fn an_invariant_that_is_not_valid_sql_is_unknown_with_postgresqls_message_and_ex
 #[test]
 fn a_worker_that_exits_at_start_is_named_with_the_last_lines_of_its_stderr() {
     exits_2(
-        &WORKLOAD.replace("command = [\"PYTHON\", \"worker.py\"]", "command = [\"sh\", \"-c\", \"echo DATABASE_URL is not what I expected >&2; exit 3\"]"),
+        &WORKLOAD.replace(
+            "command = [\"PYTHON\", \"worker.py\"]",
+            "command = [\"sh\", \"-c\", \"echo DATABASE_URL is not what I expected >&2; exit 3\"]",
+        ),
         "p:send w1:claim",
         &["run", "t/clocks", "--no-calibrate"],
-        &["external worker w1 exited by itself", "DATABASE_URL is not what I expected"],
+        &[
+            "external worker w1 exited by itself",
+            "DATABASE_URL is not what I expected",
+        ],
     );
 }
 
@@ -287,11 +504,17 @@ fn init_writes_a_workload_that_lists_and_never_overwrites() {
     let listed = crashpoint_in(&team, &["list"]);
     let t = text(&listed);
     assert_eq!(listed.status.code(), Some(0), "{t}");
-    assert!(t.contains("billing-svc/crash-after-commit") && t.contains("workload billing-svc:"), "{t}");
+    assert!(
+        t.contains("billing-svc/crash-after-commit") && t.contains("workload billing-svc:"),
+        "{t}"
+    );
     let again = crashpoint_in(dir.path(), &["init", "billing-svc"]);
     let t = text(&again);
     assert_eq!(again.status.code(), Some(2), "{t}");
-    assert!(t.contains("not overwriting") && t.contains("billing-svc.workload.toml"), "{t}");
+    assert!(
+        t.contains("not overwriting") && t.contains("billing-svc.workload.toml"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -300,7 +523,10 @@ fn a_directory_without_scenarios_is_named_not_replaced_by_the_build_tree() {
     let out = crashpoint_in(dir.path(), &["list"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("no scenarios directory `scenarios`") && !t.contains("payout/"), "{t}");
+    assert!(
+        t.contains("no scenarios directory `scenarios`") && !t.contains("payout/"),
+        "{t}"
+    );
 }
 
 /// A team directory whose Python worker acknowledges each message with a DeleteMessageBatch
@@ -348,15 +574,46 @@ fn delete_message_batch_passes_the_proxy_with_each_entrys_fate_and_the_partial_f
     let out = crashpoint_in(dir.path(), &["run", "acks/partial", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(0), "{t}");
-    assert!(t.contains("c1   delete_batch") && t.contains("InternalError") && t.contains("c1   delete ") && t.contains("m1 deleted"), "{t}");
-    let ignored = crashpoint_in(dir.path(), &["run", "acks/partial", "--system", "ignores-failed", "--no-calibrate"]);
+    assert!(
+        t.contains("c1   delete_batch")
+            && t.contains("InternalError")
+            && t.contains("c1   delete ")
+            && t.contains("m1 deleted"),
+        "{t}"
+    );
+    let ignored = crashpoint_in(
+        dir.path(),
+        &[
+            "run",
+            "acks/partial",
+            "--system",
+            "ignores-failed",
+            "--no-calibrate",
+        ],
+    );
     let t = text(&ignored);
     assert_eq!(ignored.status.code(), Some(1), "{t}");
-    assert!(t.contains("FAIL no failed acknowledgement is ignored"), "{t}");
-    let plain = crashpoint_in(dir.path(), &["run", "acks/ok", "--system", "ignores-failed", "--no-calibrate"]);
+    assert!(
+        t.contains("FAIL no failed acknowledgement is ignored"),
+        "{t}"
+    );
+    let plain = crashpoint_in(
+        dir.path(),
+        &[
+            "run",
+            "acks/ok",
+            "--system",
+            "ignores-failed",
+            "--no-calibrate",
+        ],
+    );
     let t = text(&plain);
     assert_eq!(plain.status.code(), Some(0), "{t}");
-    assert!(t.lines().any(|l| l.contains("c1   delete_batch") && l.contains("m1 deleted")), "{t}");
+    assert!(
+        t.lines()
+            .any(|l| l.contains("c1   delete_batch") && l.contains("m1 deleted")),
+        "{t}"
+    );
 }
 
 #[test]
@@ -365,7 +622,10 @@ fn send_message_batch_and_change_message_visibility_batch_pass_the_proxy_with_ea
     // each of those for 60 s with ChangeMessageVisibilityBatch, then deletes it.
     let dir = batch_ack_dir();
     let repo = example("..");
-    let py = repo.join("target/python-venv/bin/python").display().to_string();
+    let py = repo
+        .join("target/python-venv/bin/python")
+        .display()
+        .to_string();
     let workload = format!(
         "name = \"acks\"\nabout = \"batch sends and visibility\"\n\n[[queues]]\nname = \"q\"\n\n[[queues]]\nname = \"out\"\nlabel = \"o\"\n\n\
          [events]\nqueue = \"q\"\nidentity = \"/id\"\nbody = {{ id = \"{{{{id}}}}\" }}\n\n[roles.p]\nbuiltin = \"producer\"\n\n\
@@ -403,7 +663,20 @@ fn send_message_batch_and_change_message_visibility_batch_pass_the_proxy_with_ea
     let out = crashpoint_in(dir.path(), &["run", "acks/fan", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(0), "{t}");
-    assert!(t.lines().any(|l| l.contains("c1   send_batch") && l.contains("o1 (e1), o2 (e1)")), "{t}");
-    assert!(t.lines().any(|l| l.contains("d1   change_visibility_batch") && l.contains("o1 visible again in 60s")), "{t}");
-    assert!(t.lines().any(|l| l.contains("d1   delete") && l.contains("o1 deleted")), "{t}");
+    assert!(
+        t.lines()
+            .any(|l| l.contains("c1   send_batch") && l.contains("o1 (e1), o2 (e1)")),
+        "{t}"
+    );
+    assert!(
+        t.lines()
+            .any(|l| l.contains("d1   change_visibility_batch")
+                && l.contains("o1 visible again in 60s")),
+        "{t}"
+    );
+    assert!(
+        t.lines()
+            .any(|l| l.contains("d1   delete") && l.contains("o1 deleted")),
+        "{t}"
+    );
 }

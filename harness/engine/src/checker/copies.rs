@@ -183,7 +183,7 @@ mod tests {
     }
 
     fn step(worker: &str, op: &str, outcome: Outcome, facts: Vec<Fact>) -> Entry {
-        Entry::Step(Step { t_ms: 0, worker: worker.into(), op: op.into(), service: Service::Sqs, at: None, outcome, idle: false, facts })
+        Entry::Step(Step { t_ms: 0, worker: worker.into(), op: op.into(), service: Service::Sqs, at: None, outcome, idle: false, facts, unit: None })
     }
 
     fn sent(worker: &str, msg: &str, n: u128) -> Entry {

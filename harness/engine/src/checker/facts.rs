@@ -136,7 +136,7 @@ mod tests {
     use crate::sim::history::{Outcome, Service, Step};
 
     fn step(facts: Vec<Fact>) -> Entry {
-        Entry::Step(Step { t_ms: 0, worker: "c1".into(), op: "x".into(), service: Service::Sqs, at: None, outcome: Outcome::Done, idle: false, facts })
+        Entry::Step(Step { t_ms: 0, worker: "c1".into(), op: "x".into(), service: Service::Sqs, at: None, outcome: Outcome::Done, idle: false, facts, unit: None })
     }
 
     #[test]

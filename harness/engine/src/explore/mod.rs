@@ -104,6 +104,12 @@ fn menu(s: &Scenario) -> Menu {
         applied: s.explore.as_ref().map(|e| e.applied.clone()).unwrap_or_default(),
         worker_weights: s.explore.as_ref().map(|e| e.worker_weights.clone()).unwrap_or_default(),
         vocabulary: crate::schedule::Vocabulary::of(s.workload.as_ref()),
+        concurrent: s
+            .workers
+            .iter()
+            .filter(|w| s.external.iter().any(|e| e.concurrent && crate::spec::role_of(&s.workload.roles(), w).is_some_and(|r| r.prefix == e.role)))
+            .cloned()
+            .collect(),
         clock_max_ms: crate::schedule::clock_max_ms(
             crate::scenario::queues(s).iter().map(|q| q.retention_s.saturating_mul(1000)).min().unwrap_or(u64::MAX),
         ),

@@ -188,7 +188,11 @@ fn line_with(e: &Entry, w: usize) -> String {
     match e {
         Entry::Step(s) => {
             let at = s.at.map(|a| format!("[{a}]")).unwrap_or_default();
-            format!("{}  {:<4} {:<14} {:<24} → {}", t(s.t_ms, w), s.worker, s.op, at, outcome_text(s))
+            let op = match &s.unit {
+                Some(unit) => format!("{} {unit}", s.op),
+                None => s.op.clone(),
+            };
+            format!("{}  {:<4} {:<14} {:<24} → {}", t(s.t_ms, w), s.worker, op, at, outcome_text(s))
         }
         Entry::Blocked { t_ms, worker, op, by } => {
             format!("{}  {:<4} {:<14} {:<24} ⧗ blocked by {}", t(*t_ms, w), worker, op, "", by.join(", "))
@@ -234,7 +238,7 @@ mod tests {
 
     fn step(t_ms: u64) -> Entry {
         let outcome = Outcome::Received { msg: "m1".into(), receive_count: 1 };
-        Entry::Step(Step { t_ms, worker: "c1".into(), op: "recv".into(), service: Service::Sqs, at: None, outcome, idle: false, facts: vec![] })
+        Entry::Step(Step { t_ms, worker: "c1".into(), op: "recv".into(), service: Service::Sqs, at: None, outcome, idle: false, facts: vec![], unit: None })
     }
 
     /// Every line keeps its columns when logical time passes 6 digits of seconds (a 15-day tick).

@@ -7,6 +7,7 @@
 //! | text | decision |
 //! |---|---|
 //! | `c1` or `c1:claim` | worker `c1` makes its next call (and it must be `claim`) |
+//! | `c1/2` | a concurrent worker's second held call goes (in the order of [`crate::sim::world::Slot::units`]) |
 //! | `c1:crash` | kill `c1` where it stands |
 //! | `c1:crash@after_commit` | run `c1` until it stands at crash point `after_commit`, then kill it |
 //! | `c1:fail@after_claim` | run `c1` until it passes `after_claim`, where an error is thrown |
@@ -24,10 +25,10 @@
 //! | `pg:connection-reset` | the next statement finds its connection reset: not applied, the transaction rolled back |
 //! | `net:drop-response@gateway`, `provider:5xx-after@gateway`, … | a network or provider fault ([`crate::nemesis::net`]) |
 
-mod strategy;
-pub(crate) mod text;
 #[cfg(test)]
 pub(crate) mod fuzz;
+mod strategy;
+pub(crate) mod text;
 
 pub use strategy::{clock_max_ms, decision, schedules, Menu, WORKER_WEIGHT_MAX};
 pub use text::{format_duration_ms, parse, ParseError, Vocabulary};
@@ -42,10 +43,14 @@ use crate::spec::CrashPoint;
 /// One scheduler decision.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Decision {
-    /// `worker` makes its next call; when `op` is given, that call must be `op`.
+    /// `worker` makes its next call; when `op` is given, that call must be `op`. For a
+    /// concurrent external worker, `op` = `#k` (text `c1/2`) grants its k-th held call.
     Step { worker: String, op: Option<String> },
     /// Kill `worker`, where it stands (`at: None`) or once it stands at crash point `at`.
-    Crash { worker: String, at: Option<CrashPoint> },
+    Crash {
+        worker: String,
+        at: Option<CrashPoint>,
+    },
     /// Run `worker` until it is about to make call `op`, let the call apply, and kill the
     /// worker before the reply reaches it (`c1:crash@commit:applied`: COMMIT took effect and
     /// the worker never knew). An external worker's PostgreSQL proxy withholds the reply; an
@@ -106,9 +111,19 @@ impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Decision::Step { worker, op: None } => write!(f, "{worker}"),
-            Decision::Step { worker, op: Some(op) } => write!(f, "{worker}:{op}"),
+            Decision::Step {
+                worker,
+                op: Some(op),
+            } if op.starts_with('#') => write!(f, "{worker}/{}", &op[1..]),
+            Decision::Step {
+                worker,
+                op: Some(op),
+            } => write!(f, "{worker}:{op}"),
             Decision::Crash { worker, at: None } => write!(f, "{worker}:crash"),
-            Decision::Crash { worker, at: Some(at) } => write!(f, "{worker}:crash@{at}"),
+            Decision::Crash {
+                worker,
+                at: Some(at),
+            } => write!(f, "{worker}:crash@{at}"),
             Decision::CrashApplied { worker, op } => write!(f, "{worker}:crash@{op}:applied"),
             Decision::Fail { worker, at } => write!(f, "{worker}:fail@{at}"),
             Decision::Restart { worker } => write!(f, "{worker}:restart"),
@@ -140,11 +155,17 @@ impl Schedule {
                 _ => None,
             };
             if let Some(w) = worker.filter(|w| !workers.contains(w)) {
-                out.push(format!("`{d}`: no worker `{w}` (workers: {})", workers.join(" ")));
+                out.push(format!(
+                    "`{d}`: no worker `{w}` (workers: {})",
+                    workers.join(" ")
+                ));
             }
             if let Decision::Dispatch { event } = d {
                 if !events.contains(event) {
-                    out.push(format!("`{d}`: no event `{event}` (events: {})", events.join(" ")));
+                    out.push(format!(
+                        "`{d}`: no event `{event}` (events: {})",
+                        events.join(" ")
+                    ));
                 }
             }
         }

@@ -51,6 +51,10 @@ pub struct Menu {
     pub worker_weights: BTreeMap<String, u32>,
     /// The workload's roles, crash points and faults.
     pub vocabulary: Vocabulary,
+    /// Workers whose process may hold several calls at once: half of their steps grant the
+    /// second, third or fourth held call (`c1/2`) instead of the first. Empty: every step is as
+    /// before the field existed.
+    pub concurrent: Vec<String>,
     /// The most logical time a generated schedule's ticks add up to, ms
     /// ([`clock_max_ms`] of the queues' shortest retention): a tick that would pass it is
     /// left out, so that exploration never holds a message past its queue's retention,
@@ -72,7 +76,9 @@ impl Menu {
     }
 
     fn points_of(&self, worker: &str) -> Vec<CrashPoint> {
-        role_of(&self.vocabulary.roles, worker).map(|r| r.points.to_vec()).unwrap_or_default()
+        role_of(&self.vocabulary.roles, worker)
+            .map(|r| r.points.to_vec())
+            .unwrap_or_default()
     }
 
     fn worker_weight(&self, worker: &str) -> u64 {
@@ -84,8 +90,15 @@ impl Menu {
     /// each of another worker's. Through [`select`] when every weight is 1, so that a menu
     /// without weights generates, for a given seed, what it did before weights existed;
     /// otherwise one draw in `0..Σ weight` (u64: no sum of weights overflows).
-    fn pick<T: Clone + std::fmt::Debug + 'static>(&self, items: Vec<T>, worker_of: impl Fn(&T) -> &str) -> BoxedStrategy<T> {
-        let weights: Vec<u64> = items.iter().map(|i| self.worker_weight(worker_of(i))).collect();
+    fn pick<T: Clone + std::fmt::Debug + 'static>(
+        &self,
+        items: Vec<T>,
+        worker_of: impl Fn(&T) -> &str,
+    ) -> BoxedStrategy<T> {
+        let weights: Vec<u64> = items
+            .iter()
+            .map(|i| self.worker_weight(worker_of(i)))
+            .collect();
         if weights.iter().all(|w| *w == 1) {
             return select(items).boxed();
         }
@@ -98,7 +111,9 @@ impl Menu {
             })
             .collect();
         let total = *ends.last().expect("a pick has at least one item");
-        (0..total).prop_map(move |r| items[ends.partition_point(|end| *end <= r)].clone()).boxed()
+        (0..total)
+            .prop_map(move |r| items[ends.partition_point(|end| *end <= r)].clone())
+            .boxed()
     }
 }
 
@@ -106,16 +121,46 @@ impl Menu {
 /// then but never crashed; the workload's own faults are on the menu with weight 1 each.
 pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     let workers = menu.workers.clone();
-    let periodic: Vec<String> = workers.iter().filter(|w| menu.kind(w) == Some(RoleKind::Periodic)).cloned().collect();
-    let steppable: Vec<String> = workers.iter().filter(|w| !periodic.contains(w)).cloned().collect();
-    let at_points: Vec<(String, CrashPoint)> =
-        workers.iter().flat_map(|w| menu.points_of(w).into_iter().map(move |c| (w.clone(), c))).collect();
+    let periodic: Vec<String> = workers
+        .iter()
+        .filter(|w| menu.kind(w) == Some(RoleKind::Periodic))
+        .cloned()
+        .collect();
+    let steppable: Vec<String> = workers
+        .iter()
+        .filter(|w| !periodic.contains(w))
+        .cloned()
+        .collect();
+    let at_points: Vec<(String, CrashPoint)> = workers
+        .iter()
+        .flat_map(|w| menu.points_of(w).into_iter().map(move |c| (w.clone(), c)))
+        .collect();
     let killable = steppable.clone();
     let steppable_workers = steppable.clone();
     let events = menu.events.clone();
-    let step = menu.pick(steppable, |w| w).prop_map(|worker| Decision::Step { worker, op: None });
-    let crash = menu.pick(killable.clone(), |w| w).prop_map(|worker| Decision::Crash { worker, at: None });
-    let restart = menu.pick(killable, |w| w).prop_map(|worker| Decision::Restart { worker });
+    let step = menu
+        .pick(steppable, |w| w)
+        .prop_map(|worker| Decision::Step { worker, op: None });
+    let step = match menu.concurrent.clone() {
+        concurrent if concurrent.is_empty() => step.boxed(),
+        concurrent => (step, 0u8..6)
+            .prop_map(move |(d, k)| match d {
+                Decision::Step { worker, op: None } if k >= 3 && concurrent.contains(&worker) => {
+                    Decision::Step {
+                        worker,
+                        op: Some(format!("#{}", k - 1)),
+                    }
+                }
+                d => d,
+            })
+            .boxed(),
+    };
+    let crash = menu
+        .pick(killable.clone(), |w| w)
+        .prop_map(|worker| Decision::Crash { worker, at: None });
+    let restart = menu
+        .pick(killable, |w| w)
+        .prop_map(|worker| Decision::Restart { worker });
     let mut ticks = vec![1_000u64, 31_000, 901_000, 3_601_000];
     if !menu.vocabulary.providers.is_empty() {
         // Past a provider's key retention (Stripe keeps idempotency keys 24 h).
@@ -125,14 +170,26 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     let dispatch = select(events).prop_map(|event| Decision::Dispatch { event });
     // The arms, weights and order are those of the strategy before the Workload seam, so that
     // a run seed generates the same schedules as it did then.
-    let mut arms: Vec<(u32, BoxedStrategy<Decision>)> = vec![(12, step.boxed()), (1, crash.boxed())];
+    let mut arms: Vec<(u32, BoxedStrategy<Decision>)> =
+        vec![(12, step.boxed()), (1, crash.boxed())];
     if !at_points.is_empty() {
-        let crash_at = menu.pick(at_points.clone(), |(w, _)| w).prop_map(|(worker, at)| Decision::Crash { worker, at: Some(at) });
-        let fail_at = menu.pick(at_points, |(w, _)| w).prop_map(|(worker, at)| Decision::Fail { worker, at });
+        let crash_at = menu
+            .pick(at_points.clone(), |(w, _)| w)
+            .prop_map(|(worker, at)| Decision::Crash {
+                worker,
+                at: Some(at),
+            });
+        let fail_at = menu
+            .pick(at_points, |(w, _)| w)
+            .prop_map(|(worker, at)| Decision::Fail { worker, at });
         arms.push((2, crash_at.boxed()));
         arms.push((1, fail_at.boxed()));
     }
-    arms.extend([(2, restart.boxed()), (2, tick.boxed()), (1, dispatch.boxed())]);
+    arms.extend([
+        (2, restart.boxed()),
+        (2, tick.boxed()),
+        (1, dispatch.boxed()),
+    ]);
     match menu.vocabulary.faults.as_slice() {
         [] => {}
         [one] => arms.push((1, Just(Decision::Fault(one)).boxed())),
@@ -142,8 +199,14 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
     let mut s = Union::new_weighted(arms).boxed();
     if !periodic.is_empty() {
         let periodic = match periodic.as_slice() {
-            [one] => Just(Decision::Step { worker: one.clone(), op: None }).boxed(),
-            _ => select(periodic).prop_map(|worker| Decision::Step { worker, op: None }).boxed(),
+            [one] => Just(Decision::Step {
+                worker: one.clone(),
+                op: None,
+            })
+            .boxed(),
+            _ => select(periodic)
+                .prop_map(|worker| Decision::Step { worker, op: None })
+                .boxed(),
         };
         s = prop_oneof![10 => s, 1 => periodic].boxed();
     }
@@ -159,20 +222,32 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
         let pg = select(PgFault::ALL.to_vec()).prop_map(Decision::Pg);
         s = prop_oneof![12 => s, 1 => pg].boxed();
     }
-    let handlers: Vec<String> =
-        workers.iter().filter(|w| matches!(menu.kind(w), Some(RoleKind::Handler { .. }))).cloned().collect();
+    let handlers: Vec<String> = workers
+        .iter()
+        .filter(|w| matches!(menu.kind(w), Some(RoleKind::Handler { .. })))
+        .cloned()
+        .collect();
     if menu.stops && !handlers.is_empty() {
-        let stop = menu.pick(handlers, |w| w).prop_map(|worker| Decision::Stop { worker });
+        let stop = menu
+            .pick(handlers, |w| w)
+            .prop_map(|worker| Decision::Stop { worker });
         s = prop_oneof![12 => s, 1 => stop].boxed();
     }
     if !menu.vocabulary.providers.is_empty() {
-        let net = select(crate::nemesis::net::NetFault::menu(&menu.vocabulary.providers)).prop_map(Decision::Net);
+        let net = select(crate::nemesis::net::NetFault::menu(
+            &menu.vocabulary.providers,
+        ))
+        .prop_map(Decision::Net);
         s = prop_oneof![6 => s, 1 => net].boxed();
     }
     if !menu.applied.is_empty() {
-        let pairs: Vec<(String, String)> =
-            steppable_workers.iter().flat_map(|w| menu.applied.iter().map(move |op| (w.clone(), op.clone()))).collect();
-        let applied = menu.pick(pairs, |(w, _)| w).prop_map(|(worker, op)| Decision::CrashApplied { worker, op });
+        let pairs: Vec<(String, String)> = steppable_workers
+            .iter()
+            .flat_map(|w| menu.applied.iter().map(move |op| (w.clone(), op.clone())))
+            .collect();
+        let applied = menu
+            .pick(pairs, |(w, _)| w)
+            .prop_map(|(worker, op)| Decision::CrashApplied { worker, op });
         s = prop_oneof![16 => s, 1 => applied].boxed();
     }
     s
@@ -182,7 +257,9 @@ pub fn decision(menu: &Menu) -> BoxedStrategy<Decision> {
 pub fn schedules(menu: &Menu) -> BoxedStrategy<Schedule> {
     let clock_max_ms = menu.clock_max_ms;
     proptest::collection::vec(decision(menu), 0..=menu.decisions_max)
-        .prop_map(move |decisions| Schedule { decisions: cap_ticks(decisions, clock_max_ms) })
+        .prop_map(move |decisions| Schedule {
+            decisions: cap_ticks(decisions, clock_max_ms),
+        })
         .boxed()
 }
 
@@ -209,7 +286,10 @@ mod tests {
 
     fn menu() -> Menu {
         Menu {
-            workers: "p c1 c2 c3 r1 r2 d1 ret".split(' ').map(String::from).collect(),
+            workers: "p c1 c2 c3 r1 r2 d1 ret"
+                .split(' ')
+                .map(String::from)
+                .collect(),
             events: vec!["e1".into(), "e2".into()],
             decisions_max: 30,
             sqs_faults: true,
@@ -220,6 +300,7 @@ mod tests {
             worker_weights: BTreeMap::new(),
             vocabulary: crate::schedule::text::tests::vocabulary(),
             clock_max_ms: clock_max_ms(crate::spec::DEFAULT_RETENTION_S * 1000),
+            concurrent: vec![],
         }
     }
 
@@ -229,12 +310,21 @@ mod tests {
         prop_oneof![
             decision(&menu()),
             (select(menu().workers), "[a-z_]{1,14}")
-                .prop_filter("crash, fail and restart are decisions, not calls", |(_, op)| {
-                    !["crash", "fail", "restart"].contains(&op.as_str())
-                })
-                .prop_map(|(worker, op)| Decision::Step { worker, op: Some(op) }),
+                .prop_filter(
+                    "crash, fail and restart are decisions, not calls",
+                    |(_, op)| { !["crash", "fail", "restart"].contains(&op.as_str()) }
+                )
+                .prop_map(|(worker, op)| Decision::Step {
+                    worker,
+                    op: Some(op)
+                }),
             (1u64..10_000_000).prop_map(|ms| Decision::Tick { ms }),
-            (select(menu().workers), "[a-z_]{1,14}").prop_map(|(worker, op)| Decision::CrashApplied { worker, op }),
+            (select(menu().workers), "[a-z_]{1,14}")
+                .prop_map(|(worker, op)| Decision::CrashApplied { worker, op }),
+            (select(menu().workers), 1u32..20).prop_map(|(worker, k)| Decision::Step {
+                worker,
+                op: Some(format!("#{k}"))
+            }),
         ]
     }
 
@@ -286,7 +376,10 @@ mod tests {
                     Decision::Step { worker, .. } if worker == "ret" => continue,
                     Decision::Step { worker, .. } => ("step", worker),
                     Decision::Crash { worker, at: None } => ("crash", worker),
-                    Decision::Crash { worker, at: Some(_) } => ("crash at a point", worker),
+                    Decision::Crash {
+                        worker,
+                        at: Some(_),
+                    } => ("crash at a point", worker),
                     Decision::Fail { worker, .. } => ("failure at a point", worker),
                     Decision::Restart { worker } => ("restart", worker),
                     Decision::Stop { worker } => ("stop", worker),
@@ -300,16 +393,25 @@ mod tests {
             by_kind
         };
         let plain = shares(&menu());
-        let weighted = shares(&Menu { worker_weights: [("p".to_string(), 8), ("d1".to_string(), 8)].into(), ..menu() });
+        let weighted = shares(&Menu {
+            worker_weights: [("p".to_string(), 8), ("d1".to_string(), 8)].into(),
+            ..menu()
+        });
         assert_eq!(plain.len(), 7, "{plain:?}");
         // Uniform: 2 of 7 workers (steps, crashes, restarts, applied crashes), p's 2 of the 10
         // crash points (d1 has none), d1 among the 4 handlers (stops). Weighted 8: 16 of 21,
         // 16 of 24, 8 of 11.
         for (kind, (n, hits)) in &plain {
             let (wn, whits) = weighted[kind];
-            let (share, weighted_share) = (f64::from(*hits) / f64::from(*n), f64::from(whits) / f64::from(wn));
+            let (share, weighted_share) = (
+                f64::from(*hits) / f64::from(*n),
+                f64::from(whits) / f64::from(wn),
+            );
             assert!(*n >= 80 && wn >= 80, "{kind}: {n} and {wn} decisions");
-            assert!(share < 0.4 && weighted_share > 0.55, "{kind}: {share:.2} → {weighted_share:.2}");
+            assert!(
+                share < 0.4 && weighted_share > 0.55,
+                "{kind}: {share:.2} → {weighted_share:.2}"
+            );
         }
     }
 
@@ -322,9 +424,16 @@ mod tests {
         let first = |seed: u8| {
             let mut runner = TestRunner::new_with_rng(
                 proptest::test_runner::Config::default(),
-                proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &[seed; 32]),
+                proptest::test_runner::TestRng::from_seed(
+                    proptest::test_runner::RngAlgorithm::ChaCha,
+                    &[seed; 32],
+                ),
             );
-            schedules(&menu()).new_tree(&mut runner).unwrap().current().to_string()
+            schedules(&menu())
+                .new_tree(&mut runner)
+                .unwrap()
+                .current()
+                .to_string()
         };
         assert_eq!(first(1), PINNED_1);
         assert_eq!(first(2), PINNED_2);
@@ -339,7 +448,12 @@ mod tests {
         let mut runner = TestRunner::deterministic();
         for _ in 0..200 {
             let d = decision(&menu()).new_tree(&mut runner).unwrap().current();
-            if let Decision::Crash { worker, at: Some(at) } | Decision::Fail { worker, at } = &d {
+            if let Decision::Crash {
+                worker,
+                at: Some(at),
+            }
+            | Decision::Fail { worker, at } = &d
+            {
                 assert!(menu().points_of(worker).contains(at), "{d}");
             }
         }

@@ -35,15 +35,22 @@ impl Vocabulary {
     pub fn point(&self, name: &str) -> Result<CrashPoint, String> {
         let all = self.points();
         all.iter().copied().find(|p| *p == name).ok_or_else(|| {
-            format!("unknown crash point `{name}`; expected one of {}", all.join(", "))
+            format!(
+                "unknown crash point `{name}`; expected one of {}",
+                all.join(", ")
+            )
         })
     }
 
     fn worker_forms(&self) -> String {
-        let mut forms: Vec<String> = self.roles.iter().map(|r| match r.kind {
-            RoleKind::Producer | RoleKind::Periodic => r.prefix.to_string(),
-            _ => format!("{}1", r.prefix),
-        }).collect();
+        let mut forms: Vec<String> = self
+            .roles
+            .iter()
+            .map(|r| match r.kind {
+                RoleKind::Producer | RoleKind::Periodic => r.prefix.to_string(),
+                _ => format!("{}1", r.prefix),
+            })
+            .collect();
         forms.extend(self.faults.iter().map(|f| format!("`{f}`")));
         forms.join(", ")
     }
@@ -70,7 +77,11 @@ pub struct ParseError {
 
 impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}, column {}: `{}`: {}", self.line, self.column, self.token, self.message)
+        write!(
+            f,
+            "line {}, column {}: `{}`: {}",
+            self.line, self.column, self.token, self.message
+        )
     }
 }
 
@@ -84,9 +95,17 @@ pub fn parse(text: &str, vocabulary: &Vocabulary) -> Result<Schedule, ParseError
     let mut decisions = Vec::new();
     let mut clock_ms: u64 = 0;
     for token in tokens(text) {
-        let at = |message: String| ParseError { line: token.line, column: token.column(), token: token.text.to_string(), message };
+        let at = |message: String| ParseError {
+            line: token.line,
+            column: token.column(),
+            token: token.text.to_string(),
+            message,
+        };
         if decisions.len() == DECISIONS_MAX {
-            return Err(at(format!("a schedule has at most {DECISIONS_MAX} decisions; this is decision {}", DECISIONS_MAX + 1)));
+            return Err(at(format!(
+                "a schedule has at most {DECISIONS_MAX} decisions; this is decision {}",
+                DECISIONS_MAX + 1
+            )));
         }
         let d = parse_token(token.text, vocabulary).map_err(at)?;
         if let Decision::Tick { ms } = d {
@@ -137,7 +156,12 @@ pub(crate) fn tokens(text: &str) -> impl Iterator<Item = Token<'_>> {
                 return None;
             }
             let len = rest.find(char::is_whitespace).unwrap_or(rest.len());
-            let token = Token { line: i + 1, text: &rest[..len], code, start };
+            let token = Token {
+                line: i + 1,
+                text: &rest[..len],
+                code,
+                start,
+            };
             start += len;
             Some(token)
         })
@@ -158,15 +182,28 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
     match (head, rest) {
         ("tick", Some(d)) => return parse_duration_ms(d).map(|ms| Decision::Tick { ms }),
         ("tick", None) => return Err("expected `tick:<duration>`, e.g. `tick:31s`".into()),
-        ("dispatch", Some(e)) if !e.is_empty() => return Ok(Decision::Dispatch { event: e.to_string() }),
+        ("dispatch", Some(e)) if !e.is_empty() => {
+            return Ok(Decision::Dispatch {
+                event: e.to_string(),
+            })
+        }
         ("dispatch", _) => return Err("expected `dispatch:<event>`, e.g. `dispatch:e1`".into()),
         ("sqs", Some(f)) => return crate::nemesis::sqs::SqsFault::parse(f).map(Decision::Sqs),
         ("pg", Some(f)) => return crate::nemesis::pg::PgFault::parse(f).map(Decision::Pg),
         ("sqs", None) => return Err("expected `sqs:<fault>`, e.g. `sqs:stale-delete-noop`".into()),
         (family @ ("net" | "provider"), Some(f)) => {
-            return crate::nemesis::net::NetFault::parse(family, f, &vocabulary.providers).map(Decision::Net)
+            return crate::nemesis::net::NetFault::parse(family, f, &vocabulary.providers)
+                .map(Decision::Net)
         }
         _ => {}
+    }
+    if let Some((worker, k)) = head.split_once('/') {
+        if role_of(&vocabulary.roles, worker).is_some() && rest.is_none() {
+            return match k.parse::<u32>() {
+                Ok(k) if k >= 1 => Ok(Decision::Step { worker: worker.to_string(), op: Some(format!("#{k}")) }),
+                _ => Err(format!("expected `{worker}/<k>` with k = 1, 2, …: the k-th call {worker} holds; found `/{k}`")),
+            };
+        }
     }
     if role_of(&vocabulary.roles, head).is_none() {
         return Err(format!(
@@ -178,19 +215,26 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
     let Some(rest) = rest else {
         return Ok(Decision::Step { worker, op: None });
     };
-    if let Some(op) = rest.strip_prefix("crash@").and_then(|p| p.strip_suffix(":applied")) {
+    if let Some(op) = rest
+        .strip_prefix("crash@")
+        .and_then(|p| p.strip_suffix(":applied"))
+    {
         if op.is_empty() || !op.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
             return Err(format!("expected `crash@<call>:applied`, e.g. `c1:crash@commit:applied`; `{op}` is not a call name"));
         }
-        return Ok(Decision::CrashApplied { worker, op: op.to_string() });
+        return Ok(Decision::CrashApplied {
+            worker,
+            op: op.to_string(),
+        });
     }
-    let (action, at) = match rest.split_once('@') {
-        Some((a, _)) if a != "crash" && a != "fail" => {
-            return Err(format!("`{a}@…` is not a fault: expected `crash@<crash point>` or `fail@<crash point>`"))
-        }
-        Some((a, p)) => (a, Some(vocabulary.point(p)?)),
-        None => (rest, None),
-    };
+    let (action, at) =
+        match rest.split_once('@') {
+            Some((a, _)) if a != "crash" && a != "fail" => return Err(format!(
+                "`{a}@…` is not a fault: expected `crash@<crash point>` or `fail@<crash point>`"
+            )),
+            Some((a, p)) => (a, Some(vocabulary.point(p)?)),
+            None => (rest, None),
+        };
     match (action, at) {
         ("crash", at) => Ok(Decision::Crash { worker, at }),
         ("fail", Some(at)) => Ok(Decision::Fail { worker, at }),
@@ -198,9 +242,14 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
         ("restart", None) => Ok(Decision::Restart { worker }),
         ("stop", None) => Ok(Decision::Stop { worker }),
         (op, None) if !op.is_empty() && op.chars().all(|c| c.is_ascii_lowercase() || c == '_') => {
-            Ok(Decision::Step { worker, op: Some(op.to_string()) })
+            Ok(Decision::Step {
+                worker,
+                op: Some(op.to_string()),
+            })
         }
-        (op, _) => Err(format!("`{op}` is not a call name, `crash`, `fail@…`, `restart` or `stop`")),
+        (op, _) => Err(format!(
+            "`{op}` is not a call name, `crash`, `fail@…`, `restart` or `stop`"
+        )),
     }
 }
 
@@ -210,11 +259,20 @@ pub(crate) mod tests {
 
     /// A small vocabulary of its own: the engine's tests name no workload.
     pub(crate) fn vocabulary() -> Vocabulary {
-        let role = |prefix, kind, points| RoleSpec { prefix, kind, points, about: "" };
+        let role = |prefix, kind, points| RoleSpec {
+            prefix,
+            kind,
+            points,
+            about: "",
+        };
         Vocabulary {
             roles: vec![
                 role("p", RoleKind::Producer, &["after_lock", "after_send"]),
-                role("c", RoleKind::Handler { queue: "q" }, &["after_claim", "after_commit"]),
+                role(
+                    "c",
+                    RoleKind::Handler { queue: "q" },
+                    &["after_claim", "after_commit"],
+                ),
                 role("r", RoleKind::Poller, &["after_select"]),
                 role("d", RoleKind::Handler { queue: "q2" }, &[]),
                 role("ret", RoleKind::Periodic, &[]),
@@ -234,9 +292,18 @@ pub(crate) mod tests {
                     c2:fail@after_claim tick:31s tick:1500ms replay dispatch:e1 ret:purge redis:restart \
                     net:drop-response@gateway net:delay@gateway:40s provider:5xx-after@gateway";
         let s = parse(text).unwrap();
-        assert_eq!(s.decisions[3], Decision::Crash { worker: "c1".into(), at: Some("after_commit") });
+        assert_eq!(
+            s.decisions[3],
+            Decision::Crash {
+                worker: "c1".into(),
+                at: Some("after_commit")
+            }
+        );
         assert_eq!(s.decisions[7], Decision::Tick { ms: 31_000 });
-        assert_eq!(s.to_string(), text.split_whitespace().collect::<Vec<_>>().join(" "));
+        assert_eq!(
+            s.to_string(),
+            text.split_whitespace().collect::<Vec<_>>().join(" ")
+        );
         assert_eq!(parse(&s.to_string()).unwrap(), s);
     }
 
@@ -244,7 +311,10 @@ pub(crate) mod tests {
     fn errors_name_line_column_and_expectation() {
         let e = parse("c1:recv\n  c2:crash@after_lunch").unwrap_err();
         assert_eq!((e.line, e.column), (2, 3));
-        assert!(e.message.contains("unknown crash point `after_lunch`"), "{e}");
+        assert!(
+            e.message.contains("unknown crash point `after_lunch`"),
+            "{e}"
+        );
         let e = parse("tick:5 x9").unwrap_err();
         assert!(e.message.contains("unit must be"), "{e}");
         let e = parse("c1 zz").unwrap_err();
@@ -259,8 +329,31 @@ pub(crate) mod tests {
     #[test]
     fn an_applied_crash_names_its_call_and_prints_back() {
         let s = parse("c1:crash@commit:applied").unwrap();
-        assert_eq!(s.decisions, vec![Decision::CrashApplied { worker: "c1".into(), op: "commit".into() }]);
+        assert_eq!(
+            s.decisions,
+            vec![Decision::CrashApplied {
+                worker: "c1".into(),
+                op: "commit".into()
+            }]
+        );
         assert_eq!(s.to_string(), "c1:crash@commit:applied");
+    }
+
+    /// Issue 43 §1: a concurrent worker's k-th held call is named in text that round-trips.
+    #[test]
+    fn a_pick_among_held_calls_prints_back_and_k_must_be_positive() {
+        let s = parse("c1/2 c1 c2/10").unwrap();
+        assert_eq!(
+            s.decisions[0],
+            Decision::Step {
+                worker: "c1".into(),
+                op: Some("#2".into())
+            }
+        );
+        assert_eq!(s.to_string(), "c1/2 c1 c2/10");
+        let e = parse("c1/0").unwrap_err();
+        assert!(e.message.contains("k = 1, 2"), "{e}");
+        assert!(parse("c1/x").is_err());
     }
 
     #[test]
@@ -269,6 +362,9 @@ pub(crate) mod tests {
         let workers: Vec<String> = ["p", "c1"].map(String::from).to_vec();
         let unknown = s.unknown_names(&workers, &["e1".to_string()]);
         assert_eq!(unknown.len(), 2, "{unknown:?}");
-        assert!(unknown[0].contains("no worker `c9`") && unknown[1].contains("no event `e7`"), "{unknown:?}");
+        assert!(
+            unknown[0].contains("no worker `c9`") && unknown[1].contains("no event `e7`"),
+            "{unknown:?}"
+        );
     }
 }

@@ -182,6 +182,10 @@ pub struct Step {
     pub idle: bool,
     /// Facts for the checker and the clock.
     pub facts: Vec<Fact>,
+    /// Which of a concurrent worker's calls in flight this is, for a reader: the message or
+    /// row it is about (`e1`, `m2`; ids replaced by their labels), `None` for other workers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
 }
 
 /// Something the nemesis or the scheduler did to the world, as data; the trace words it.

@@ -23,9 +23,15 @@ pub enum Status {
     /// Its host is starting (connecting to the services).
     Starting,
     /// Waiting at a yield point, before the call `op`; `at` is the crash point it stands at.
-    Parked { op: &'static str, at: Option<CrashPoint> },
+    Parked {
+        op: &'static str,
+        at: Option<CrashPoint>,
+    },
     /// Executing the call `op` (possibly blocked in the server).
-    Running { op: &'static str, at: Option<CrashPoint> },
+    Running {
+        op: &'static str,
+        at: Option<CrashPoint>,
+    },
     /// Nothing to do until the scheduler gives it work (a producer with nothing to dispatch);
     /// `at` is the crash point it stands at.
     Waiting { at: Option<CrashPoint> },
@@ -53,8 +59,11 @@ pub struct Slot {
     pub armed_failures: Vec<CrashPoint>,
     /// Crash points where the worker is killed the next time it stands there.
     pub armed_crashes: Vec<CrashPoint>,
-    /// The call that completed since the scheduler last looked.
-    pub completed: Option<Step>,
+    /// The calls that completed since the scheduler last looked, in the order the trace gives
+    /// them (one, but for a concurrent external worker: [`Slot::units`]).
+    pub completed: Vec<Step>,
+    /// For a concurrent external worker, the settle each of [`Slot::completed`] was granted in.
+    pub completed_epochs: Vec<u64>,
     /// Notes the worker wrote since the scheduler last looked.
     pub notes: Vec<String>,
     /// Who blocks the worker in the server (set by the scheduler from `pg_blocking_pids`), or
@@ -81,6 +90,107 @@ pub struct Slot {
     /// Set by `c1:stop` until the worker ends: it should finish its current message and
     /// release what it holds ([`crate::sim::cx::Cx::stop_requested`]).
     pub stop_requested: bool,
+    /// A concurrent external worker's held calls ([`crate::sim::wire::External::concurrent`]),
+    /// in the order `c1`, `c1/2`, `c1/3`, … grant them: by the settle they arrived in, then by
+    /// their text ([`Unit::key`]), then by [`Unit::tie`], then by arrival. Empty for every other worker.
+    pub units: Vec<Unit>,
+    /// A concurrent external worker's granted calls whose reply it has not had yet.
+    pub in_flight: Vec<InFlight>,
+    /// Counts a concurrent external worker's wire events (a byte read or written by one of its
+    /// proxies, a call held, granted or answered): the scheduler deems the process settled once
+    /// this stops moving ([`crate::sim::wire::worker`]).
+    pub activity: u64,
+    /// A concurrent external worker's ungated exchanges under way (a connection's start-up, a
+    /// call that passes): while any is, the process is moving.
+    pub pending: u32,
+    /// A concurrent external worker's process id, for its CPU time (`/proc/<pid>/task/*/schedstat`).
+    pub process_pid: Option<u32>,
+}
+
+/// One held call of a concurrent external worker.
+#[derive(Debug, Clone)]
+pub struct Unit {
+    /// Its number in the process (1, 2, … in arrival order; for tie-breaks and the proxy).
+    pub id: u64,
+    /// Its call label (`claim`).
+    pub op: &'static str,
+    /// What tells it apart from the process's other held calls, whatever the real-time order
+    /// they arrived in: its SQL and bound parameters, its SQS operation and the messages it
+    /// names, its Redis command and arguments.
+    pub key: String,
+    /// The settle it arrived in ([`World::epoch`]).
+    pub epoch: u64,
+    /// Between units of one settle and key, the lower goes first (the PostgreSQL connection's
+    /// number in the order the worker opened them).
+    pub tie: u64,
+    /// Whether it arrived as the top of the consumer's loop (a receive from its own queue).
+    pub cycle_start: bool,
+    /// Set by the scheduler to let it go.
+    pub granted: bool,
+    /// Wakes it after `granted` is set.
+    pub notify: Rc<Notify>,
+}
+
+/// A granted call of a concurrent external worker, not answered yet.
+#[derive(Debug, Clone)]
+pub struct InFlight {
+    /// Its [`Unit::id`].
+    pub id: u64,
+    /// Its call label.
+    pub op: &'static str,
+    /// Its PostgreSQL backend, for `pg_blocking_pids` (`None`: SQS or Redis).
+    pub pid: Option<i32>,
+    /// Who blocks it in the server, set by the scheduler.
+    pub blocked_by: Option<Vec<String>>,
+    /// The settle it was granted in.
+    pub epoch: u64,
+}
+
+impl Slot {
+    /// The crash point the worker stands at, as its status says.
+    pub fn at(&self) -> Option<CrashPoint> {
+        match self.status {
+            Status::Parked { at, .. } | Status::Running { at, .. } | Status::Waiting { at } => at,
+            _ => None,
+        }
+    }
+
+    /// Whether this is a concurrent external worker's slot with calls held or in flight.
+    pub fn has_units(&self) -> bool {
+        !self.units.is_empty() || !self.in_flight.is_empty()
+    }
+
+    /// Sets a concurrent worker's [`Slot::status`] from its calls: moving while a call it was
+    /// granted runs unblocked in the server, else parked before its first held call, else
+    /// blocked (every call in flight waits on a lock) or moving (it may be about to call).
+    pub fn summarize(&mut self, at: Option<CrashPoint>) {
+        if self.status == Status::Crashed || self.status == Status::Starting && !self.has_units() {
+            return;
+        }
+        self.at_cycle_start = self.in_flight.is_empty()
+            && !self.units.is_empty()
+            && self.units.iter().all(|u| u.cycle_start);
+        if let Some(f) = self.in_flight.iter().find(|f| f.blocked_by.is_none()) {
+            self.status = Status::Running { op: f.op, at };
+            self.blocked_by = None;
+        } else if let Some(u) = self.units.first() {
+            self.status = Status::Parked { op: u.op, at };
+            self.blocked_by = None;
+        } else if let Some(f) = self.in_flight.first() {
+            self.status = Status::Running { op: f.op, at };
+            let mut by: Vec<String> = self
+                .in_flight
+                .iter()
+                .flat_map(|f| f.blocked_by.clone().unwrap_or_default())
+                .collect();
+            by.sort();
+            by.dedup();
+            self.blocked_by = Some(by);
+        } else if !matches!(self.status, Status::Waiting { .. }) {
+            self.status = Status::Running { op: "", at };
+            self.blocked_by = None;
+        }
+    }
 }
 
 impl Slot {
@@ -94,7 +204,8 @@ impl Slot {
             in_net: false,
             armed_failures: Vec::new(),
             armed_crashes: Vec::new(),
-            completed: None,
+            completed: Vec::new(),
+            completed_epochs: Vec::new(),
             notes: Vec::new(),
             blocked_by: None,
             idle: false,
@@ -105,6 +216,11 @@ impl Slot {
             withhold: false,
             sqs_requests: 0,
             stop_requested: false,
+            units: Vec::new(),
+            in_flight: Vec::new(),
+            activity: 0,
+            pending: 0,
+            process_pid: None,
         }
     }
 }
@@ -137,6 +253,9 @@ pub struct World {
     pub lock_tokens: u64,
     /// The FIFO queues' accepted deduplication ids, in logical time.
     pub fifo: super::fifo::FifoDedup,
+    /// Settles so far: a concurrent external worker's calls held in one settle come before
+    /// those held in a later one ([`Unit::epoch`]).
+    pub epoch: u64,
 }
 
 /// The handle workers and the scheduler share.
@@ -157,6 +276,7 @@ impl World {
             net: Default::default(),
             lock_tokens: 0,
             fifo: super::fifo::FifoDedup::new(),
+            epoch: 0,
         }))
     }
 
@@ -175,7 +295,14 @@ impl World {
     /// probes it): `Err` with that message and when it was accepted. Otherwise a FIFO message
     /// is recorded as accepted now, and `send` (the ids the engine chose, `None` for an
     /// external worker's own) starts its identity's window.
-    pub fn sent(&mut self, queue: &'static str, prefix: &'static str, message_id: &str, fifo_queue: bool, send: Option<&FifoSend>) -> Result<String, Accepted> {
+    pub fn sent(
+        &mut self,
+        queue: &'static str,
+        prefix: &'static str,
+        message_id: &str,
+        fifo_queue: bool,
+        send: Option<&FifoSend>,
+    ) -> Result<String, Accepted> {
         if let Some(msg) = self.names.get(message_id).filter(|_| fifo_queue) {
             let at_ms = self.fifo.accepted_at(&msg).unwrap_or(self.now_ms);
             return Err(Accepted { msg, at_ms });
@@ -189,6 +316,8 @@ impl World {
 
     /// The slot of `worker`. Panics on an unknown name (a harness bug).
     pub fn slot(&mut self, worker: &str) -> &mut Slot {
-        self.slots.get_mut(worker).unwrap_or_else(|| panic!("no worker named {worker}"))
+        self.slots
+            .get_mut(worker)
+            .unwrap_or_else(|| panic!("no worker named {worker}"))
     }
 }

@@ -278,7 +278,7 @@ impl Cx {
         w.slot(&self.me).in_net = false;
         let t_ms = w.now_ms;
         w.slot(&self.me).completed =
-            Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, outcome, idle: false, facts });
+            vec![Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, outcome, idle: false, facts, unit: None }];
     }
 
     fn set_idle(&self, idle: bool) {
@@ -286,7 +286,7 @@ impl Cx {
         let slot = w.slot(&self.me);
         slot.idle = idle;
         // The call that just completed found nothing: its step is an idle poll.
-        if let Some(step) = slot.completed.as_mut() {
+        if let Some(step) = slot.completed.last_mut() {
             step.idle = idle;
         }
     }

@@ -12,13 +12,50 @@ impl Run<'_> {
         let w = self.world.borrow();
         w.slots
             .iter()
-            .find(|(_, s)| s.backend_pid == Some(pid))
+            .find(|(_, s)| s.backend_pid == Some(pid) || s.backend_pids.contains(&pid))
             .map(|(n, _)| n.clone())
             .unwrap_or_else(|| format!("backend {pid}"))
     }
 
     pub(super) fn detect_blocked(&mut self, moving: &[String]) -> Result<()> {
-        for w in moving {
+        for w in moving.iter().filter(|w| self.concurrent.contains(w)) {
+            // Each of a concurrent worker's calls in flight in PostgreSQL, on its own backend.
+            let flights: Vec<(u64, i32, &'static str)> = self.with_slot(w, |s| {
+                s.in_flight
+                    .iter()
+                    .filter(|f| f.blocked_by.is_none())
+                    .filter_map(|f| Some((f.id, f.pid?, f.op)))
+                    .collect()
+            });
+            for (id, pid, op) in flights {
+                let pids = self.admin.blocking_pids(pid)?;
+                if pids.is_empty() {
+                    continue;
+                }
+                let mut by: Vec<String> = pids.iter().map(|p| self.name_of_pid(*p)).collect();
+                by.sort();
+                by.dedup();
+                let still = self.with_slot(w, |s| {
+                    let Some(f) = s.in_flight.iter_mut().find(|f| f.id == id) else {
+                        return false;
+                    };
+                    f.blocked_by = Some(by.clone());
+                    let at = s.at();
+                    s.summarize(at);
+                    true
+                });
+                if still {
+                    tracing::info!(worker = %w, op, by = ?by, "blocked call detected (pg_blocking_pids)");
+                    self.history.entries.push(Entry::Blocked {
+                        t_ms: self.now(),
+                        worker: w.clone(),
+                        op: op.to_string(),
+                        by,
+                    });
+                }
+            }
+        }
+        for w in moving.iter().filter(|w| !self.concurrent.contains(w)) {
             let (pid, op) = {
                 let mut world = self.world.borrow_mut();
                 let s = world.slot(w);
@@ -36,7 +73,12 @@ impl Run<'_> {
             by.sort();
             self.with_slot(w, |s| s.blocked_by = Some(by.clone()));
             tracing::info!(worker = %w, op, by = ?by, "blocked step detected (pg_blocking_pids)");
-            self.history.entries.push(Entry::Blocked { t_ms: self.now(), worker: w.clone(), op: op.to_string(), by });
+            self.history.entries.push(Entry::Blocked {
+                t_ms: self.now(),
+                worker: w.clone(),
+                op: op.to_string(),
+                by,
+            });
         }
         Ok(())
     }
@@ -44,20 +86,48 @@ impl Run<'_> {
     /// Clears `blocked_by` of workers whose call completed or is no longer blocked in the
     /// server. True if any changed.
     pub(super) fn recheck_blocked(&mut self) -> Result<bool> {
+        let mut changed = false;
+        for w in self.concurrent.clone() {
+            let blocked: Vec<(u64, i32)> = self.with_slot(&w, |s| {
+                s.in_flight
+                    .iter()
+                    .filter(|f| f.blocked_by.is_some())
+                    .filter_map(|f| Some((f.id, f.pid?)))
+                    .collect()
+            });
+            for (id, pid) in blocked {
+                if self.admin.blocking_pids(pid)?.is_empty() {
+                    self.with_slot(&w, |s| {
+                        if let Some(f) = s.in_flight.iter_mut().find(|f| f.id == id) {
+                            f.blocked_by = None;
+                        }
+                        let at = s.at();
+                        s.summarize(at);
+                    });
+                    changed = true;
+                }
+            }
+        }
         let blocked: Vec<(String, Option<i32>, bool)> = {
             let w = self.world.borrow();
             w.slots
                 .iter()
-                .filter(|(_, s)| s.blocked_by.is_some())
-                .map(|(n, s)| (n.clone(), s.backend_pid, matches!(s.status, Status::Running { .. })))
+                .filter(|(n, s)| s.blocked_by.is_some() && !self.concurrent.contains(n))
+                .map(|(n, s)| {
+                    (
+                        n.clone(),
+                        s.backend_pid,
+                        matches!(s.status, Status::Running { .. }),
+                    )
+                })
                 .collect()
         };
-        let mut changed = false;
         for (w, pid, running) in blocked {
-            let free = !running || match pid {
-                Some(pid) => self.admin.blocking_pids(pid)?.is_empty(),
-                None => true,
-            };
+            let free = !running
+                || match pid {
+                    Some(pid) => self.admin.blocking_pids(pid)?.is_empty(),
+                    None => true,
+                };
             if free {
                 self.with_slot(&w, |s| s.blocked_by = None);
                 changed = true;

@@ -19,6 +19,7 @@ mod dead_letter;
 mod drain;
 mod nemesis;
 mod network;
+mod quiet;
 
 use super::admin::{Admin, SqlClock};
 use super::clock::Clock;
@@ -27,8 +28,10 @@ use super::history::{Entry, Fact, FaultEvent, History, Service, WorkerRole};
 use super::world::{CallCounts, Names, SharedWorld, Slot, Status, World};
 use crate::schedule::Decision;
 use crate::services::Endpoints;
+use crate::spec::{
+    role_of, CrashPoint, Event, IdentityFn, Leftover, QueueSpec, RoleKind, RoleSpec, WorkloadFault,
+};
 use crate::sut::System;
-use crate::spec::{role_of, CrashPoint, Event, IdentityFn, Leftover, QueueSpec, RoleKind, RoleSpec, WorkloadFault};
 
 /// Steps one decision may take to reach a crash point.
 const STEPS_TO_POINT_MAX: usize = 64;
@@ -140,6 +143,10 @@ pub struct Run<'a> {
     redeliveries: Vec<(String, &'static str, String)>,
     /// The role prefixes played by external worker processes.
     external_roles: Vec<&'static str>,
+    /// Workers whose process may have several calls in flight ([`crate::sim::wire::External::concurrent`]).
+    concurrent: Vec<String>,
+    /// When those have finished reacting.
+    quiet: quiet::Quiet,
     /// Real time a moving worker may take before the run fails: the external workers'
     /// `step_timeout_s`, else [`CALL_TIMEOUT_S`].
     step_timeout: Duration,
@@ -177,12 +184,21 @@ pub struct Finished {
 }
 
 /// The role of each worker name: its rank among the workload's roles and its kind.
-fn worker_roles(workers: &[String], roles: &[RoleSpec]) -> std::collections::BTreeMap<String, WorkerRole> {
+fn worker_roles(
+    workers: &[String],
+    roles: &[RoleSpec],
+) -> std::collections::BTreeMap<String, WorkerRole> {
     workers
         .iter()
         .filter_map(|w| {
             let rank = roles.iter().position(|r| Some(r) == role_of(roles, w))?;
-            Some((w.clone(), WorkerRole { rank, kind: roles[rank].kind }))
+            Some((
+                w.clone(),
+                WorkerRole {
+                    rank,
+                    kind: roles[rank].kind,
+                },
+            ))
         })
         .collect()
 }
@@ -199,13 +215,23 @@ impl<'a> Run<'a> {
             (false, true) => SqlClock::Off,
         };
         let ddl = match setup.history_tables {
-            true => format!("{}{}", crate::checker::facts::DDL, setup.system.schema_sql()),
+            true => format!(
+                "{}{}",
+                crate::checker::facts::DDL,
+                setup.system.schema_sql()
+            ),
             false => setup.system.schema_sql().into_owned(),
         };
         let mut admin = super::pool::take(&setup.endpoints, &ddl, &setup.queues, sql_clock)?;
-        let pg_kept = Rc::new(super::worker_pg::Shelf::new(super::worker_pg::alive(std::mem::take(&mut admin.kept))));
+        let pg_kept = Rc::new(super::worker_pg::Shelf::new(super::worker_pg::alive(
+            std::mem::take(&mut admin.kept),
+        )));
         let identity = Rc::new(setup.identity);
-        let step_timeout = setup.external.iter().map(|e| Duration::from_secs(e.step_timeout_s)).min();
+        let step_timeout = setup
+            .external
+            .iter()
+            .map(|e| Duration::from_secs(e.step_timeout_s))
+            .min();
         let admin_ms = t0.elapsed().as_secs_f64() * 1e3;
         let world = World::new(&setup.workers, setup.names);
         world.borrow_mut().to_dispatch = setup.events.iter().cloned().collect();
@@ -229,9 +255,31 @@ impl<'a> Run<'a> {
             wake: wake.clone(),
         });
         let sim = fleet::build(&setup.workers, spec)?;
-        let history = History { entries: Vec::new(), roles: worker_roles(&setup.workers, &roles) };
-        let visibility_ms = setup.queues.iter().map(|q| (q.name, q.visibility_timeout_s * 1000)).collect();
-        let retention_ms = setup.queues.iter().map(|q| (q.name, q.retention_s.saturating_mul(1000))).collect();
+        let history = History {
+            entries: Vec::new(),
+            roles: worker_roles(&setup.workers, &roles),
+        };
+        let visibility_ms = setup
+            .queues
+            .iter()
+            .map(|q| (q.name, q.visibility_timeout_s * 1000))
+            .collect();
+        let retention_ms = setup
+            .queues
+            .iter()
+            .map(|q| (q.name, q.retention_s.saturating_mul(1000)))
+            .collect();
+        let concurrent: Vec<String> = setup
+            .workers
+            .iter()
+            .filter(|w| {
+                setup
+                    .external
+                    .iter()
+                    .any(|e| e.concurrent && role_of(&roles, w).is_some_and(|r| r.prefix == e.role))
+            })
+            .cloned()
+            .collect();
         let mut run = Run {
             sim,
             pg_kept,
@@ -243,6 +291,8 @@ impl<'a> Run<'a> {
             roles,
             identity,
             external_roles: setup.external.iter().map(|e| e.role).collect(),
+            concurrent,
+            quiet: Default::default(),
             step_timeout: step_timeout.unwrap_or(Duration::from_secs(CALL_TIMEOUT_S)),
             faults: setup.faults,
             leftovers: setup.leftovers,
@@ -256,7 +306,11 @@ impl<'a> Run<'a> {
             providers: setup.providers,
             cuts: Vec::new(),
             steps: 0,
-            dead_letters: setup.queues.iter().filter_map(|q| Some((q.name, q.dead_letter?))).collect(),
+            dead_letters: setup
+                .queues
+                .iter()
+                .filter_map(|q| Some((q.name, q.dead_letter?)))
+                .collect(),
             due_moves: Vec::new(),
         };
         let t1 = Instant::now();
@@ -266,7 +320,11 @@ impl<'a> Run<'a> {
             return Err(e);
         }
         run.pg_kept.started();
-        tracing::debug!(admin_ms, hosts_ms = t1.elapsed().as_secs_f64() * 1e3, "run started (namespace created; hosts connected)");
+        tracing::debug!(
+            admin_ms,
+            hosts_ms = t1.elapsed().as_secs_f64() * 1e3,
+            "run started (namespace created; hosts connected)"
+        );
         Ok(run)
     }
 
@@ -288,7 +346,10 @@ impl<'a> Run<'a> {
 
     fn check_worker(&self, w: &str) -> Result<()> {
         if !self.workers.iter().any(|x| x == w) {
-            return Err(inapplicable(format!("there is no worker `{w}` in this scenario (workers: {})", self.workers.join(" "))));
+            return Err(inapplicable(format!(
+                "there is no worker `{w}` in this scenario (workers: {})",
+                self.workers.join(" ")
+            )));
         }
         Ok(())
     }
@@ -300,12 +361,20 @@ impl<'a> Run<'a> {
     pub fn choices(&self, workers: &[String], crash: bool) -> Vec<Decision> {
         let mut out = Vec::new();
         for w in workers {
-            let Status::Parked { at, .. } = self.status(w) else { continue };
+            let Status::Parked { at, .. } = self.status(w) else {
+                continue;
+            };
             if !self.with_slot(w, |s| s.at_cycle_start) {
-                out.push(Decision::Step { worker: w.clone(), op: None });
+                out.push(Decision::Step {
+                    worker: w.clone(),
+                    op: None,
+                });
             }
             if crash && at.is_some() {
-                out.push(Decision::Crash { worker: w.clone(), at: None });
+                out.push(Decision::Crash {
+                    worker: w.clone(),
+                    at: None,
+                });
             }
         }
         out
@@ -316,7 +385,13 @@ impl<'a> Run<'a> {
     pub fn apply(&mut self, d: &Decision) -> Result<()> {
         match self.apply_strict(d) {
             Err(e) if self.lenient && e.downcast_ref::<Inapplicable>().is_some() => {
-                self.fault(FaultEvent::Skipped { decision: d.to_string(), why: format!("{e}") }, vec![]);
+                self.fault(
+                    FaultEvent::Skipped {
+                        decision: d.to_string(),
+                        why: format!("{e}"),
+                    },
+                    vec![],
+                );
                 Ok(())
             }
             r => r,
@@ -366,13 +441,25 @@ impl<'a> Run<'a> {
             Decision::Net(fault) => self.net_fault(*fault),
             Decision::Pg(fault) => {
                 self.world.borrow_mut().pg.apply(*fault);
-                self.fault(FaultEvent::Pg { name: fault.to_string(), text: fault.announcement().to_string() }, vec![]);
+                self.fault(
+                    FaultEvent::Pg {
+                        name: fault.to_string(),
+                        text: fault.announcement().to_string(),
+                    },
+                    vec![],
+                );
                 Ok(())
             }
             Decision::Sqs(crate::nemesis::sqs::SqsFault::Redrive) => self.redrive(),
             Decision::Sqs(fault) => {
                 self.world.borrow_mut().sqs.apply(*fault);
-                self.fault(FaultEvent::Sqs { name: fault.to_string(), text: fault.announcement().to_string() }, vec![]);
+                self.fault(
+                    FaultEvent::Sqs {
+                        name: fault.to_string(),
+                        text: fault.announcement().to_string(),
+                    },
+                    vec![],
+                );
                 Ok(())
             }
         }
@@ -381,6 +468,9 @@ impl<'a> Run<'a> {
     fn step(&mut self, w: &str, expect: Option<&str>) -> Result<()> {
         let _span = tracing::debug_span!("step", worker = w).entered();
         match self.status(w) {
+            Status::Parked { .. } if self.with_slot(w, |s| !s.units.is_empty()) => {
+                return self.step_unit(w, expect)
+            }
             Status::Parked { op, .. } => {
                 if let Some(e) = expect {
                     if e != op {
@@ -389,10 +479,19 @@ impl<'a> Run<'a> {
                 }
             }
             Status::Running { op, .. } => {
-                let by = self.with_slot(w, |s| s.blocked_by.clone()).unwrap_or_default();
-                return Err(inapplicable(format!("{w} is blocked in `{op}` by {}", by.join(", "))));
+                let by = self
+                    .with_slot(w, |s| s.blocked_by.clone())
+                    .unwrap_or_default();
+                return Err(inapplicable(format!(
+                    "{w} is blocked in `{op}` by {}",
+                    by.join(", ")
+                )));
             }
-            Status::Crashed => return Err(inapplicable(format!("{w} is crashed; restart it first (`{w}:restart`)"))),
+            Status::Crashed => {
+                return Err(inapplicable(format!(
+                    "{w} is crashed; restart it first (`{w}:restart`)"
+                )))
+            }
             Status::Waiting { .. } => return Err(inapplicable(format!("{w} has nothing to do"))),
             Status::Starting => return Err(inapplicable(format!("{w} is still starting"))),
         }
@@ -410,13 +509,56 @@ impl<'a> Run<'a> {
         self.settle(Some(w))
     }
 
+    /// Grants one held call of concurrent worker `w` ([`Slot::units`]): the first in their
+    /// order, the first labelled `expect` (`c1:claim`), or the k-th for `expect = "#k"`
+    /// (`c1/2`; past the last it wraps, so that a generated pick always applies).
+    fn step_unit(&mut self, w: &str, expect: Option<&str>) -> Result<()> {
+        let pick = self.with_slot(w, |s| {
+            let ops = || {
+                s.units
+                    .iter()
+                    .map(|u| format!("`{}`", u.op))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            match expect {
+                None => Ok(0),
+                Some(k) if k.starts_with('#') => {
+                    let k: usize = k[1..].parse().unwrap_or(1);
+                    Ok((k.max(1) - 1) % s.units.len())
+                }
+                Some(op) => s
+                    .units
+                    .iter()
+                    .position(|u| u.op == op)
+                    .ok_or_else(|| format!("{w} holds {}, not `{op}`", ops())),
+            }
+        });
+        let i = pick.map_err(inapplicable)?;
+        self.before_receive(w)?;
+        let notify = self.with_slot(w, |s| {
+            let u = &mut s.units[i];
+            u.granted = true;
+            let (op, notify) = (u.op, u.notify.clone());
+            if let Status::Parked { at, .. } = s.status {
+                s.status = Status::Running { op, at };
+            }
+            s.activity += 1;
+            notify
+        });
+        notify.notify_one();
+        self.settle(Some(w))
+    }
+
     /// In a generated schedule ([`Run::lenient`]), refuses (inapplicable) to step a handler
     /// whose receive would find nothing ([`Run::receive_finds_nothing`]): an empty
     /// ReceiveMessage changes nothing in SQS or in the worker, so the schedule does not spend a
     /// call on it (issue 14). Scripted schedules make every call they name.
     fn skip_empty_receive(&self, w: &str) -> Result<()> {
         match self.receive_finds_nothing(w).filter(|_| self.lenient) {
-            Some(queue) => Err(inapplicable(format!("{w}'s receive would find nothing: {queue} holds no visible message"))),
+            Some(queue) => Err(inapplicable(format!(
+                "{w}'s receive would find nothing: {queue} holds no visible message"
+            ))),
             None => Ok(()),
         }
     }
@@ -437,29 +579,45 @@ impl<'a> Run<'a> {
                 return Ok(());
             }
             let before = self.status(w);
-            self.skip_empty_receive(w).and_then(|()| self.step(w, None)).map_err(|e| match e.downcast_ref::<Inapplicable>() {
-                Some(_) => inapplicable(format!("{w} cannot reach {what}: {e}")),
-                None => e,
-            })?;
+            self.skip_empty_receive(w)
+                .and_then(|()| self.step(w, None))
+                .map_err(|e| match e.downcast_ref::<Inapplicable>() {
+                    Some(_) => inapplicable(format!("{w} cannot reach {what}: {e}")),
+                    None => e,
+                })?;
             let idle_again = self.with_slot(w, |s| s.idle) && self.status(w) == before;
-            let cycle_over = self.with_slot(w, |s| s.idle && s.at_cycle_start && matches!(s.status, Status::Parked { .. }));
+            let cycle_over = self.with_slot(w, |s| {
+                s.idle && s.at_cycle_start && matches!(s.status, Status::Parked { .. })
+            });
             let mut same_cycle_again = false;
-            if let Some(c) = self.kind(w).and_then(|k| self.polls.counter(k)).filter(|_| cycle_over) {
+            if let Some(c) = self
+                .kind(w)
+                .and_then(|k| self.polls.counter(k))
+                .filter(|_| cycle_over)
+            {
                 same_cycle_again = idle_cycle_at == Some(c);
                 idle_cycle_at = Some(c);
             }
             if (idle_again || same_cycle_again) && !self.with_slot(w, |s| done(s)) {
-                return Err(inapplicable(format!("{w} cannot reach {what}: it has nothing to do")));
+                return Err(inapplicable(format!(
+                    "{w} cannot reach {what}: it has nothing to do"
+                )));
             }
         }
-        return Err(inapplicable(format!("{w} did not reach {what} within {STEPS_TO_POINT_MAX} calls")))
+        return Err(inapplicable(format!(
+            "{w} did not reach {what} within {STEPS_TO_POINT_MAX} calls"
+        )));
     }
 
     /// `crash@<op>:applied`: runs `w` to call `op`, grants it with its reply withheld (an
     /// external worker's PostgreSQL proxy reads the reply and never relays it), then kills `w`.
     /// A call that blocks, or whose reply cannot be withheld, is noted and `w` killed anyway.
     fn crash_applied(&mut self, w: &str, op: &str) -> Result<()> {
-        self.run_until(w, &format!("call `{op}`"), |s| matches!(s.status, Status::Parked { op: o, .. } if o == op))?;
+        self.run_until(
+            w,
+            &format!("call `{op}`"),
+            |s| matches!(s.status, Status::Parked { op: o, .. } if o == op),
+        )?;
         let external = self.is_external(w);
         self.with_slot(w, |s| s.withhold = external);
         self.step(w, Some(op))?;
@@ -487,8 +645,12 @@ impl<'a> Run<'a> {
     /// the worker's to release. Errors (inapplicable): not an in-process handler, crashed, or
     /// it does not get back to its receive.
     fn stop(&mut self, w: &str) -> Result<()> {
-        if !matches!(self.kind(w), Some(crate::spec::RoleKind::Handler { .. })) || self.is_external(w) {
-            return Err(inapplicable(format!("{w} is not an in-process handler: only those stop gracefully")));
+        if !matches!(self.kind(w), Some(crate::spec::RoleKind::Handler { .. }))
+            || self.is_external(w)
+        {
+            return Err(inapplicable(format!(
+                "{w} is not an in-process handler: only those stop gracefully"
+            )));
         }
         if self.status(w) == Status::Crashed {
             return Err(inapplicable(format!("{w} is not running")));
@@ -502,7 +664,11 @@ impl<'a> Run<'a> {
             Err(e) if e.downcast_ref::<Inapplicable>().is_some() => {
                 // Blocked, or waiting on another worker: the signal stays, and the worker ends
                 // when it gets back to its receive.
-                self.with_slot(w, |s| s.notes.push(format!("stop requested: {w} ends when it gets back to its receive ({e:#})")));
+                self.with_slot(w, |s| {
+                    s.notes.push(format!(
+                        "stop requested: {w} ends when it gets back to its receive ({e:#})"
+                    ))
+                });
                 self.collect(None);
                 Ok(())
             }
@@ -513,7 +679,11 @@ impl<'a> Run<'a> {
     /// Ends the first worker asked to stop that is back at its receive (called as the
     /// scheduler settles, like the armed crashes).
     pub(super) fn fire_stops(&mut self) -> Result<()> {
-        let due = self.workers.iter().find(|w| self.with_slot(w, |s| s.stop_requested && back_at_receive(s))).cloned();
+        let due = self
+            .workers
+            .iter()
+            .find(|w| self.with_slot(w, |s| s.stop_requested && back_at_receive(s)))
+            .cloned();
         match due {
             Some(w) => self.kill(&w, true),
             None => Ok(()),
@@ -544,7 +714,11 @@ impl<'a> Run<'a> {
             s.blocked_by = None;
             s.in_pg = false;
             s.in_net = false;
-            s.completed = None;
+            s.completed.clear();
+            s.completed_epochs.clear();
+            s.units.clear();
+            s.in_flight.clear();
+            s.pending = 0;
             s.notes.clear();
             s.idle = false;
             s.stop_requested = false;
@@ -556,9 +730,18 @@ impl<'a> Run<'a> {
         });
         match graceful {
             true => tracing::info!(worker = w, t_ms = self.now(), "graceful stop"),
-            false => tracing::info!(worker = w, at = ?at, op = ?op, t_ms = self.now(), "crash injected"),
+            false => {
+                tracing::info!(worker = w, at = ?at, op = ?op, t_ms = self.now(), "crash injected")
+            }
         }
-        self.history.entries.push(Entry::Crash { t_ms: self.now(), worker: w.to_string(), at, op, graceful });
+        self.quiet.forget(w);
+        self.history.entries.push(Entry::Crash {
+            t_ms: self.now(),
+            worker: w.to_string(),
+            at,
+            op,
+            graceful,
+        });
         self.polls.db_changed();
         for pid in pids.into_iter().filter(|p| !recycled_pids.contains(p)) {
             self.admin.terminate_backend(pid)?;
@@ -578,7 +761,10 @@ impl<'a> Run<'a> {
             s.armed_failures.clear();
             s.armed_crashes.clear();
         });
-        self.history.entries.push(Entry::Restart { t_ms: self.now(), worker: w.to_string() });
+        self.history.entries.push(Entry::Restart {
+            t_ms: self.now(),
+            worker: w.to_string(),
+        });
         self.settle(None)
     }
 
@@ -599,7 +785,11 @@ impl<'a> Run<'a> {
             self.apply_fact(f);
         }
         tracing::debug!(fault = ?fault, t_ms = self.now(), "fault");
-        self.history.entries.push(Entry::Fault { t_ms: self.now(), fault, facts });
+        self.history.entries.push(Entry::Fault {
+            t_ms: self.now(),
+            fault,
+            facts,
+        });
     }
 
     /// Waits, before the next step, for a reply to one of `moving`'s calls: until a host task
@@ -621,17 +811,35 @@ impl<'a> Run<'a> {
         let mut last_check = Instant::now();
         let mut last_moving: Vec<String> = Vec::new();
         let mut spins = 0u32;
+        self.world.borrow_mut().epoch += 1;
         loop {
-            let moving: Vec<String> = {
+            let mut moving: Vec<String> = {
                 let w = self.world.borrow();
                 w.slots
                     .iter()
-                    .filter(|(_, s)| {
-                        matches!(s.status, Status::Starting | Status::Running { .. }) && s.blocked_by.is_none()
+                    .filter(|(n, s)| {
+                        let concurrent = self.concurrent.contains(n) && s.status != Status::Crashed;
+                        // A concurrent worker's process may be about to make more calls.
+                        let unsettled = concurrent
+                            && (s.pending > 0
+                                || s.in_flight.iter().any(|f| f.blocked_by.is_none()));
+                        unsettled
+                            || matches!(s.status, Status::Starting | Status::Running { .. })
+                                && s.blocked_by.is_none()
                     })
                     .map(|(n, _)| n.clone())
                     .collect()
             };
+            // The rest of the concurrent workers are still moving until their process is quiet.
+            for name in self.concurrent.clone() {
+                if !moving.contains(&name)
+                    && self.status(&name) != Status::Crashed
+                    && !self.quiet.settled(&name, &self.world)
+                {
+                    moving.push(name);
+                }
+            }
+            moving.sort();
             if moving.is_empty() {
                 if self.recheck_blocked()? {
                     continue;
@@ -657,7 +865,11 @@ impl<'a> Run<'a> {
             self.steps += 1;
             if let Err(e) = self.sim.step() {
                 // A fatal condition (a worker requiring TLS) explains a host's failure best.
-                bail!("{}", self.fatal().unwrap_or_else(|| format!("a worker host failed: {e}")));
+                bail!(
+                    "{}",
+                    self.fatal()
+                        .unwrap_or_else(|| format!("a worker host failed: {e}"))
+                );
             }
             self.make_cuts();
             if last_check.elapsed() >= Duration::from_millis(2) {
@@ -679,7 +891,11 @@ impl<'a> Run<'a> {
                         _ => format!("{w} (starting)"),
                     })
                     .collect();
-                bail!("{} made no progress for {} s", at.join(", "), self.step_timeout.as_secs());
+                bail!(
+                    "{} made no progress for {} s",
+                    at.join(", "),
+                    self.step_timeout.as_secs()
+                );
             }
             if let Some(why) = self.fatal() {
                 bail!("{why}");
@@ -696,13 +912,20 @@ impl<'a> Run<'a> {
     /// The evidence: it connected to PostgreSQL through its proxy, so it runs, yet it never
     /// asked its SQS proxy for anything.
     fn bypasses_sqs(&self, w: &str) -> bool {
-        let handler = role_of(&self.roles, w).is_some_and(|r| matches!(r.kind, RoleKind::Handler { .. }));
-        handler && self.is_external(w) && self.with_slot(w, |s| s.sqs_requests == 0 && !s.backend_pids.is_empty())
+        let handler =
+            role_of(&self.roles, w).is_some_and(|r| matches!(r.kind, RoleKind::Handler { .. }));
+        handler
+            && self.is_external(w)
+            && self.with_slot(w, |s| s.sqs_requests == 0 && !s.backend_pids.is_empty())
     }
 
     /// Why the run must stop, when a worker set a fatal condition ([`Slot::fatal`]).
     fn fatal(&self) -> Option<String> {
-        self.world.borrow().slots.values().find_map(|s| s.fatal.clone())
+        self.world
+            .borrow()
+            .slots
+            .values()
+            .find_map(|s| s.fatal.clone())
     }
 
     /// Whether the fleet has external worker processes (and so the schema `crashpoint_now()`).
@@ -719,7 +942,9 @@ impl<'a> Run<'a> {
     fn apply_fact(&mut self, f: &Fact) {
         // The latest handle of a message its holder releases, before the clock forgets it.
         let released = match f {
-            Fact::VisibilityChanged { msg, secs: 0, .. } => self.clock.in_flight.get(msg).map(|i| i.receipt.clone()),
+            Fact::VisibilityChanged { msg, secs: 0, .. } => {
+                self.clock.in_flight.get(msg).map(|i| i.receipt.clone())
+            }
             _ => None,
         };
         self.clock.apply(f);
@@ -733,7 +958,11 @@ impl<'a> Run<'a> {
                 self.not_due(msg);
             }
             // Released (a graceful stop, a retry without delay): visible again at once.
-            Fact::VisibilityChanged { queue, msg, secs: 0 } => {
+            Fact::VisibilityChanged {
+                queue,
+                msg,
+                secs: 0,
+            } => {
                 self.polls.message_visible(queue, msg);
                 if let Some(receipt) = released {
                     self.visible_again(queue, msg, &receipt);
@@ -748,10 +977,24 @@ impl<'a> Run<'a> {
         // What the providers did happened during the calls that complete now.
         self.collect_provider_log();
         let mut order: Vec<String> = granted.map(str::to_string).into_iter().collect();
-        order.extend(self.workers.iter().filter(|w| Some(w.as_str()) != granted).cloned());
+        order.extend(
+            self.workers
+                .iter()
+                .filter(|w| Some(w.as_str()) != granted)
+                .cloned(),
+        );
         for w in order {
-            let (step, notes) = self.with_slot(&w, |s| (s.completed.take(), std::mem::take(&mut s.notes)));
-            if let Some(mut step) = step {
+            let (steps, notes) = self.with_slot(&w, |s| {
+                s.completed_epochs.clear();
+                (
+                    std::mem::take(&mut s.completed),
+                    std::mem::take(&mut s.notes),
+                )
+            });
+            for mut step in steps {
+                if let Some(unit) = &mut step.unit {
+                    *unit = self.world.borrow_mut().names.relabel_all(unit);
+                }
                 if let super::history::Outcome::Error { message } = &mut step.outcome {
                     *message = self.world.borrow_mut().names.relabel_all(message);
                 }
@@ -760,7 +1003,10 @@ impl<'a> Run<'a> {
                     // A FIFO queue delivers exactly once: no redelivery after a delete there.
                     if let Fact::Deleted { queue, msg } = f {
                         let fifo = self.admin.queues.is_fifo(queue);
-                        if let Some((_, body)) = (!fifo).then(|| self.world.borrow_mut().sqs.take_redelivery(msg)).flatten() {
+                        if let Some((_, body)) = (!fifo)
+                            .then(|| self.world.borrow_mut().sqs.take_redelivery(msg))
+                            .flatten()
+                        {
                             self.redeliveries.push((msg.clone(), *queue, body));
                         }
                     }
@@ -776,7 +1022,11 @@ impl<'a> Run<'a> {
             }
             for text in notes {
                 let text = self.world.borrow_mut().names.relabel_all(&text);
-                self.history.entries.push(Entry::Note { t_ms: self.now(), worker: w.clone(), text });
+                self.history.entries.push(Entry::Note {
+                    t_ms: self.now(),
+                    worker: w.clone(),
+                    text,
+                });
             }
         }
     }
@@ -785,7 +1035,17 @@ impl<'a> Run<'a> {
     /// which go to the namespace for its next schedule) and hands over the history and the
     /// admin connections.
     pub fn finish(self) -> Finished {
-        let Run { sim, world, mut admin, history, keys, providers, steps, pg_kept, .. } = self;
+        let Run {
+            sim,
+            world,
+            mut admin,
+            history,
+            keys,
+            providers,
+            steps,
+            pg_kept,
+            ..
+        } = self;
         // The hosts stop: the connections their workers leave idle are kept.
         pg_kept.collect();
         drop(sim);
@@ -794,9 +1054,22 @@ impl<'a> Run<'a> {
         admin.kept = super::worker_pg::reset(pg_kept.drain());
         let effects = providers.iter().flat_map(|p| p.effects()).collect();
         let mut w = world.borrow_mut();
-        let passed = w.slots.values().flat_map(|s| s.passed.iter().copied()).collect();
+        let passed = w
+            .slots
+            .values()
+            .flat_map(|s| s.passed.iter().copied())
+            .collect();
         let names = std::mem::take(&mut w.names);
-        Finished { history, admin, calls: w.calls, passed, keys: keys.into_iter().collect(), names, effects, steps }
+        Finished {
+            history,
+            admin,
+            calls: w.calls,
+            passed,
+            keys: keys.into_iter().collect(),
+            names,
+            effects,
+            steps,
+        }
     }
 }
 

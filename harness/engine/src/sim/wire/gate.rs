@@ -45,6 +45,19 @@ pub struct PgCall {
     /// The connection's transaction status before the call, from the last ReadyForQuery: `I`
     /// idle, `T` in a transaction, `E` in a failed one (`None` before the first).
     pub status: Option<u8>,
+    /// What tells this call apart from a concurrent worker's other held calls whatever their
+    /// arrival order: the first held statement of the connection's transaction with its bound
+    /// parameters, then this call's (set by the proxy).
+    pub key: String,
+    /// The bound parameters of its Bind messages, as text (hex when not UTF-8, `NULL`).
+    pub params: Vec<String>,
+    /// The first bound parameter of the transaction's first held statement (set by the proxy).
+    pub about: Option<String>,
+    /// The connection's number, in the order the worker opened its connections: between two
+    /// held calls of the same text, the one on the connection opened first goes first (a pool
+    /// hands out connections in the order its handlers asked, which the worker's own code
+    /// decides, not real time).
+    pub opened: u64,
 }
 
 /// What the server answered to one [`PgCall`].
@@ -81,4 +94,13 @@ pub trait PgGate {
     /// ([`Admit::LoseReply`], [`Admit::Reset`]): `call` ends with the connection error
     /// `message`.
     fn dropped(&self, pid: i32, call: &PgCall, message: &str);
+    /// An exchange that is not a held call is under way (`true`: a connection's start-up, a
+    /// call that passes ungated) or over.
+    fn pending(&self, _on: bool) {}
+    /// Bytes moved between the worker and the proxy.
+    fn touch(&self) {}
+    /// The connection's task ends.
+    fn ended(&self) {}
+    /// The client's startup message named `application_name`.
+    fn client(&self, _application_name: String) {}
 }

@@ -2,7 +2,9 @@
 //!
 //! Each command is one call; `MULTI … EXEC` is one call, gated at EXEC (nothing runs before
 //! it: Redis docs, "Transactions"). Handshake and health traffic passes ungated: `HELLO`,
-//! `AUTH`, `SELECT`, `CLIENT …`, `PING`, `ECHO`, and the commands queued inside a MULTI.
+//! `AUTH`, `SELECT`, `CLIENT …` (`CLIENT SETINFO lib-name` of redis-py, ioredis, Lettuce and
+//! phpredis names the client library in errors), `INFO` (ioredis's ready check), `COMMAND`,
+//! `PING`, `ECHO`, and the commands queued inside a MULTI.
 //! Pipelined commands are forwarded one at a time, so that each stays a call of its own.
 
 use std::rc::Rc;
@@ -17,16 +19,23 @@ use super::worker::WireWorker;
 use crate::sim::history::{Fact, Outcome, Service};
 
 /// Commands that pass ungated.
-const PASS: &[&str] = &["HELLO", "AUTH", "SELECT", "CLIENT", "PING", "ECHO", "MULTI", "DISCARD", "QUIT", "RESET"];
+pub const PASS: &[&str] = &[
+    "HELLO", "AUTH", "SELECT", "CLIENT", "INFO", "COMMAND", "PING", "ECHO", "MULTI", "DISCARD",
+    "QUIT", "RESET",
+];
 
 /// Serves worker connections on `listener`, each relayed to Redis at `upstream` (`host:port`),
 /// until dropped.
 pub async fn serve(listener: TcpListener, upstream: String, worker: Rc<WireWorker>) {
     loop {
-        let Ok((client, _)) = listener.accept().await else { continue };
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
         let (upstream, worker) = (upstream.clone(), worker.clone());
         tokio::task::spawn_local(async move {
-            if let Err(e) = relay(client, &upstream, &worker).await {
+            let r = relay(client, &upstream, &worker).await;
+            worker.task_ended();
+            if let Err(e) = r {
                 tracing::debug!(worker = %worker.me, error = %e, "redis proxy connection ended");
             }
         });
@@ -57,14 +66,17 @@ fn read_reply(buf: &[u8]) -> Result<Option<(Reply, usize)>> {
             (reply, n)
         }));
     }
-    let r = redis_protocol::resp3::decode::complete::decode(buf).map_err(|e| anyhow!("malformed reply from Redis: {e:?}"))?;
+    let r = redis_protocol::resp3::decode::complete::decode(buf)
+        .map_err(|e| anyhow!("malformed reply from Redis: {e:?}"))?;
     Ok(r.map(|(f, n)| {
         let reply = match f {
             Resp3::SimpleString { .. } | Resp3::BlobString { .. } => Reply::Ok,
             Resp3::Null => Reply::Null,
             Resp3::Number { data, .. } => Reply::Int(data),
             Resp3::SimpleError { data, .. } => Reply::Error(data),
-            Resp3::BlobError { data, .. } => Reply::Error(String::from_utf8_lossy(&data).into_owned()),
+            Resp3::BlobError { data, .. } => {
+                Reply::Error(String::from_utf8_lossy(&data).into_owned())
+            }
             _ => Reply::Other,
         };
         (reply, n)
@@ -89,14 +101,15 @@ fn read_command(buf: &[u8]) -> Result<Option<(Vec<String>, usize)>> {
     }
 }
 
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<bool> {
+async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, worker: &WireWorker) -> Result<bool> {
     let mut chunk = [0u8; 16 * 1024];
     let n = stream.read(&mut chunk).await?;
+    worker.touch();
     buf.extend_from_slice(&chunk[..n]);
     Ok(n > 0)
 }
 
-async fn relay(mut client: TcpStream, upstream: &str, worker: &WireWorker) -> Result<()> {
+async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -> Result<()> {
     let mut server = TcpStream::connect(upstream).await?;
     let (mut from_client, mut from_server) = (Vec::new(), Vec::new());
     let mut in_multi = false;
@@ -105,24 +118,53 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &WireWorker) -> Re
             if let Some(c) = read_command(&from_client)? {
                 break c;
             }
-            if !fill(&mut client, &mut from_client).await? {
+            if !fill(&mut client, &mut from_client, worker).await? {
                 return Ok(()); // the worker closed (or died): drop the upstream at once
             }
         };
         let bytes: Vec<u8> = from_client.drain(..n).collect();
-        let name = args.first().map(|a| a.to_ascii_uppercase()).unwrap_or_default();
+        let name = args
+            .first()
+            .map(|a| a.to_ascii_uppercase())
+            .unwrap_or_default();
         let gated = !PASS.contains(&name.as_str()) && !(in_multi && name != "EXEC");
         in_multi = (in_multi || name == "MULTI") && name != "EXEC" && name != "DISCARD";
-        let op = worker.ext.label_of(&name, false).unwrap_or_else(|| label(&name, &args));
+        let op = worker
+            .ext
+            .label_of(&name, false)
+            .unwrap_or_else(|| label(&name, &args));
+        if name == "CLIENT"
+            && args
+                .get(1)
+                .is_some_and(|a| a.eq_ignore_ascii_case("SETINFO"))
+        {
+            if let (Some(k), Some(v)) = (args.get(2), args.get(3)) {
+                worker.saw_client(format!("Redis client {}={v}", k.to_ascii_lowercase()));
+            }
+        }
         if gated {
             // Held, while watching the client: a command whose client went away is never sent.
             let granted = {
-                let held = worker.hold(op, Service::Redis, false);
+                let key = args.join(" ");
+                let about = worker
+                    .ext
+                    .concurrent
+                    .then(|| args.get(1).cloned())
+                    .flatten();
+                let held = worker.hold(super::worker::Held {
+                    op,
+                    service: Service::Redis,
+                    cycle_start: false,
+                    key,
+                    pid: None,
+                    about,
+                    tie: 0,
+                });
                 tokio::pin!(held);
                 loop {
                     tokio::select! {
                         g = &mut held => break g,
-                        more = fill(&mut client, &mut from_client) => if !more? { return Ok(()) },
+                        more = fill(&mut client, &mut from_client, worker) => if !more? { return Ok(()) },
                     }
                 }
             };
@@ -131,16 +173,26 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &WireWorker) -> Re
                 if name == "EXEC" {
                     // The transaction is dropped as a failed EXEC drops it (Redis: EXECABORT).
                     server.write_all(b"*1\r\n$7\r\nDISCARD\r\n").await?;
-                    read_one(&mut server, &mut from_server).await?;
-                    client.write_all(format!("-EXECABORT {}\r\n", super::worker::injected_error(cp)).as_bytes()).await?;
+                    read_one(&mut server, &mut from_server, worker).await?;
+                    client
+                        .write_all(
+                            format!("-EXECABORT {}\r\n", super::worker::injected_error(cp))
+                                .as_bytes(),
+                        )
+                        .await?;
                 } else {
-                    client.write_all(format!("-ERR {}\r\n", super::worker::injected_error(cp)).as_bytes()).await?;
+                    client
+                        .write_all(
+                            format!("-ERR {}\r\n", super::worker::injected_error(cp)).as_bytes(),
+                        )
+                        .await?;
                 }
                 continue;
             }
         }
+        let _pending = (!gated).then(|| worker.pending_guard());
         server.write_all(&bytes).await?;
-        let (reply, out) = read_one(&mut server, &mut from_server).await?;
+        let (reply, out) = read_one(&mut server, &mut from_server, worker).await?;
         client.write_all(&out).await?;
         if gated {
             let (outcome, facts) = outcome(&name, &args, &reply);
@@ -150,12 +202,16 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &WireWorker) -> Re
 }
 
 /// Reads one complete reply from the server: what it says, and its bytes.
-async fn read_one(server: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(Reply, Vec<u8>)> {
+async fn read_one(
+    server: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    worker: &WireWorker,
+) -> Result<(Reply, Vec<u8>)> {
     loop {
         if let Some((reply, n)) = read_reply(buf)? {
             return Ok((reply, buf.drain(..n).collect()));
         }
-        if !fill(server, buf).await? {
+        if !fill(server, buf, worker).await? {
             bail!("Redis closed the connection");
         }
     }
@@ -164,8 +220,12 @@ async fn read_one(server: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(Reply, V
 /// Whether `EVAL script 1 key token` is a lock's compare-and-delete (its script reads the key
 /// and deletes it, as [`crate::sim::cx::COMPARE_AND_DELETE`] and Symfony's RedisStore do).
 fn is_compare_and_delete(name: &str, args: &[String]) -> bool {
-    let script = args.get(1).map(|s| s.to_ascii_lowercase()).unwrap_or_default();
-    let calls = |cmd: &str| script.contains(&format!("'{cmd}'")) || script.contains(&format!("\"{cmd}\""));
+    let script = args
+        .get(1)
+        .map(|s| s.to_ascii_lowercase())
+        .unwrap_or_default();
+    let calls =
+        |cmd: &str| script.contains(&format!("'{cmd}'")) || script.contains(&format!("\"{cmd}\""));
     name == "EVAL" && args.get(2).is_some_and(|n| n == "1") && calls("get") && calls("del")
 }
 
@@ -180,8 +240,15 @@ fn label(name: &str, args: &[String]) -> &'static str {
 
 /// The TTL of a `SET … PX ms | EX s`, ms (0 when none).
 fn ttl_ms(args: &[String]) -> u64 {
-    let find = |opt: &str| args.iter().position(|a| a.eq_ignore_ascii_case(opt)).and_then(|i| args.get(i + 1)).and_then(|v| v.parse::<u64>().ok());
-    find("PX").or_else(|| find("EX").map(|s| s * 1000)).unwrap_or(0)
+    let find = |opt: &str| {
+        args.iter()
+            .position(|a| a.eq_ignore_ascii_case(opt))
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    find("PX")
+        .or_else(|| find("EX").map(|s| s * 1000))
+        .unwrap_or(0)
 }
 
 fn outcome(name: &str, args: &[String], reply: &Reply) -> (Outcome, Vec<Fact>) {
@@ -192,7 +259,14 @@ fn outcome(name: &str, args: &[String], reply: &Reply) -> (Outcome, Vec<Fact>) {
         "SET" if args.iter().any(|a| a.eq_ignore_ascii_case("NX")) => {
             let taken = *reply == Reply::Ok;
             let key = args.get(1).cloned().unwrap_or_default();
-            let facts = if taken { vec![Fact::LockTaken { key, ttl_ms: ttl_ms(args) }] } else { vec![] };
+            let facts = if taken {
+                vec![Fact::LockTaken {
+                    key,
+                    ttl_ms: ttl_ms(args),
+                }]
+            } else {
+                vec![]
+            };
             (Outcome::Locked { taken }, facts)
         }
         "DEL" | "UNLINK" => {
@@ -201,11 +275,19 @@ fn outcome(name: &str, args: &[String], reply: &Reply) -> (Outcome, Vec<Fact>) {
             // released (a key still held keeps its logical expiry).
             let keys = &args[1.min(args.len())..];
             let facts = match reply {
-                Reply::Int(n) if *n > 0 && *n as usize == keys.len() => {
-                    keys.iter().map(|k| Fact::LockReleased { key: k.clone(), checked: false }).collect()
-                }
+                Reply::Int(n) if *n > 0 && *n as usize == keys.len() => keys
+                    .iter()
+                    .map(|k| Fact::LockReleased {
+                        key: k.clone(),
+                        checked: false,
+                    })
+                    .collect(),
                 Reply::Int(n) if *n > 0 => {
-                    tracing::warn!(deleted = n, keys = keys.len(), "a DEL of several keys deleted some: none is recorded as released");
+                    tracing::warn!(
+                        deleted = n,
+                        keys = keys.len(),
+                        "a DEL of several keys deleted some: none is recorded as released"
+                    );
                     vec![]
                 }
                 _ => vec![],
@@ -215,7 +297,11 @@ fn outcome(name: &str, args: &[String], reply: &Reply) -> (Outcome, Vec<Fact>) {
         "EVAL" if is_compare_and_delete(name, args) => {
             let held = matches!(reply, Reply::Int(n) if *n > 0);
             let key = args.get(3).cloned().unwrap_or_default();
-            let facts = if held { vec![Fact::LockReleased { key, checked: true }] } else { vec![] };
+            let facts = if held {
+                vec![Fact::LockReleased { key, checked: true }]
+            } else {
+                vec![]
+            };
             (Outcome::Unlocked { held }, facts)
         }
         _ => (Outcome::Done, vec![]),
@@ -228,8 +314,13 @@ mod tests {
 
     #[test]
     fn commands_and_replies_frame() {
-        let (args, n) = read_command(b"*3\r\n$3\r\nDEL\r\n$1\r\nk\r\n$1\r\nj\r\n*1\r\n").unwrap().unwrap();
-        assert_eq!((args, n), (vec!["DEL".to_string(), "k".into(), "j".into()], 27));
+        let (args, n) = read_command(b"*3\r\n$3\r\nDEL\r\n$1\r\nk\r\n$1\r\nj\r\n*1\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (args, n),
+            (vec!["DEL".to_string(), "k".into(), "j".into()], 27)
+        );
         assert_eq!(read_command(b"*2\r\n$3\r\nDEL").unwrap(), None);
         assert_eq!(read_reply(b":1\r\n").unwrap(), Some((Reply::Int(1), 4)));
         assert_eq!(read_reply(b"$-1\r\n").unwrap(), Some((Reply::Null, 5)));
@@ -238,22 +329,57 @@ mod tests {
 
     #[test]
     fn lock_and_unlock_become_facts() {
-        let set: Vec<String> = ["SET", "k", "1", "NX", "PX", "20000"].map(String::from).to_vec();
+        let set: Vec<String> = ["SET", "k", "1", "NX", "PX", "20000"]
+            .map(String::from)
+            .to_vec();
         assert_eq!(label("SET", &set), "lock");
         let (o, f) = outcome("SET", &set, &Reply::Ok);
-        assert_eq!((o, f), (Outcome::Locked { taken: true }, vec![Fact::LockTaken { key: "k".into(), ttl_ms: 20000 }]));
+        assert_eq!(
+            (o, f),
+            (
+                Outcome::Locked { taken: true },
+                vec![Fact::LockTaken {
+                    key: "k".into(),
+                    ttl_ms: 20000
+                }]
+            )
+        );
         let (o, f) = outcome("DEL", &["DEL".into(), "k".into()], &Reply::Int(0));
         assert_eq!((o, f), (Outcome::Unlocked { held: false }, vec![]));
         let (o, f) = outcome("DEL", &["DEL".into(), "k".into()], &Reply::Int(1));
-        assert_eq!((o, f), (Outcome::Unlocked { held: true }, vec![Fact::LockReleased { key: "k".into(), checked: false }]));
-        let cad: Vec<String> = ["EVAL", crate::sim::cx::COMPARE_AND_DELETE, "1", "k", "p.1"].map(String::from).to_vec();
+        assert_eq!(
+            (o, f),
+            (
+                Outcome::Unlocked { held: true },
+                vec![Fact::LockReleased {
+                    key: "k".into(),
+                    checked: false
+                }]
+            )
+        );
+        let cad: Vec<String> = ["EVAL", crate::sim::cx::COMPARE_AND_DELETE, "1", "k", "p.1"]
+            .map(String::from)
+            .to_vec();
         assert_eq!(label("EVAL", &cad), "unlock");
         let (o, f) = outcome("EVAL", &cad, &Reply::Int(1));
-        assert_eq!((o, f), (Outcome::Unlocked { held: true }, vec![Fact::LockReleased { key: "k".into(), checked: true }]));
+        assert_eq!(
+            (o, f),
+            (
+                Outcome::Unlocked { held: true },
+                vec![Fact::LockReleased {
+                    key: "k".into(),
+                    checked: true
+                }]
+            )
+        );
         let (o, f) = outcome("EVAL", &cad, &Reply::Int(0));
         assert_eq!((o, f), (Outcome::Unlocked { held: false }, vec![]));
         let two: Vec<String> = ["DEL", "k", "j"].map(String::from).to_vec();
-        assert_eq!(outcome("DEL", &two, &Reply::Int(1)).1, vec![], "one of two deleted: which is unknown");
+        assert_eq!(
+            outcome("DEL", &two, &Reply::Int(1)).1,
+            vec![],
+            "one of two deleted: which is unknown"
+        );
         assert_eq!(outcome("DEL", &two, &Reply::Int(2)).1.len(), 2);
         let other: Vec<String> = ["EVAL", "return 1", "0"].map(String::from).to_vec();
         assert_eq!(label("EVAL", &other), "eval");

@@ -9,6 +9,7 @@
 //! labels = { claim = "INSERT INTO inbox", ack = "DeleteMessage" }  # calls by wire predicate
 //! pass = ["SELECT version()"]                              # more statements that pass ungated
 //! step_timeout_s = 10
+//! concurrent = false    # true: several calls in flight (a batch in parallel, heartbeats)
 //! ```
 //!
 //! Paths in `command` and `setup` are relative to the directory that holds `scenarios/` (the
@@ -43,6 +44,8 @@ pub struct ExternalRaw {
     step_timeout_s: u64,
     #[serde(default)]
     poll: Option<String>,
+    #[serde(default)]
+    concurrent: bool,
 }
 
 fn default_step_timeout_s() -> u64 {
@@ -87,6 +90,12 @@ pub struct External {
     /// Where it is declared, for errors: `scenarios/x.toml: [external.c]` by default, or a
     /// workload file's `[roles.c]`.
     pub origin: Option<String>,
+    /// Whether the process may have several calls in flight at once (`concurrent = true`: a
+    /// batch handled in parallel, a heartbeat, a pool's connections). Each held call is then a
+    /// choice of its own (`c1`, `c1/2`, …, [`crate::sim::world::Slot::units`]) and the
+    /// scheduler waits for the process to settle after each reply; else a second call while
+    /// one is held stops the run (exit 2), naming both.
+    pub concurrent: bool,
 }
 
 /// How one system (variant) runs an external worker's command.
@@ -102,10 +111,18 @@ impl External {
     /// Checks `raw` for role `prefix` of the workload. `root` is the directory that holds
     /// `scenarios/`. Errors: an unknown role, an empty command, a crash point the role does
     /// not declare.
-    pub fn resolve(prefix: &str, raw: ExternalRaw, roles: &[RoleSpec], root: &Path) -> Result<External> {
+    pub fn resolve(
+        prefix: &str,
+        raw: ExternalRaw,
+        roles: &[RoleSpec],
+        root: &Path,
+    ) -> Result<External> {
         let role = roles.iter().find(|r| r.prefix == prefix).ok_or_else(|| {
             let known: Vec<&str> = roles.iter().map(|r| r.prefix).collect();
-            anyhow!("unknown role `{prefix}`; expected one of {}", known.join(", "))
+            anyhow!(
+                "unknown role `{prefix}`; expected one of {}",
+                known.join(", ")
+            )
         })?;
         if raw.command.is_empty() {
             bail!("field `command`: expected the worker's command line, e.g. [\"python3\", \"worker.py\"]");
@@ -124,7 +141,11 @@ impl External {
         }
         let mut labels = Vec::new();
         for (label, predicate) in raw.labels {
-            if label.is_empty() || !label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+            if label.is_empty()
+                || !label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            {
                 bail!("field `labels.{label}`: a call label is lower case letters, digits and `_`");
             }
             if predicate.trim().is_empty() {
@@ -137,10 +158,18 @@ impl External {
         }
         let poll = match raw.poll {
             None => None,
-            Some(p) if p.is_empty() || !p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') => {
+            Some(p)
+                if p.is_empty()
+                    || !p
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') =>
+            {
                 bail!("field `poll`: expected a call label (lower case letters, digits and `_`), e.g. \"claim\", found `{p}`")
             }
-            Some(p) if role.kind != crate::spec::RoleKind::Poller && role.kind != crate::spec::RoleKind::Periodic => {
+            Some(p)
+                if role.kind != crate::spec::RoleKind::Poller
+                    && role.kind != crate::spec::RoleKind::Periodic =>
+            {
                 bail!("field `poll`: role `{prefix}` is not a poller; only a poller's cycles start with a PostgreSQL call (`{p}`)")
             }
             Some(p) => Some(intern(&p)),
@@ -153,12 +182,17 @@ impl External {
             cwd: root.to_path_buf(),
             systems: raw.systems,
             points,
-            pass: raw.pass.into_iter().map(|p| p.to_ascii_uppercase()).collect(),
+            pass: raw
+                .pass
+                .into_iter()
+                .map(|p| p.to_ascii_uppercase())
+                .collect(),
             labels,
             step_timeout_s: raw.step_timeout_s,
             poll,
             variants: BTreeMap::new(),
             origin: None,
+            concurrent: raw.concurrent,
         })
     }
 
@@ -166,7 +200,16 @@ impl External {
     /// command name) is `text`: for SQL the first predicate it contains, else one equal to it.
     pub fn label_of(&self, text: &str, contains: bool) -> Option<&'static str> {
         let text = text.to_ascii_uppercase();
-        self.labels.iter().find(|(_, p)| if contains { text.contains(p.as_str()) } else { text == *p }).map(|(l, _)| *l)
+        self.labels
+            .iter()
+            .find(|(_, p)| {
+                if contains {
+                    text.contains(p.as_str())
+                } else {
+                    text == *p
+                }
+            })
+            .map(|(l, _)| *l)
     }
 
     /// The crash point a worker stands at after call `op`, if any.
@@ -178,7 +221,12 @@ impl External {
     /// with the variant's arguments, `env` with the variant's entries over it.
     pub fn for_system(&self, system: &str) -> (Vec<String>, Vec<(String, String)>) {
         let v = self.variants.get(system);
-        let command = self.command.iter().chain(v.map(|v| &v.args).into_iter().flatten()).cloned().collect();
+        let command = self
+            .command
+            .iter()
+            .chain(v.map(|v| &v.args).into_iter().flatten())
+            .cloned()
+            .collect();
         let mut env = self.env.clone();
         if let Some(v) = v {
             env.extend(v.env.clone());

@@ -6,6 +6,9 @@
 //! at the proxy. ReceiveMessage, SendMessage, DeleteMessage and ChangeMessageVisibility are
 //! gated; the rest (GetQueueUrl, GetQueueAttributes, …) passes.
 //!
+//! A ReceiveMessage that sets `VisibilityTimeout=n` is forwarded with the harness's real hour
+//! instead, and the logical clock hides its messages for `n` logical seconds.
+//!
 //! Three calls are answered by the harness instead of forwarded, so that only the logical
 //! clock decides visibility (AWS SQS developer guide, "Visibility timeout"):
 //! - a ReceiveMessage on a queue with no visible message gets an empty reply at once (a long
@@ -44,21 +47,37 @@ pub struct SqsProxy {
 impl SqsProxy {
     /// A proxy for `worker` in front of LocalStack at `upstream` (`host:port`).
     pub fn new(worker: Rc<WireWorker>, upstream: String, sqs: aws_sdk_sqs::Client) -> SqsProxy {
-        SqsProxy { worker, upstream, sqs, last_invocation: Default::default() }
+        SqsProxy {
+            worker,
+            upstream,
+            sqs,
+            last_invocation: Default::default(),
+        }
     }
 }
 
 /// Serves HTTP/1 on `listener` until dropped; one `spawn_local` task per connection.
 pub async fn serve(listener: TcpListener, proxy: Rc<SqsProxy>) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
         let proxy = proxy.clone();
         tokio::task::spawn_local(async move {
+            let worker = proxy.worker.clone();
             let svc = hyper::service::service_fn(move |req| {
                 let proxy = proxy.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&proxy, req).await) }
+                async move {
+                    proxy.worker.touch();
+                    let reply = handle(&proxy, req).await;
+                    proxy.worker.touch();
+                    Ok::<_, std::convert::Infallible>(reply)
+                }
             });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+            worker.task_ended();
         });
     }
 }
@@ -83,11 +102,45 @@ impl Call {
         if let Some(t) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
             let op = t.strip_prefix("AmazonSQS.")?.to_string();
             let json = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
-            return Some(Call { proto: Proto::Json, op, json, form: vec![] });
+            return Some(Call {
+                proto: Proto::Json,
+                op,
+                json,
+                form: vec![],
+            });
         }
         let form: Vec<(String, String)> = url::form_urlencoded::parse(body).into_owned().collect();
         let op = form.iter().find(|(k, _)| k == "Action")?.1.clone();
-        Some(Call { proto: Proto::Query, op, json: serde_json::Value::Null, form })
+        Some(Call {
+            proto: Proto::Query,
+            op,
+            json: serde_json::Value::Null,
+            form,
+        })
+    }
+
+    /// The request body with parameter `key` set to `value` (a number in JSON).
+    fn with_param(&self, key: &str, value: &str) -> Bytes {
+        match self.proto {
+            Proto::Json => {
+                let mut v = self.json.clone();
+                if let Some(o) = v.as_object_mut() {
+                    let n = value
+                        .parse::<u64>()
+                        .map(serde_json::Value::from)
+                        .unwrap_or_else(|_| value.into());
+                    o.insert(key.to_string(), n);
+                }
+                Bytes::from(v.to_string())
+            }
+            Proto::Query => {
+                let mut out = url::form_urlencoded::Serializer::new(String::new());
+                for (k, v) in &self.form {
+                    out.append_pair(k, if k == key { value } else { v });
+                }
+                Bytes::from(out.finish())
+            }
+        }
     }
 
     fn param(&self, key: &str) -> Option<String> {
@@ -96,7 +149,11 @@ impl Call {
                 serde_json::Value::String(s) => Some(s.clone()),
                 v => Some(v.to_string()),
             },
-            Proto::Query => self.form.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()),
+            Proto::Query => self
+                .form
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone()),
         }
     }
 
@@ -122,7 +179,12 @@ impl Call {
                 .collect(),
             Proto::Query => (1..)
                 .map_while(|n| {
-                    let get = |k: &str| self.form.iter().find(|(key, _)| *key == format!("{prefix}.{n}.{k}")).map(|(_, v)| v.clone());
+                    let get = |k: &str| {
+                        self.form
+                            .iter()
+                            .find(|(key, _)| *key == format!("{prefix}.{n}.{k}"))
+                            .map(|(_, v)| v.clone())
+                    };
                     Some((get("Id")?, get(field).unwrap_or_default()))
                 })
                 .collect(),
@@ -131,10 +193,17 @@ impl Call {
 
     /// A batch operation's reply: the ids that succeeded, and the failed ones with their
     /// error code (`SenderFault` false), in this request's wire form.
-    fn batch_reply(&self, successful: &[String], failed: &[(String, String)]) -> Response<Full<Bytes>> {
+    fn batch_reply(
+        &self,
+        successful: &[String],
+        failed: &[(String, String)],
+    ) -> Response<Full<Bytes>> {
         match self.proto {
             Proto::Json => {
-                let ok: Vec<serde_json::Value> = successful.iter().map(|id| serde_json::json!({ "Id": id })).collect();
+                let ok: Vec<serde_json::Value> = successful
+                    .iter()
+                    .map(|id| serde_json::json!({ "Id": id }))
+                    .collect();
                 let bad: Vec<serde_json::Value> = failed
                     .iter()
                     .map(|(id, code)| serde_json::json!({ "Id": id, "SenderFault": false, "Code": code, "Message": "crashpoint: entry failed" }))
@@ -146,7 +215,11 @@ impl Call {
                 let esc = |s: &str| quick_xml::escape::escape(s).into_owned();
                 let mut result = String::new();
                 for id in successful {
-                    result.push_str(&format!("<{0}ResultEntry><Id>{1}</Id></{0}ResultEntry>", self.op, esc(id)));
+                    result.push_str(&format!(
+                        "<{0}ResultEntry><Id>{1}</Id></{0}ResultEntry>",
+                        self.op,
+                        esc(id)
+                    ));
                 }
                 for (id, code) in failed {
                     result.push_str(&format!(
@@ -163,7 +236,12 @@ impl Call {
     /// A success reply without content, in this request's wire form.
     fn ok_reply(&self, result: &str) -> Response<Full<Bytes>> {
         match self.proto {
-            Proto::Json => reply(StatusCode::OK, "application/x-amz-json-1.0", "{}".into(), None),
+            Proto::Json => reply(
+                StatusCode::OK,
+                "application/x-amz-json-1.0",
+                "{}".into(),
+                None,
+            ),
             Proto::Query => {
                 let op = &self.op;
                 let body = format!(
@@ -180,7 +258,12 @@ impl Call {
         match self.proto {
             Proto::Json => {
                 let body = serde_json::json!({"__type": "com.amazonaws.sqs#InvalidParameterValue", "message": message}).to_string();
-                reply(StatusCode::BAD_REQUEST, "application/x-amz-json-1.0", body, Some("AWS.SimpleQueueService.InvalidParameterValue;Sender"))
+                reply(
+                    StatusCode::BAD_REQUEST,
+                    "application/x-amz-json-1.0",
+                    body,
+                    Some("AWS.SimpleQueueService.InvalidParameterValue;Sender"),
+                )
             }
             Proto::Query => {
                 let body = format!(
@@ -194,12 +277,20 @@ impl Call {
     }
 }
 
-fn reply(status: StatusCode, content_type: &str, body: String, query_error: Option<&str>) -> Response<Full<Bytes>> {
-    let mut b = Response::builder().status(status).header("content-type", content_type);
+fn reply(
+    status: StatusCode,
+    content_type: &str,
+    body: String,
+    query_error: Option<&str>,
+) -> Response<Full<Bytes>> {
+    let mut b = Response::builder()
+        .status(status)
+        .header("content-type", content_type);
     if let Some(q) = query_error {
         b = b.header("x-amzn-query-error", q);
     }
-    b.body(Full::new(Bytes::from(body))).expect("a valid response")
+    b.body(Full::new(Bytes::from(body)))
+        .expect("a valid response")
 }
 
 /// The trace label of a gated operation, or `None` for one that passes ungated.
@@ -220,9 +311,26 @@ fn label(op: &str) -> Option<&'static str> {
 async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
     p.worker.world.borrow_mut().slot(&p.worker.me).sqs_requests += 1;
+    if let Some(agent) = parts
+        .headers
+        .get("user-agent")
+        .and_then(|v| v.to_str().ok())
+    {
+        let first = agent.split_whitespace().next().unwrap_or(agent);
+        p.worker.saw_client(format!("SQS user agent {first}"));
+    }
+    // Bytes of the request still coming in, or a call that passes: the process is moving.
+    let _reading = p.worker.pending_guard();
     let body = match body.collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) => return reply(StatusCode::BAD_REQUEST, "text/plain", format!("crashpoint: reading the request: {e}"), None),
+        Err(e) => {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                "text/plain",
+                format!("crashpoint: reading the request: {e}"),
+                None,
+            )
+        }
     };
     let Some(call) = Call::parse(&parts.headers, &body) else {
         return forward_or_502(p, &parts, body).await;
@@ -230,6 +338,7 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let Some(op) = label(&call.op) else {
         return forward_or_502(p, &parts, body).await;
     };
+    drop(_reading);
     let kind = op;
     let op = p.worker.ext.label_of(&call.op, false).unwrap_or(op);
     if kind == "batch" {
@@ -244,35 +353,61 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
             super::saw_retry_header(&p.worker.ext.command.join(" "), format!("{h}: {v}"));
         }
     }
-    if kind == "recv" {
-        if let Some(v) = call.param("VisibilityTimeout") {
-            p.worker.fatal(format!(
-                "{}: ReceiveMessage with VisibilityTimeout={v}: that timeout would run in real seconds, behind the \
-                 logical clock; leave it out (the queue's visibility timeout is the scenario's `visibility_timeout_s`)",
-                p.worker.me
-            ));
-            return call.error_reply("crashpoint: ReceiveMessage VisibilityTimeout is not supported");
-        }
-    }
     let invocation = ["amz-sdk-invocation-id", "aws-sdk-invocation-id"]
         .iter()
-        .find_map(|h| parts.headers.get(*h).and_then(|v| v.to_str().ok()).map(str::to_string));
-    let queue = call.param("QueueUrl").and_then(|u| p.worker.queue_of_url(&u));
+        .find_map(|h| {
+            parts
+                .headers
+                .get(*h)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        });
+    let queue = call
+        .param("QueueUrl")
+        .and_then(|u| p.worker.queue_of_url(&u));
     if invocation.is_some() && *p.last_invocation.borrow() == invocation {
         // An SDK retry continues the call the scheduler granted: not a new decision, but its
         // outcome is recorded like any call's.
-        p.worker.note(format!("SDK retry of {} (same invocation id): the same call, not a new decision", call.op));
+        p.worker.note(format!(
+            "SDK retry of {} (same invocation id): the same call, not a new decision",
+            call.op
+        ));
         p.worker.ungated(op, Service::Sqs);
     } else {
         let cycle_start = kind == "recv" && queue.is_some() && queue == p.worker.queue;
-        if let super::worker::Granted::Fail(cp) = p.worker.hold(op, Service::Sqs, cycle_start).await {
+        let about = p
+            .worker
+            .ext
+            .concurrent
+            .then(|| {
+                call.param("ReceiptHandle")
+                    .and_then(|r| p.worker.message_of(&r))
+                    .map(|(_, m)| m)
+            })
+            .flatten();
+        let held = super::worker::Held {
+            op,
+            service: Service::Sqs,
+            cycle_start,
+            key: call_key(p, &call, queue),
+            pid: None,
+            about,
+            tie: 0,
+        };
+        if let super::worker::Granted::Fail(cp) = p.worker.hold(held).await {
             p.worker.complete(Service::Sqs, Outcome::Done, vec![]);
             return call.error_reply(&super::worker::injected_error(cp));
         }
         *p.last_invocation.borrow_mut() = invocation;
     }
     let Some(queue) = queue else {
-        p.worker.complete(Service::Sqs, Outcome::Error { message: "unknown queue".into() }, vec![]);
+        p.worker.complete(
+            Service::Sqs,
+            Outcome::Error {
+                message: "unknown queue".into(),
+            },
+            vec![],
+        );
         return call.error_reply("crashpoint: the QueueUrl names none of the schedule's queues");
     };
     match kind {
@@ -286,27 +421,88 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
     }
 }
 
-async fn forward_or_502(p: &SqsProxy, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+/// What tells an SQS call apart from a concurrent worker's other held calls: the operation,
+/// the queue, and the messages it names (by label: receipt handles differ from run to run), or
+/// the bodies it sends, and a visibility it sets.
+fn call_key(p: &SqsProxy, call: &Call, queue: Option<&'static str>) -> String {
+    let of = |r: &str| {
+        p.worker
+            .message_of(r)
+            .map(|(_, m)| m)
+            .unwrap_or_else(|| "?".into())
+    };
+    let mut key = vec![call.op.clone(), queue.unwrap_or("?").to_string()];
+    key.extend(call.param("ReceiptHandle").map(|r| of(&r)));
+    key.extend(call.param("MessageBody"));
+    key.extend(call.param("VisibilityTimeout"));
+    for (prefix, field) in [
+        ("DeleteMessageBatchRequestEntry", "ReceiptHandle"),
+        ("ChangeMessageVisibilityBatchRequestEntry", "ReceiptHandle"),
+        ("SendMessageBatchRequestEntry", "MessageBody"),
+    ] {
+        if call
+            .op
+            .starts_with(&prefix[..prefix.len() - "RequestEntry".len()])
+        {
+            key.extend(call.entries(prefix, field).into_iter().map(|(_, v)| {
+                if field == "ReceiptHandle" {
+                    of(&v)
+                } else {
+                    v
+                }
+            }));
+        }
+    }
+    key.join(" ")
+}
+
+async fn forward_or_502(
+    p: &SqsProxy,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
+    let _pending = p.worker.pending_guard();
     match forward(&p.upstream, parts, body).await {
         Ok((status, headers, body)) => passthrough(status, headers, body),
-        Err(e) => reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: LocalStack: {e:#}"), None),
+        Err(e) => reply(
+            StatusCode::BAD_GATEWAY,
+            "text/plain",
+            format!("crashpoint: LocalStack: {e:#}"),
+            None,
+        ),
     }
 }
 
 /// Sends the request unaltered to LocalStack on a fresh connection and returns its reply.
-async fn forward(upstream: &str, parts: &hyper::http::request::Parts, body: Bytes) -> Result<(StatusCode, hyper::HeaderMap, Bytes)> {
+async fn forward(
+    upstream: &str,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Result<(StatusCode, hyper::HeaderMap, Bytes)> {
     let stream = TcpStream::connect(upstream).await?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream)).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream)).await?;
     tokio::task::spawn_local(async move {
         let _ = conn.await;
     });
-    let mut req = Request::builder().method(parts.method.clone()).uri(parts.uri.clone());
-    for (k, v) in parts.headers.iter() {
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(parts.uri.clone());
+    // The length is the body's own: the proxy may have rewritten it (a receive's visibility).
+    for (k, v) in parts
+        .headers
+        .iter()
+        .filter(|(k, _)| *k != hyper::header::CONTENT_LENGTH)
+    {
         req = req.header(k, v);
     }
     let resp = sender.send_request(req.body(Full::new(body))?).await?;
     let (rparts, rbody) = resp.into_parts();
-    let bytes = rbody.collect().await.map_err(|e| anyhow!("reading LocalStack's reply: {e}"))?.to_bytes();
+    let bytes = rbody
+        .collect()
+        .await
+        .map_err(|e| anyhow!("reading LocalStack's reply: {e}"))?
+        .to_bytes();
     Ok((rparts.status, rparts.headers, bytes))
 }
 
@@ -319,13 +515,30 @@ async fn forward_call(
 ) -> std::result::Result<(StatusCode, hyper::HeaderMap, Bytes), Response<Full<Bytes>>> {
     match forward(&p.upstream, parts, body).await {
         Err(e) => {
-            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("{e:#}") }, vec![]);
-            Err(reply(StatusCode::BAD_GATEWAY, "text/plain", format!("crashpoint: {e:#}"), None))
+            p.worker.complete(
+                Service::Sqs,
+                Outcome::Error {
+                    message: format!("{e:#}"),
+                },
+                vec![],
+            );
+            Err(reply(
+                StatusCode::BAD_GATEWAY,
+                "text/plain",
+                format!("crashpoint: {e:#}"),
+                None,
+            ))
         }
         Ok((status, headers, rbody)) if !status.is_success() => {
             // The error code only: bodies carry request ids and receipt handles (not deterministic).
             let code = error_code(&rbody).unwrap_or_default();
-            p.worker.complete(Service::Sqs, Outcome::Error { message: format!("HTTP {} {code}", status.as_u16()) }, vec![]);
+            p.worker.complete(
+                Service::Sqs,
+                Outcome::Error {
+                    message: format!("HTTP {} {code}", status.as_u16()),
+                },
+                vec![],
+            );
             Err(passthrough(status, headers, rbody))
         }
         Ok(r) => Ok(r),
@@ -394,14 +607,19 @@ fn error_code(body: &[u8]) -> Option<String> {
 }
 
 fn str_of(v: &serde_json::Value, key: &str) -> String {
-    v.get(key).and_then(|s| s.as_str()).unwrap_or_default().to_string()
+    v.get(key)
+        .and_then(|s| s.as_str())
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The unescaped text of the first `<tag>…</tag>` in `xml`.
 fn xml_tag(xml: &str, tag: &str) -> Option<String> {
     let start = xml.find(&format!("<{tag}>"))? + tag.len() + 2;
     let end = start + xml[start..].find(&format!("</{tag}>"))?;
-    quick_xml::escape::unescape(&xml[start..end]).ok().map(|s| s.into_owned())
+    quick_xml::escape::unescape(&xml[start..end])
+        .ok()
+        .map(|s| s.into_owned())
 }
 
 async fn visible(p: &SqsProxy, queue: &'static str) -> Result<u64> {
@@ -413,17 +631,44 @@ async fn visible(p: &SqsProxy, queue: &'static str) -> Result<u64> {
         .attribute_names(A::ApproximateNumberOfMessages)
         .send()
         .await
-        .map_err(|e| anyhow!("GetQueueAttributes: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
-    Ok(out.attributes.and_then(|a| a.get(&A::ApproximateNumberOfMessages).and_then(|n| n.parse().ok())).unwrap_or(0))
+        .map_err(|e| {
+            anyhow!(
+                "GetQueueAttributes: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&e)
+            )
+        })?;
+    Ok(out
+        .attributes
+        .and_then(|a| {
+            a.get(&A::ApproximateNumberOfMessages)
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0))
 }
 
-async fn receive(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+async fn receive(
+    p: &SqsProxy,
+    call: &Call,
+    queue: &'static str,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let empty = || call.ok_reply("<ReceiveMessageResult/>");
     if visible(p, queue).await.unwrap_or(1) == 0 {
         p.worker.complete(Service::Sqs, Outcome::Empty, vec![]);
         p.worker.set_idle(true);
         return empty();
     }
+    // A visibility timeout the receive sets runs on the logical clock, as a
+    // ChangeMessageVisibility to it right after the receive would: SQS keeps the messages
+    // hidden for the harness's real hour ("Visibility timeout", AWS SQS developer guide).
+    let visibility: Option<u64> = call
+        .param("VisibilityTimeout")
+        .and_then(|v| v.trim_matches('"').parse().ok());
+    let body = match visibility {
+        Some(_) => call.with_param("VisibilityTimeout", &REAL_VISIBILITY_S.to_string()),
+        None => body,
+    };
     let (status, headers, rbody) = match forward_call(p, parts, body).await {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -436,14 +681,35 @@ async fn receive(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::
     let mut lost = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         let msg = p.worker.label(prefix, &m.id);
-        let receive_count = p.worker.world.borrow_mut().count_receive(&msg, m.receive_count);
+        let receive_count = p
+            .worker
+            .world
+            .borrow_mut()
+            .count_receive(&msg, m.receive_count);
         p.worker.remember_receipt(&m.receipt, queue, &msg);
-        let is_lost = p.worker.world.borrow_mut().sqs.received(queue, &msg, &m.receipt, &m.body);
+        let is_lost = p
+            .worker
+            .world
+            .borrow_mut()
+            .sqs
+            .received(queue, &msg, &m.receipt, &m.body);
         lost_all &= is_lost;
         if is_lost {
             lost.push(m.receipt.clone());
         }
-        facts.push(Fact::Received { queue, msg: msg.clone(), receive_count, receipt: m.receipt.clone() });
+        facts.push(Fact::Received {
+            queue,
+            msg: msg.clone(),
+            receive_count,
+            receipt: m.receipt.clone(),
+        });
+        if let Some(secs) = visibility.filter(|_| !is_lost) {
+            facts.push(Fact::VisibilityChanged {
+                queue,
+                msg: msg.clone(),
+                secs,
+            });
+        }
         if i == 0 {
             outcome = if is_lost {
                 Outcome::ReceiveLost { msg, receive_count }
@@ -451,7 +717,8 @@ async fn receive(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::
                 Outcome::Received { msg, receive_count }
             };
         } else {
-            p.worker.note(format!("the same receive also returned {msg} (prefetch)"));
+            p.worker
+                .note(format!("the same receive also returned {msg} (prefetch)"));
         }
     }
     let idle = msgs.is_empty() || lost_all;
@@ -462,7 +729,11 @@ async fn receive(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::
     }
     if !lost.is_empty() {
         // Replies are not signed: the lost messages are cut out of it.
-        return passthrough(status, headers, Bytes::from(without_messages(call.proto, &rbody, &lost)));
+        return passthrough(
+            status,
+            headers,
+            Bytes::from(without_messages(call.proto, &rbody, &lost)),
+        );
     }
     passthrough(status, headers, rbody)
 }
@@ -496,7 +767,11 @@ fn without_messages(proto: Proto, body: &[u8], receipts: &[String]) -> Vec<u8> {
     }
 }
 
-fn passthrough(status: StatusCode, headers: hyper::HeaderMap, body: Bytes) -> Response<Full<Bytes>> {
+fn passthrough(
+    status: StatusCode,
+    headers: hyper::HeaderMap,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let mut r = Response::builder().status(status);
     for (k, v) in headers.iter() {
         if k != "transfer-encoding" && k != "content-length" && k != "connection" {
@@ -506,7 +781,13 @@ fn passthrough(status: StatusCode, headers: hyper::HeaderMap, body: Bytes) -> Re
     r.body(Full::new(body)).expect("a valid response")
 }
 
-async fn send(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+async fn send(
+    p: &SqsProxy,
+    call: &Call,
+    queue: &'static str,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let identity = call
         .param("MessageBody")
         .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
@@ -517,7 +798,9 @@ async fn send(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::htt
         Err(resp) => return resp,
     };
     let id = match call.proto {
-        Proto::Json => serde_json::from_slice::<serde_json::Value>(&rbody).map(|v| str_of(&v, "MessageId")).unwrap_or_default(),
+        Proto::Json => serde_json::from_slice::<serde_json::Value>(&rbody)
+            .map(|v| str_of(&v, "MessageId"))
+            .unwrap_or_default(),
         Proto::Query => xml_tag(&String::from_utf8_lossy(&rbody), "MessageId").unwrap_or_default(),
     };
     let identity = identity.unwrap_or_default();
@@ -525,29 +808,72 @@ async fn send(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::htt
     // The worker's own MessageDeduplicationId, if any, passes through: on a FIFO queue SQS's
     // answer with an accepted message's id says it dropped the send (in LocalStack's real time).
     let fifo = p.worker.queues.is_fifo(queue);
-    let sent = p.worker.world.borrow_mut().sent(queue, p.worker.queues.prefix(queue), &id, fifo, None);
+    let sent =
+        p.worker
+            .world
+            .borrow_mut()
+            .sent(queue, p.worker.queues.prefix(queue), &id, fifo, None);
     match sent {
-        Ok(msg) => p.worker.complete(Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![Fact::Sent { queue, msg, identity }]),
+        Ok(msg) => p.worker.complete(
+            Service::Sqs,
+            Outcome::Sent {
+                msg: msg.clone(),
+                who,
+            },
+            vec![Fact::Sent {
+                queue,
+                msg,
+                identity,
+            }],
+        ),
         Err(first) => {
-            let fact = Fact::Suppressed { queue, msg: first.msg.clone(), identity, replay: false };
-            p.worker.complete(Service::Sqs, Outcome::Suppressed { msg: first.msg, who, first_ms: first.at_ms }, vec![fact]);
+            let fact = Fact::Suppressed {
+                queue,
+                msg: first.msg.clone(),
+                identity,
+                replay: false,
+            };
+            p.worker.complete(
+                Service::Sqs,
+                Outcome::Suppressed {
+                    msg: first.msg,
+                    who,
+                    first_ms: first.at_ms,
+                },
+                vec![fact],
+            );
         }
     }
     passthrough(status, headers, rbody)
 }
 
-async fn delete(p: &SqsProxy, call: &Call, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+async fn delete(
+    p: &SqsProxy,
+    call: &Call,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let receipt = call.param("ReceiptHandle").unwrap_or_default();
     let Some((queue, msg)) = p.worker.message_of(&receipt) else {
-        p.worker.complete(Service::Sqs, Outcome::Error { message: "a receipt handle this worker never received".into() }, vec![]);
+        p.worker.complete(
+            Service::Sqs,
+            Outcome::Error {
+                message: "a receipt handle this worker never received".into(),
+            },
+            vec![],
+        );
         return forward_or_502(p, parts, body).await;
     };
     let (depends, noop) = {
         let w = p.worker.world.borrow();
-        (w.sqs.depends_on_stale_delete(&msg, &receipt), w.sqs.is_stale(&msg, &receipt) && w.sqs.stale_delete_noop)
+        (
+            w.sqs.depends_on_stale_delete(&msg, &receipt),
+            w.sqs.is_stale(&msg, &receipt) && w.sqs.stale_delete_noop,
+        )
     };
     if noop {
-        p.worker.complete(Service::Sqs, Outcome::NotDeleted { msg }, vec![]);
+        p.worker
+            .complete(Service::Sqs, Outcome::NotDeleted { msg }, vec![]);
         return call.ok_reply("");
     }
     let (status, headers, rbody) = match forward_call(p, parts, body).await {
@@ -555,11 +881,23 @@ async fn delete(p: &SqsProxy, call: &Call, parts: &hyper::http::request::Parts, 
         Err(resp) => return resp,
     };
     p.worker.world.borrow_mut().sqs.deleted(&msg);
-    let mut facts = vec![Fact::Deleted { queue, msg: msg.clone() }];
+    let mut facts = vec![Fact::Deleted {
+        queue,
+        msg: msg.clone(),
+    }];
     if depends {
-        facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
+        facts.push(Fact::DependsOn {
+            behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into(),
+        });
     }
-    p.worker.complete(Service::Sqs, Outcome::Deleted { msg, stale: depends }, facts);
+    p.worker.complete(
+        Service::Sqs,
+        Outcome::Deleted {
+            msg,
+            stale: depends,
+        },
+        facts,
+    );
     passthrough(status, headers, rbody)
 }
 
@@ -571,32 +909,88 @@ async fn delete(p: &SqsProxy, call: &Call, parts: &hyper::http::request::Parts, 
 /// code of 200", DeleteMessageBatch API reference). Each entry's fate is a fact: `Deleted` or
 /// `DeleteFailed`. A request SQS refuses as a whole (no entries, more than 10, repeated or
 /// malformed ids) is forwarded as it is and its error returned.
-async fn delete_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+async fn delete_batch(
+    p: &SqsProxy,
+    call: &Call,
+    queue: &'static str,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let entries = call.entries("DeleteMessageBatchRequestEntry", "ReceiptHandle");
     let mut ids: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
     ids.sort_unstable();
-    let well_formed = |id: &str| (1..=80).contains(&id.len()) && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !(1..=10).contains(&entries.len()) || ids.windows(2).any(|w| w[0] == w[1]) || !ids.iter().all(|id| well_formed(id)) {
+    let well_formed = |id: &str| {
+        (1..=80).contains(&id.len())
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    if !(1..=10).contains(&entries.len())
+        || ids.windows(2).any(|w| w[0] == w[1])
+        || !ids.iter().all(|id| well_formed(id))
+    {
         let (status, headers, rbody) = match forward_call(p, parts, body).await {
             Ok(r) => r,
             Err(resp) => return resp,
         };
-        p.worker.complete(Service::Sqs, Outcome::Error { message: format!("HTTP {} {}", status.as_u16(), error_code(&rbody).unwrap_or_default()) }, vec![]);
+        p.worker.complete(
+            Service::Sqs,
+            Outcome::Error {
+                message: format!(
+                    "HTTP {} {}",
+                    status.as_u16(),
+                    error_code(&rbody).unwrap_or_default()
+                ),
+            },
+            vec![],
+        );
         return passthrough(status, headers, rbody);
     }
     // Each entry's message, as this worker received it (a handle it never received keeps its id).
-    let msgs: Vec<String> = entries.iter().map(|(id, r)| p.worker.message_of(r).map(|(_, m)| m).unwrap_or_else(|| format!("?{id}"))).collect();
-    let keys: Vec<(&str, &str)> = msgs.iter().zip(&entries).map(|(m, (_, r))| (m.as_str(), r.as_str())).collect();
-    let plan = p.worker.world.borrow_mut().sqs.plan_batch_delete(&keys, false);
-    let mut facts: Vec<Fact> = (0..plan.depends).map(|_| Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() }).collect();
+    let msgs: Vec<String> = entries
+        .iter()
+        .map(|(id, r)| {
+            p.worker
+                .message_of(r)
+                .map(|(_, m)| m)
+                .unwrap_or_else(|| format!("?{id}"))
+        })
+        .collect();
+    let keys: Vec<(&str, &str)> = msgs
+        .iter()
+        .zip(&entries)
+        .map(|(m, (_, r))| (m.as_str(), r.as_str()))
+        .collect();
+    let plan = p
+        .worker
+        .world
+        .borrow_mut()
+        .sqs
+        .plan_batch_delete(&keys, false);
+    let mut facts: Vec<Fact> = (0..plan.depends)
+        .map(|_| Fact::DependsOn {
+            behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into(),
+        })
+        .collect();
     let mut successful: Vec<usize> = plan.kept.clone();
-    let mut failed: Vec<(usize, String)> = plan.failed.map(|i| (i, "InternalError".to_string())).into_iter().collect();
+    let mut failed: Vec<(usize, String)> = plan
+        .failed
+        .map(|i| (i, "InternalError".to_string()))
+        .into_iter()
+        .collect();
     if !plan.send.is_empty() {
         let request = plan.send.iter().map(|i| {
-            aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(&entries[*i].0).receipt_handle(&entries[*i].1).build()
+            aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                .id(&entries[*i].0)
+                .receipt_handle(&entries[*i].1)
+                .build()
         });
         let sent = own_batch(p, call, "DeleteMessageBatch", request.collect(), |r| {
-            p.sqs.delete_message_batch().queue_url(p.worker.queues.url(queue)).set_entries(Some(r)).send()
+            p.sqs
+                .delete_message_batch()
+                .queue_url(p.worker.queues.url(queue))
+                .set_entries(Some(r))
+                .send()
         });
         let out = match sent.await {
             Ok(out) => out,
@@ -604,7 +998,11 @@ async fn delete_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hy
         };
         let index = |id: &str| entries.iter().position(|(i, _)| i == id);
         successful.extend(out.successful.iter().filter_map(|ok| index(&ok.id)));
-        failed.extend(out.failed.iter().filter_map(|f| Some((index(&f.id)?, f.code.clone()))));
+        failed.extend(
+            out.failed
+                .iter()
+                .filter_map(|f| Some((index(&f.id)?, f.code.clone()))),
+        );
     }
     successful.sort_unstable();
     failed.sort_unstable();
@@ -614,20 +1012,40 @@ async fn delete_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hy
         for i in successful.iter().filter(|i| !plan.kept.contains(i)) {
             if p.worker.message_of(&entries[*i].1).is_some() {
                 w.sqs.deleted(&msgs[*i]);
-                facts.push(Fact::Deleted { queue, msg: msgs[*i].clone() });
+                facts.push(Fact::Deleted {
+                    queue,
+                    msg: msgs[*i].clone(),
+                });
                 deleted.push(msgs[*i].clone());
             }
         }
     }
-    facts.extend(failed.iter().map(|(i, _)| Fact::DeleteFailed { queue, msg: msgs[*i].clone() }));
+    facts.extend(failed.iter().map(|(i, _)| Fact::DeleteFailed {
+        queue,
+        msg: msgs[*i].clone(),
+    }));
     let outcome = Outcome::BatchDeleted {
         deleted,
         kept: plan.kept.iter().map(|i| msgs[*i].clone()).collect(),
-        failed: failed.iter().map(|(i, code)| (msgs[*i].clone(), code.clone())).collect(),
+        failed: failed
+            .iter()
+            .map(|(i, code)| (msgs[*i].clone(), code.clone()))
+            .collect(),
     };
-    p.worker.complete(if plan.send.is_empty() { Service::None } else { Service::Sqs }, outcome, facts);
+    p.worker.complete(
+        if plan.send.is_empty() {
+            Service::None
+        } else {
+            Service::Sqs
+        },
+        outcome,
+        facts,
+    );
     let ids = |v: &[usize]| v.iter().map(|i| entries[*i].0.clone()).collect::<Vec<_>>();
-    let failed_ids: Vec<(String, String)> = failed.iter().map(|(i, code)| (entries[*i].0.clone(), code.clone())).collect();
+    let failed_ids: Vec<(String, String)> = failed
+        .iter()
+        .map(|(i, code)| (entries[*i].0.clone(), code.clone()))
+        .collect();
     call.batch_reply(&ids(&successful), &failed_ids)
 }
 
@@ -646,11 +1064,17 @@ where
     E: std::error::Error,
 {
     let r = match request {
-        Ok(request) => send(request).await.map_err(|e| crate::sim::cx::sqs::redact_handles(&format!("{what}: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))),
+        Ok(request) => send(request).await.map_err(|e| {
+            crate::sim::cx::sqs::redact_handles(&format!(
+                "{what}: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&e)
+            ))
+        }),
         Err(e) => Err(format!("{what}: {e}")),
     };
     r.map_err(|e| {
-        p.worker.complete(Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
+        p.worker
+            .complete(Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
         call.error_reply(&e)
     })
 }
@@ -658,12 +1082,21 @@ where
 /// The entries of a batch reply: (`Id`, `field`) of each `Successful` entry and (`Id`, `Code`)
 /// of each `Failed` one, from JSON or from the query protocol's XML (`<op>ResultEntry`,
 /// `BatchResultErrorEntry`).
-fn batch_result(call: &Call, body: &[u8], field: &str) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn batch_result(
+    call: &Call,
+    body: &[u8],
+    field: &str,
+) -> (Vec<(String, String)>, Vec<(String, String)>) {
     match call.proto {
         Proto::Json => {
             let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
             let list = |k: &str, f: &str| -> Vec<(String, String)> {
-                v.get(k).and_then(|a| a.as_array()).into_iter().flatten().map(|e| (str_of(e, "Id"), str_of(e, f))).collect()
+                v.get(k)
+                    .and_then(|a| a.as_array())
+                    .into_iter()
+                    .flatten()
+                    .map(|e| (str_of(e, "Id"), str_of(e, f)))
+                    .collect()
             };
             (list("Successful", field), list("Failed", "Code"))
         }
@@ -678,7 +1111,10 @@ fn batch_result(call: &Call, body: &[u8], field: &str) -> (Vec<(String, String)>
                     })
                     .collect()
             };
-            (list(&format!("{}ResultEntry", call.op), field), list("BatchResultErrorEntry", "Code"))
+            (
+                list(&format!("{}ResultEntry", call.op), field),
+                list("BatchResultErrorEntry", "Code"),
+            )
         }
     }
 }
@@ -686,7 +1122,13 @@ fn batch_result(call: &Call, body: &[u8], field: &str) -> (Vec<(String, String)>
 /// SendMessageBatch, forwarded as it is: each entry SQS accepted is a message sent (its
 /// identity read from its body, as for SendMessage), recorded as a `Sent` fact, or as
 /// `Suppressed` when a FIFO queue accepted it as a duplicate; failed entries are named by id.
-async fn send_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+async fn send_batch(
+    p: &SqsProxy,
+    call: &Call,
+    queue: &'static str,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let bodies = call.entries("SendMessageBatchRequestEntry", "MessageBody");
     let (status, headers, rbody) = match forward_call(p, parts, body).await {
         Ok(r) => r,
@@ -707,16 +1149,33 @@ async fn send_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hype
         let who = w.names.uuid(&identity);
         match w.sent(queue, p.worker.queues.prefix(queue), message_id, fifo, None) {
             Ok(msg) => {
-                facts.push(Fact::Sent { queue, msg: msg.clone(), identity });
+                facts.push(Fact::Sent {
+                    queue,
+                    msg: msg.clone(),
+                    identity,
+                });
                 sent.push((msg, who));
             }
             Err(first) => {
-                facts.push(Fact::Suppressed { queue, msg: first.msg.clone(), identity, replay: false });
+                facts.push(Fact::Suppressed {
+                    queue,
+                    msg: first.msg.clone(),
+                    identity,
+                    replay: false,
+                });
                 suppressed.push((first.msg, who));
             }
         }
     }
-    p.worker.complete(Service::Sqs, Outcome::BatchSent { sent, suppressed, failed }, facts);
+    p.worker.complete(
+        Service::Sqs,
+        Outcome::BatchSent {
+            sent,
+            suppressed,
+            failed,
+        },
+        facts,
+    );
     passthrough(status, headers, rbody)
 }
 
@@ -724,57 +1183,134 @@ async fn send_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hype
 /// is: an entry with `n > 0` s is hidden for the real hour and becomes visible after `n`
 /// logical seconds, one with 0 is visible at once. Each entry SQS accepted is a
 /// `VisibilityChanged` fact; the worker gets the answer in its wire form.
-async fn change_visibility_batch(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+async fn change_visibility_batch(
+    p: &SqsProxy,
+    call: &Call,
+    queue: &'static str,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let handles = call.entries("ChangeMessageVisibilityBatchRequestEntry", "ReceiptHandle");
-    let secs = call.entries("ChangeMessageVisibilityBatchRequestEntry", "VisibilityTimeout");
+    let secs = call.entries(
+        "ChangeMessageVisibilityBatchRequestEntry",
+        "VisibilityTimeout",
+    );
     if !(1..=10).contains(&handles.len()) {
         let (status, headers, rbody) = match forward_call(p, parts, body).await {
             Ok(r) => r,
             Err(resp) => return resp,
         };
-        p.worker.complete(Service::Sqs, Outcome::Error { message: format!("HTTP {} {}", status.as_u16(), error_code(&rbody).unwrap_or_default()) }, vec![]);
+        p.worker.complete(
+            Service::Sqs,
+            Outcome::Error {
+                message: format!(
+                    "HTTP {} {}",
+                    status.as_u16(),
+                    error_code(&rbody).unwrap_or_default()
+                ),
+            },
+            vec![],
+        );
         return passthrough(status, headers, rbody);
     }
     let secs_of = |i: usize| -> u64 { secs.get(i).and_then(|(_, s)| s.parse().ok()).unwrap_or(0) };
     let request = handles.iter().enumerate().map(|(i, (id, receipt))| {
-        let real = if secs_of(i) == 0 { 0 } else { REAL_VISIBILITY_S };
-        aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry::builder().id(id).receipt_handle(receipt).visibility_timeout(real).build()
+        let real = if secs_of(i) == 0 {
+            0
+        } else {
+            REAL_VISIBILITY_S
+        };
+        aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry::builder()
+            .id(id)
+            .receipt_handle(receipt)
+            .visibility_timeout(real)
+            .build()
     });
-    let sent = own_batch(p, call, "ChangeMessageVisibilityBatch", request.collect(), |r| {
-        p.sqs.change_message_visibility_batch().queue_url(p.worker.queues.url(queue)).set_entries(Some(r)).send()
-    });
+    let sent = own_batch(
+        p,
+        call,
+        "ChangeMessageVisibilityBatch",
+        request.collect(),
+        |r| {
+            p.sqs
+                .change_message_visibility_batch()
+                .queue_url(p.worker.queues.url(queue))
+                .set_entries(Some(r))
+                .send()
+        },
+    );
     let out = match sent.await {
         Ok(out) => out,
         Err(resp) => return resp,
     };
     let index = |id: &str| handles.iter().position(|(i, _)| i == id);
-    let msg_of = |i: usize| p.worker.message_of(&handles[i].1).map(|(_, m)| m).unwrap_or_else(|| format!("?{}", handles[i].0));
+    let msg_of = |i: usize| {
+        p.worker
+            .message_of(&handles[i].1)
+            .map(|(_, m)| m)
+            .unwrap_or_else(|| format!("?{}", handles[i].0))
+    };
     let mut ok: Vec<usize> = out.successful.iter().filter_map(|e| index(&e.id)).collect();
     ok.sort_unstable();
-    let mut bad: Vec<(usize, String)> = out.failed.iter().filter_map(|f| Some((index(&f.id)?, f.code.clone()))).collect();
+    let mut bad: Vec<(usize, String)> = out
+        .failed
+        .iter()
+        .filter_map(|f| Some((index(&f.id)?, f.code.clone())))
+        .collect();
     bad.sort_unstable();
-    let facts = ok.iter().map(|i| Fact::VisibilityChanged { queue, msg: msg_of(*i), secs: secs_of(*i) }).collect();
+    let facts = ok
+        .iter()
+        .map(|i| Fact::VisibilityChanged {
+            queue,
+            msg: msg_of(*i),
+            secs: secs_of(*i),
+        })
+        .collect();
     let outcome = Outcome::BatchHidden {
         hidden: ok.iter().map(|i| (msg_of(*i), secs_of(*i))).collect(),
-        failed: bad.iter().map(|(i, code)| (msg_of(*i), code.clone())).collect(),
+        failed: bad
+            .iter()
+            .map(|(i, code)| (msg_of(*i), code.clone()))
+            .collect(),
     };
     p.worker.complete(Service::Sqs, outcome, facts);
     let ids: Vec<String> = ok.iter().map(|i| handles[*i].0.clone()).collect();
-    let failed: Vec<(String, String)> = bad.iter().map(|(i, code)| (handles[*i].0.clone(), code.clone())).collect();
+    let failed: Vec<(String, String)> = bad
+        .iter()
+        .map(|(i, code)| (handles[*i].0.clone(), code.clone()))
+        .collect();
     call.batch_reply(&ids, &failed)
 }
 
-async fn change_visibility(p: &SqsProxy, call: &Call, queue: &'static str, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+async fn change_visibility(
+    p: &SqsProxy,
+    call: &Call,
+    queue: &'static str,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let receipt = call.param("ReceiptHandle").unwrap_or_default();
-    let secs: u64 = call.param("VisibilityTimeout").and_then(|s| s.parse().ok()).unwrap_or(0);
-    let msg = p.worker.message_of(&receipt).map(|(_, m)| m).unwrap_or_default();
+    let secs: u64 = call
+        .param("VisibilityTimeout")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let msg = p
+        .worker
+        .message_of(&receipt)
+        .map(|(_, m)| m)
+        .unwrap_or_default();
     if secs == 0 {
         let (status, headers, rbody) = match forward_call(p, parts, body).await {
             Ok(r) => r,
             Err(resp) => return resp,
         };
-        let facts = vec![Fact::VisibilityChanged { queue, msg: msg.clone(), secs }];
-        p.worker.complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
+        let facts = vec![Fact::VisibilityChanged {
+            queue,
+            msg: msg.clone(),
+            secs,
+        }];
+        p.worker
+            .complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
         return passthrough(status, headers, rbody);
     }
     // Hidden for the real hour; the logical clock makes it visible after `secs`.
@@ -788,13 +1324,22 @@ async fn change_visibility(p: &SqsProxy, call: &Call, queue: &'static str, parts
         .await;
     match r {
         Ok(_) => {
-            let facts = vec![Fact::VisibilityChanged { queue, msg: msg.clone(), secs }];
-            p.worker.complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
+            let facts = vec![Fact::VisibilityChanged {
+                queue,
+                msg: msg.clone(),
+                secs,
+            }];
+            p.worker
+                .complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
             call.ok_reply("")
         }
         Err(e) => {
-            let e = crate::sim::cx::sqs::redact_handles(&format!("ChangeMessageVisibility: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)));
-            p.worker.complete(Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
+            let e = crate::sim::cx::sqs::redact_handles(&format!(
+                "ChangeMessageVisibility: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&e)
+            ));
+            p.worker
+                .complete(Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
             call.error_reply(&e)
         }
     }
@@ -808,28 +1353,63 @@ mod tests {
     fn both_wire_forms_parse() {
         let mut h = hyper::HeaderMap::new();
         h.insert("x-amz-target", "AmazonSQS.DeleteMessage".parse().unwrap());
-        let c = Call::parse(&h, br#"{"QueueUrl":"http://x/000000000000/q","ReceiptHandle":"r1"}"#).unwrap();
-        assert_eq!((c.op.as_str(), c.param("ReceiptHandle").as_deref()), ("DeleteMessage", Some("r1")));
-        let c = Call::parse(&hyper::HeaderMap::new(), b"Action=ReceiveMessage&Version=2012-11-05&QueueUrl=http%3A%2F%2Fx%2Fq").unwrap();
-        assert_eq!((c.proto, c.op.as_str(), c.param("QueueUrl").as_deref()), (Proto::Query, "ReceiveMessage", Some("http://x/q")));
+        let c = Call::parse(
+            &h,
+            br#"{"QueueUrl":"http://x/000000000000/q","ReceiptHandle":"r1"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.op.as_str(), c.param("ReceiptHandle").as_deref()),
+            ("DeleteMessage", Some("r1"))
+        );
+        let c = Call::parse(
+            &hyper::HeaderMap::new(),
+            b"Action=ReceiveMessage&Version=2012-11-05&QueueUrl=http%3A%2F%2Fx%2Fq",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.proto, c.op.as_str(), c.param("QueueUrl").as_deref()),
+            (Proto::Query, "ReceiveMessage", Some("http://x/q"))
+        );
     }
 
     #[test]
     fn received_messages_parse_from_json_and_xml() {
         let json = br#"{"Messages":[{"MessageId":"a","ReceiptHandle":"r","Body":"{\"x\":1}","Attributes":{"ApproximateReceiveCount":"2"}}]}"#;
         let m = parse_received(Proto::Json, json);
-        assert_eq!((m[0].id.as_str(), m[0].receipt.as_str(), m[0].body.as_str(), m[0].receive_count), ("a", "r", "{\"x\":1}", Some(2)));
+        assert_eq!(
+            (
+                m[0].id.as_str(),
+                m[0].receipt.as_str(),
+                m[0].body.as_str(),
+                m[0].receive_count
+            ),
+            ("a", "r", "{\"x\":1}", Some(2))
+        );
         let xml = b"<ReceiveMessageResponse><ReceiveMessageResult><Message><MessageId>b</MessageId><ReceiptHandle>s</ReceiptHandle>\
             <Body>{&quot;x&quot;:1}</Body><Attribute><Name>ApproximateReceiveCount</Name><Value>3</Value></Attribute></Message>\
             </ReceiveMessageResult></ReceiveMessageResponse>";
         let m = parse_received(Proto::Query, xml);
-        assert_eq!((m[0].id.as_str(), m[0].body.as_str(), m[0].receive_count), ("b", "{\"x\":1}", Some(3)));
+        assert_eq!(
+            (m[0].id.as_str(), m[0].body.as_str(), m[0].receive_count),
+            ("b", "{\"x\":1}", Some(3))
+        );
         assert!(parse_received(Proto::Json, b"{}").is_empty());
         let cut = without_messages(Proto::Query, xml, &["s".to_string()]);
         assert!(parse_received(Proto::Query, &cut).is_empty());
         let two = br#"{"Messages":[{"MessageId":"a","ReceiptHandle":"r"},{"MessageId":"b","ReceiptHandle":"q"}]}"#;
         let cut = without_messages(Proto::Json, two, &["r".to_string()]);
-        assert_eq!(parse_received(Proto::Json, &cut).iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), vec!["b"]);
-        assert_eq!(error_code(br#"{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"x"}"#).as_deref(), Some("QueueDoesNotExist"));
+        assert_eq!(
+            parse_received(Proto::Json, &cut)
+                .iter()
+                .map(|m| m.id.as_str())
+                .collect::<Vec<_>>(),
+            vec!["b"]
+        );
+        assert_eq!(
+            error_code(br#"{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"x"}"#)
+                .as_deref(),
+            Some("QueueDoesNotExist")
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! crash point after that call until its next request is held.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
 use async_trait::async_trait;
@@ -16,7 +16,7 @@ use super::spec::{intern, External};
 use crate::nemesis::pg::PgFault;
 use crate::sim::cx::QueueUrls;
 use crate::sim::history::{Fact, Outcome, Service, Step};
-use crate::sim::world::{SharedWorld, Status};
+use crate::sim::world::{InFlight, SharedWorld, Status, Unit};
 use crate::spec::{CrashPoint, IdentityFn};
 
 /// Statements that pass the PostgreSQL proxy ungated: pools' health checks and session setup
@@ -38,37 +38,219 @@ pub struct WireWorker {
     /// The workload's message identity of a body.
     pub identity: Rc<IdentityFn>,
     at: Cell<Option<CrashPoint>>,
-    /// The call held at the gate now, if any.
+    /// The call held at the gate now, if any (one-call-at-a-time mode).
     holding: Cell<Option<&'static str>>,
-    /// The call held or in flight: its label, how it was granted.
-    current: RefCell<Option<(&'static str, Granted)>>,
+    /// The calls held or in flight, by the proxy task that made them (a proxy connection
+    /// makes its calls one after another): label, how it was granted, unit and grant settle.
+    current: RefCell<HashMap<Option<tokio::task::Id>, Current>>,
     /// Receipt handles it received, to the message's (queue, label).
     receipts: RefCell<BTreeMap<String, (&'static str, String)>>,
+    /// The client libraries its connections named (Redis `CLIENT SETINFO lib-name`, the SQS
+    /// user agent, PostgreSQL `application_name`), for errors.
+    clients: RefCell<BTreeSet<String>>,
+    /// The last unit number handed out.
+    units: Cell<u64>,
+    /// Where in [`Slot::completed`] the call completed last went (for [`WireWorker::set_idle`]).
+    last_completed: Cell<Option<usize>>,
+    /// The settle of a concurrent worker's first completion in it, and the crash point it
+    /// stood at before that settle.
+    settle_at: Cell<Option<(u64, Option<CrashPoint>)>>,
+}
+
+/// An ungated exchange under way ([`WireWorker::pending_guard`]).
+pub struct PendingGuard<'a>(&'a WireWorker);
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.pending(false);
+    }
+}
+
+/// A call one proxy task of the worker has held or has in flight.
+#[derive(Debug, Clone)]
+struct Current {
+    op: &'static str,
+    granted: Granted,
+    /// Its [`Unit::id`] (a concurrent worker's call).
+    unit: Option<u64>,
+    /// The settle it was granted in: calls completing in one settle are traced newest grant first.
+    epoch: u64,
+    /// What it is about, for the trace ([`Step::unit`]).
+    about: Option<String>,
+}
+
+/// One call as a proxy presents it to the gate.
+#[derive(Debug, Clone)]
+pub struct Held {
+    /// Its label (`claim`, `recv`).
+    pub op: &'static str,
+    /// The service it goes to.
+    pub service: Service,
+    /// Whether it is a receive from the worker's own queue (the top of a consumer's loop).
+    pub cycle_start: bool,
+    /// What tells it apart from other calls whatever their arrival order ([`Unit::key`]).
+    pub key: String,
+    /// Its PostgreSQL backend pid (`None`: SQS, Redis).
+    pub pid: Option<i32>,
+    /// What it is about, for the trace of a concurrent worker ([`Step::unit`]): the first bound
+    /// parameter of its transaction's first held statement, the message it names, the key.
+    pub about: Option<String>,
+    /// Between held calls of the same [`Held::key`], the lower goes first ([`PgCall::opened`]; 0
+    /// for SQS and Redis).
+    pub tie: u64,
 }
 
 impl WireWorker {
     /// A gate for worker `me`.
-    pub fn new(me: String, world: SharedWorld, ext: std::sync::Arc<External>, queue: Option<&'static str>, queues: QueueUrls, identity: Rc<IdentityFn>) -> WireWorker {
-        WireWorker { me, world, ext, queue, queues, identity, at: Cell::new(None), holding: Cell::new(None), current: RefCell::new(None), receipts: RefCell::new(BTreeMap::new()) }
+    pub fn new(
+        me: String,
+        world: SharedWorld,
+        ext: std::sync::Arc<External>,
+        queue: Option<&'static str>,
+        queues: QueueUrls,
+        identity: Rc<IdentityFn>,
+    ) -> WireWorker {
+        WireWorker {
+            me,
+            world,
+            ext,
+            queue,
+            queues,
+            identity,
+            at: Cell::new(None),
+            holding: Cell::new(None),
+            current: RefCell::new(HashMap::new()),
+            receipts: RefCell::new(BTreeMap::new()),
+            clients: RefCell::new(BTreeSet::new()),
+            units: Cell::new(0),
+            last_completed: Cell::new(None),
+            settle_at: Cell::new(None),
+        }
     }
 
-    /// Parks the worker before call `op` until the scheduler grants it. `cycle_start` marks a
-    /// receive from its own queue (the top of a consumer's loop). Returns how it was granted.
-    pub async fn hold(&self, op: &'static str, service: Service, cycle_start: bool) -> Granted {
+    /// Records a client library the wire named (`ioredis 5.4.1`), for errors.
+    pub fn saw_client(&self, what: String) {
+        self.clients.borrow_mut().insert(what);
+    }
+
+    /// Counts a wire event of the process (bytes read or written by a proxy), so that the
+    /// scheduler waits for the process to settle ([`Slot::activity`]).
+    pub fn touch(&self) {
+        if self.ext.concurrent {
+            if let Ok(mut w) = self.world.try_borrow_mut() {
+                w.slot(&self.me).activity += 1;
+            }
+        }
+    }
+
+    /// Marks an ungated exchange under way (`true`) or over: while one is, a concurrent
+    /// worker's process counts as moving ([`Slot::pending`]).
+    pub fn pending(&self, on: bool) {
+        if self.ext.concurrent {
+            if let Ok(mut w) = self.world.try_borrow_mut() {
+                let s = w.slot(&self.me);
+                s.activity += 1;
+                s.pending = if on {
+                    s.pending + 1
+                } else {
+                    s.pending.saturating_sub(1)
+                };
+            }
+        }
+    }
+
+    /// [`WireWorker::pending`] from now until the guard is dropped.
+    pub fn pending_guard(&self) -> PendingGuard<'_> {
+        self.pending(true);
+        PendingGuard(self)
+    }
+
+    /// The proxy task that made calls ended (its connection closed): a call of it still in
+    /// flight will never complete.
+    pub fn task_ended(&self) {
+        let Some(cur) = self.current.borrow_mut().remove(&tokio::task::try_id()) else {
+            return;
+        };
+        if let Some(id) = cur.unit {
+            if let Ok(mut w) = self.world.try_borrow_mut() {
+                let at = self.at.get();
+                let s = w.slot(&self.me);
+                s.in_flight.retain(|f| f.id != id);
+                s.activity += 1;
+                s.summarize(at);
+            }
+        }
+    }
+
+    /// Parks the worker before `call` until the scheduler grants it. Returns how it was granted.
+    pub async fn hold(&self, call: Held) -> Granted {
+        if self.ext.concurrent {
+            return self.hold_unit(call).await;
+        }
+        let Held {
+            op,
+            service,
+            cycle_start,
+            ..
+        } = call;
         if let Some(other) = self.holding.replace(Some(op)) {
-            self.fatal(format!(
-                "{}: `{op}` was sent while `{other}` was held: crashpoint needs one handling thread per worker \
-                 process (calls one at a time)",
-                self.me
-            ));
+            self.fatal(self.one_at_a_time(op, other));
         }
         if cycle_start {
             self.world.borrow_mut().slot(&self.me).at_cycle_start = true;
         }
-        let mut guard = Abandoned { world: &self.world, me: &self.me, op, at: self.at.get(), holding: &self.holding, armed: true };
+        let mut guard = Abandoned {
+            world: &self.world,
+            me: &self.me,
+            op,
+            at: self.at.get(),
+            holding: &self.holding,
+            armed: true,
+        };
         let failed = crate::sim::gate::park(&self.world, &self.me, op, self.at.get()).await;
         guard.armed = false;
         self.holding.set(None);
+        let granted = self.granted(failed, service);
+        self.current.borrow_mut().insert(
+            tokio::task::try_id(),
+            Current {
+                op,
+                granted,
+                unit: None,
+                epoch: 0,
+                about: None,
+            },
+        );
+        granted
+    }
+
+    /// The error for a second call of a one-call-at-a-time worker: the calls, the client
+    /// libraries the wire named, and the settings that change it.
+    fn one_at_a_time(&self, op: &str, other: &str) -> String {
+        let clients = self.clients.borrow();
+        let libs = match clients.is_empty() {
+            true => String::new(),
+            false => format!(
+                " (its clients: {})",
+                clients.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        };
+        let origin = self
+            .ext
+            .origin
+            .clone()
+            .unwrap_or_else(|| format!("[external.{}]", self.ext.role));
+        format!(
+            "{}: `{op}` was sent while `{other}` was held{libs}: this worker is declared to make one call at a time. \
+             Set `concurrent = true` in {origin} to test it with several calls in flight (a batch handled in parallel, a \
+             heartbeat, a pool's connections), or make the worker sequential (sqs-consumer `batchSize: 1` and no \
+             `heartbeatInterval`, one connection, each call awaited in turn)",
+            self.me
+        )
+    }
+
+    /// How a call parked and granted goes: failed at an armed crash point, withheld, or on.
+    fn granted(&self, failed: Option<CrashPoint>, service: Service) -> Granted {
         let mut w = self.world.borrow_mut();
         let withhold = std::mem::take(&mut w.slot(&self.me).withhold);
         let granted = match failed {
@@ -78,7 +260,106 @@ impl WireWorker {
         };
         w.calls.add(service);
         w.slot(&self.me).in_pg = service == Service::Postgres && failed.is_none();
-        *self.current.borrow_mut() = Some((op, granted));
+        granted
+    }
+
+    /// A concurrent worker's call: held as one of its [`Slot::units`] until the scheduler
+    /// grants that unit, then in flight until its reply.
+    async fn hold_unit(&self, call: Held) -> Granted {
+        let Held {
+            op,
+            service,
+            cycle_start,
+            key,
+            pid,
+            about,
+            tie,
+        } = call;
+        let task = tokio::task::try_id();
+        // A proxy task makes its calls in turn: a call it made before is over.
+        if let Some(prev) = self.current.borrow_mut().remove(&task).and_then(|c| c.unit) {
+            self.world
+                .borrow_mut()
+                .slot(&self.me)
+                .in_flight
+                .retain(|f| f.id != prev);
+        }
+        let id = self.units.get() + 1;
+        self.units.set(id);
+        let notify = Rc::new(tokio::sync::Notify::new());
+        {
+            let mut w = self.world.borrow_mut();
+            // Ids differ from run to run (message ids, the scenario's UUIDs): their labels do not.
+            let key = w.names.relabel_all(&key);
+            let epoch = w.epoch;
+            let at = self.at.get();
+            let s = w.slot(&self.me);
+            tracing::debug!(worker = %self.me, id, op, epoch, key = %key, "concurrent call held");
+            let unit = Unit {
+                id,
+                op,
+                key,
+                epoch,
+                tie,
+                cycle_start,
+                granted: false,
+                notify: notify.clone(),
+            };
+            let i = s.units.partition_point(|u| {
+                (u.epoch, &u.key, u.tie, u.id) < (unit.epoch, &unit.key, unit.tie, unit.id)
+            });
+            s.units.insert(i, unit);
+            s.activity += 1;
+            s.summarize(at);
+        }
+        let mut guard = UnitGuard {
+            worker: self,
+            id,
+            armed: true,
+        };
+        loop {
+            {
+                let mut w = self.world.borrow_mut();
+                let s = w.slot(&self.me);
+                if let Some(i) = s.units.iter().position(|u| u.id == id && u.granted) {
+                    s.units.remove(i);
+                    break;
+                }
+            }
+            notify.notified().await;
+        }
+        guard.armed = false;
+        let failed = {
+            let mut w = self.world.borrow_mut();
+            let epoch = w.epoch;
+            let at = self.at.get();
+            let s = w.slot(&self.me);
+            s.in_flight.push(InFlight {
+                id,
+                op,
+                pid: pid.filter(|_| service == Service::Postgres),
+                blocked_by: None,
+                epoch,
+            });
+            s.activity += 1;
+            let failed = at
+                .and_then(|cp| s.armed_failures.iter().position(|c| *c == cp))
+                .map(|i| s.armed_failures.remove(i));
+            s.summarize(at);
+            failed
+        };
+        let granted = self.granted(failed, service);
+        let epoch = self.world.borrow().epoch;
+        self.current.borrow_mut().insert(
+            task,
+            Current {
+                op,
+                granted,
+                unit: Some(id),
+                epoch,
+                about,
+            },
+        );
         granted
     }
 
@@ -86,13 +367,36 @@ impl WireWorker {
     /// counted and recorded like any call, and decides nothing.
     pub fn ungated(&self, op: &'static str, service: Service) {
         self.world.borrow_mut().calls.add(service);
-        *self.current.borrow_mut() = Some((op, Granted::Go));
+        let mut cur = self.current.borrow_mut();
+        let prev = cur.get(&tokio::task::try_id()).cloned();
+        let epoch = prev.as_ref().map_or(0, |c| c.epoch);
+        let about = prev.as_ref().and_then(|c| c.about.clone());
+        cur.insert(
+            tokio::task::try_id(),
+            Current {
+                op,
+                granted: Granted::Go,
+                unit: prev.and_then(|c| c.unit),
+                epoch,
+                about,
+            },
+        );
     }
 
-    /// The call held last completed with `outcome` and `facts`: records its step; the worker
-    /// now stands at the crash point after it.
+    /// The call this proxy task made last completed with `outcome` and `facts`: records its
+    /// step; the worker now stands at the crash point after it.
     pub fn complete(&self, service: Service, outcome: Outcome, facts: Vec<Fact>) {
-        let Some((op, granted)) = self.current.borrow_mut().take() else { return };
+        let Some(Current {
+            op,
+            granted,
+            unit: unit_id,
+            epoch,
+            about,
+        }) = self.current.borrow_mut().remove(&tokio::task::try_id())
+        else {
+            return;
+        };
+        let unit = about;
         let (service, outcome) = match granted {
             Granted::Fail(at) => (Service::None, Outcome::ServiceErrorInjected { at }),
             _ => (service, outcome),
@@ -103,15 +407,66 @@ impl WireWorker {
         let reached = !outcome.failed()
             && !matches!(outcome, Outcome::Empty | Outcome::ReceiveLost { .. })
             && !(self.ext.poll == Some(op) && no_rows(&outcome));
-        let at = self.at.replace(if reached { self.ext.point_after(op) } else { None });
+        let at = self.at.replace(if reached {
+            self.ext.point_after(op)
+        } else {
+            None
+        });
         let mut w = self.world.borrow_mut();
+        if unit_id.is_some() && self.settle_at.get().is_none_or(|(e, _)| e != w.epoch) {
+            self.settle_at.set(Some((w.epoch, at)));
+        }
         let t_ms = w.now_ms;
         let slot = w.slot(&self.me);
         slot.in_pg = false;
         if let Some(cp) = self.at.get() {
             slot.passed.push(cp);
         }
-        slot.completed = Some(Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, outcome, idle: false, facts });
+        let step = Step {
+            t_ms,
+            worker: self.me.clone(),
+            op: op.to_string(),
+            service,
+            at,
+            outcome,
+            idle: false,
+            facts,
+            unit,
+        };
+        match unit_id {
+            None => {
+                slot.completed = vec![step];
+                self.last_completed.set(Some(0));
+            }
+            Some(id) => {
+                // Calls that complete in one settle: the one granted last first (it freed the
+                // others, blocked on its locks), whatever order their replies came in.
+                slot.in_flight.retain(|f| f.id != id);
+                slot.activity += 1;
+                slot.completed_epochs.resize(slot.completed.len(), 0);
+                let i = slot.completed_epochs.partition_point(|e| *e >= epoch);
+                slot.completed.insert(i, step);
+                slot.completed_epochs.insert(i, epoch);
+                self.last_completed.set(Some(i));
+                // Calls that complete in one settle stand where they would in the order the
+                // trace gives them, whatever order their replies came in.
+                let mut cur = self.settle_at.get().and_then(|(_, at)| at);
+                for st in slot.completed.iter_mut() {
+                    st.at = cur;
+                    let reached = !st.outcome.failed()
+                        && !matches!(st.outcome, Outcome::Empty | Outcome::ReceiveLost { .. })
+                        && !(self.ext.poll == Some(intern(&st.op)) && no_rows(&st.outcome));
+                    cur = if reached {
+                        self.ext.point_after(&st.op)
+                    } else {
+                        None
+                    };
+                }
+                self.at.set(cur);
+                let at = self.at.get();
+                slot.summarize(at);
+            }
+        }
         if granted == Granted::Withhold && service == Service::Postgres {
             // It will never move again: the scheduler kills it now.
             slot.status = Status::Waiting { at: self.at.get() };
@@ -119,12 +474,24 @@ impl WireWorker {
         }
     }
 
+    /// The label of the call this proxy task has held or in flight.
+    pub fn current_op(&self) -> Option<&'static str> {
+        self.current
+            .borrow()
+            .get(&tokio::task::try_id())
+            .map(|c| c.op)
+    }
+
     /// Marks the worker idle (its receive found nothing) or busy.
     pub fn set_idle(&self, idle: bool) {
         let mut w = self.world.borrow_mut();
         let slot = w.slot(&self.me);
         slot.idle = idle;
-        if let Some(step) = slot.completed.as_mut() {
+        if let Some(step) = self
+            .last_completed
+            .get()
+            .and_then(|i| slot.completed.get_mut(i))
+        {
             step.idle = idle;
         }
     }
@@ -147,7 +514,9 @@ impl WireWorker {
 
     /// Remembers that `receipt` belongs to message `msg` of `queue`.
     pub fn remember_receipt(&self, receipt: &str, queue: &'static str, msg: &str) {
-        self.receipts.borrow_mut().insert(receipt.to_string(), (queue, msg.to_string()));
+        self.receipts
+            .borrow_mut()
+            .insert(receipt.to_string(), (queue, msg.to_string()));
     }
 
     /// The (queue, label) of the message a receipt handle belongs to.
@@ -158,7 +527,11 @@ impl WireWorker {
     /// The declared name of the queue whose URL (real or through the proxy) ends like `url`.
     pub fn queue_of_url(&self, url: &str) -> Option<&'static str> {
         let last = url.rsplit('/').next()?;
-        self.queues.queues.iter().find(|(_, u, _)| u.rsplit('/').next() == Some(last)).map(|(n, _, _)| *n)
+        self.queues
+            .queues
+            .iter()
+            .find(|(_, u, _)| u.rsplit('/').next() == Some(last))
+            .map(|(n, _, _)| *n)
     }
 }
 
@@ -178,6 +551,34 @@ pub enum Granted {
     /// Forward it, but withhold the reply (PostgreSQL only; the other proxies relay it, and
     /// the worker is killed before its next call either way).
     Withhold,
+}
+
+/// Takes a concurrent worker's held call out of its units when the proxy drops the hold (the
+/// client went away): it is never forwarded.
+struct UnitGuard<'a> {
+    worker: &'a WireWorker,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for UnitGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(mut w) = self.worker.world.try_borrow_mut() {
+            let at = self.worker.at.get();
+            let s = w.slot(&self.worker.me);
+            if let Some(i) = s.units.iter().position(|u| u.id == self.id) {
+                let op = s.units.remove(i).op;
+                s.notes.push(format!(
+                    "`{op}` abandoned: the worker's connection went away while it was held"
+                ));
+            }
+            s.activity += 1;
+            s.summarize(at);
+        }
+    }
 }
 
 /// Un-parks a worker whose held call was abandoned (the proxy dropped the hold because the
@@ -204,8 +605,14 @@ impl Drop for Abandoned<'_> {
             // worker's next call through unscheduled.
             slot.granted = false;
             if matches!(slot.status, Status::Parked { .. } | Status::Running { .. }) {
-                slot.status = Status::Running { op: self.op, at: self.at };
-                slot.notes.push(format!("`{}` abandoned: the worker's connection went away while it was held", self.op));
+                slot.status = Status::Running {
+                    op: self.op,
+                    at: self.at,
+                };
+                slot.notes.push(format!(
+                    "`{}` abandoned: the worker's connection went away while it was held",
+                    self.op
+                ));
             }
         }
     }
@@ -251,7 +658,10 @@ pub fn statements(sql: &str) -> Vec<String> {
         }
     }
     out.push(cur);
-    out.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+    out.into_iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// The label of a PostgreSQL call: a `/* crashpoint:NAME */` comment in its SQL, else
@@ -265,8 +675,16 @@ pub fn pg_label(call: &PgCall) -> &'static str {
 
 /// The label of `call` from its first keyword alone: `begin`, `commit`, `rollback` or `sql`.
 pub(crate) fn keyword_label(call: &PgCall) -> &'static str {
-    let first = call.sql.iter().map(|s| s.trim_start().to_ascii_uppercase()).find(|s| !s.is_empty()).unwrap_or_default();
-    let word = first.split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("");
+    let first = call
+        .sql
+        .iter()
+        .map(|s| s.trim_start().to_ascii_uppercase())
+        .find(|s| !s.is_empty())
+        .unwrap_or_default();
+    let word = first
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("");
     match word {
         "BEGIN" | "START" => "begin",
         "COMMIT" | "END" => "commit",
@@ -279,28 +697,47 @@ pub(crate) fn keyword_label(call: &PgCall) -> &'static str {
 fn comment_label(call: &PgCall) -> Option<&'static str> {
     call.sql.iter().find_map(|sql| {
         let i = sql.find("crashpoint:")?;
-        let name: String = sql[i + 11..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').collect();
+        let name: String = sql[i + 11..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .collect();
         (!name.is_empty()).then(|| intern(&name))
     })
 }
 
 /// Whether a statement's outcome found nothing: no row returned, affected or fetched.
 fn no_rows(outcome: &Outcome) -> bool {
-    matches!(outcome, Outcome::Returned { row: false } | Outcome::Affected { n: 0 } | Outcome::Fetched { n: 0 })
+    matches!(
+        outcome,
+        Outcome::Returned { row: false } | Outcome::Affected { n: 0 } | Outcome::Fetched { n: 0 }
+    )
 }
 
 /// What a PostgreSQL reply says, as an [`Outcome`].
 
 pub fn pg_outcome(call: &PgCall, reply: &PgReply) -> Outcome {
     if let Some((_, message)) = &reply.error {
-        return Outcome::Error { message: message.clone() };
+        return Outcome::Error {
+            message: message.clone(),
+        };
     }
-    let Some(tag) = reply.tags.last() else { return Outcome::Done };
+    let Some(tag) = reply.tags.last() else {
+        return Outcome::Done;
+    };
     let mut words = tag.split(' ');
-    let n: u64 = tag.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    let returning = call.sql.iter().any(|s| s.to_ascii_uppercase().contains("RETURNING"));
+    let n: u64 = tag
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let returning = call
+        .sql
+        .iter()
+        .any(|s| s.to_ascii_uppercase().contains("RETURNING"));
     match words.next().unwrap_or("") {
-        "INSERT" | "UPDATE" | "DELETE" | "MERGE" if returning => Outcome::Returned { row: reply.rows > 0 },
+        "INSERT" | "UPDATE" | "DELETE" | "MERGE" if returning => Outcome::Returned {
+            row: reply.rows > 0,
+        },
         "INSERT" | "UPDATE" | "DELETE" | "MERGE" => Outcome::Affected { n },
         "SELECT" => Outcome::Fetched { n },
         _ => Outcome::Done,
@@ -326,12 +763,33 @@ impl PgGate for WireWorker {
         if call.terminate || !call.executes {
             return false;
         }
+        // A concurrent worker's BEGIN passes: which of its connections a handler took from its
+        // pool depends on real time, so the first call that says what the transaction is about
+        // (its statement and parameters) is the first held.
+        if self.ext.concurrent
+            && call.sql.iter().flat_map(|sql| statements(sql)).all(|st| {
+                keyword_label(&PgCall {
+                    sql: vec![st],
+                    ..Default::default()
+                }) == "begin"
+            })
+        {
+            return false;
+        }
         let passes = |s: &str| {
             let s = s.trim().to_ascii_uppercase();
-            s.is_empty() || PG_PASS.iter().any(|p| s.starts_with(p.trim_end()) && (s.len() == p.trim_end().len() || p.ends_with(' ')))
+            s.is_empty()
+                || PG_PASS.iter().any(|p| {
+                    s.starts_with(p.trim_end())
+                        && (s.len() == p.trim_end().len() || p.ends_with(' '))
+                })
                 || self.ext.pass.iter().any(|p| s.starts_with(p.as_str()))
         };
-        !call.sql.iter().flat_map(|sql| statements(sql)).all(|st| passes(&st))
+        !call
+            .sql
+            .iter()
+            .flat_map(|sql| statements(sql))
+            .all(|st| passes(&st))
     }
 
     async fn hold(&self, pid: i32, call: &PgCall) -> Admit {
@@ -339,7 +797,17 @@ impl PgGate for WireWorker {
         let label = comment_label(call)
             .or_else(|| call.sql.iter().find_map(|sql| self.ext.label_of(sql, true)))
             .unwrap_or_else(|| pg_label(call));
-        match WireWorker::hold(self, label, Service::Postgres, self.ext.poll == Some(label)).await {
+        let about = self.ext.concurrent.then(|| call.about.clone()).flatten();
+        let held = Held {
+            op: label,
+            service: Service::Postgres,
+            cycle_start: self.ext.poll == Some(label),
+            key: call.key.clone(),
+            pid: Some(pid),
+            about,
+            tie: call.opened,
+        };
+        match WireWorker::hold(self, held).await {
             Granted::Fail(cp) => Admit::Fail(injected_error(cp)),
             Granted::Withhold => Admit::Withhold,
             Granted::Go => {
@@ -360,7 +828,7 @@ impl PgGate for WireWorker {
 
     fn replied(&self, _pid: i32, call: &PgCall, reply: PgReply) {
         let outcome = pg_outcome(call, &reply);
-        let polled = self.ext.poll.is_some_and(|p| self.current.borrow().as_ref().is_some_and(|(op, _)| *op == p));
+        let polled = self.ext.poll.is_some_and(|p| self.current_op() == Some(p));
         let idle = no_rows(&outcome);
         self.complete(Service::Postgres, outcome, vec![]);
         if polled {
@@ -369,7 +837,29 @@ impl PgGate for WireWorker {
     }
 
     fn dropped(&self, _pid: i32, _call: &PgCall, message: &str) {
-        self.complete(Service::Postgres, Outcome::Error { message: message.to_string() }, vec![]);
+        self.complete(
+            Service::Postgres,
+            Outcome::Error {
+                message: message.to_string(),
+            },
+            vec![],
+        );
+    }
+
+    fn pending(&self, on: bool) {
+        WireWorker::pending(self, on);
+    }
+
+    fn touch(&self) {
+        WireWorker::touch(self);
+    }
+
+    fn ended(&self) {
+        self.task_ended();
+    }
+
+    fn client(&self, application_name: String) {
+        self.saw_client(format!("PostgreSQL application_name={application_name}"));
     }
 }
 
@@ -378,12 +868,21 @@ mod tests {
     use super::*;
 
     fn call(sql: &str) -> PgCall {
-        PgCall { sql: vec![sql.to_string()], terminate: false, executes: true, status: Some(b'T') }
+        PgCall {
+            sql: vec![sql.to_string()],
+            terminate: false,
+            executes: true,
+            status: Some(b'T'),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn labels_come_from_comments_then_keywords() {
-        assert_eq!(pg_label(&call("/* crashpoint:claim */ INSERT INTO t VALUES (1)")), "claim");
+        assert_eq!(
+            pg_label(&call("/* crashpoint:claim */ INSERT INTO t VALUES (1)")),
+            "claim"
+        );
         assert_eq!(pg_label(&call("begin")), "begin");
         assert_eq!(pg_label(&call("COMMIT")), "commit");
         assert_eq!(pg_label(&call("UPDATE t SET x = 1")), "sql");
@@ -391,19 +890,56 @@ mod tests {
 
     #[test]
     fn statements_split_outside_quotes_and_comments() {
-        assert_eq!(statements("SET x = 1; INSERT INTO t VALUES (';')"), vec!["SET x = 1", "INSERT INTO t VALUES (';')"]);
-        assert_eq!(statements("SELECT $$a;b$$ -- c;d\n; "), vec!["SELECT $$a;b$$"]);
+        assert_eq!(
+            statements("SET x = 1; INSERT INTO t VALUES (';')"),
+            vec!["SET x = 1", "INSERT INTO t VALUES (';')"]
+        );
+        assert_eq!(
+            statements("SELECT $$a;b$$ -- c;d\n; "),
+            vec!["SELECT $$a;b$$"]
+        );
         assert_eq!(statements(""), Vec::<String>::new());
     }
 
     #[test]
     fn outcomes_follow_the_command_tags() {
-        let r = |tag: &str, rows| PgReply { tags: vec![tag.into()], rows, error: None, status: Some(b'T') };
-        assert_eq!(pg_outcome(&call("INSERT INTO t VALUES (1) RETURNING id"), &r("INSERT 0 0", 0)), Outcome::Returned { row: false });
-        assert_eq!(pg_outcome(&call("INSERT INTO t VALUES (1) RETURNING id"), &r("INSERT 0 1", 1)), Outcome::Returned { row: true });
-        assert_eq!(pg_outcome(&call("UPDATE t SET x = 1"), &r("UPDATE 3", 0)), Outcome::Affected { n: 3 });
-        assert_eq!(pg_outcome(&call("SELECT 2"), &r("SELECT 1", 1)), Outcome::Fetched { n: 1 });
-        let e = PgReply { error: Some(("23505".into(), "duplicate key".into())), ..Default::default() };
-        assert_eq!(pg_outcome(&call("INSERT"), &e), Outcome::Error { message: "duplicate key".into() });
+        let r = |tag: &str, rows| PgReply {
+            tags: vec![tag.into()],
+            rows,
+            error: None,
+            status: Some(b'T'),
+        };
+        assert_eq!(
+            pg_outcome(
+                &call("INSERT INTO t VALUES (1) RETURNING id"),
+                &r("INSERT 0 0", 0)
+            ),
+            Outcome::Returned { row: false }
+        );
+        assert_eq!(
+            pg_outcome(
+                &call("INSERT INTO t VALUES (1) RETURNING id"),
+                &r("INSERT 0 1", 1)
+            ),
+            Outcome::Returned { row: true }
+        );
+        assert_eq!(
+            pg_outcome(&call("UPDATE t SET x = 1"), &r("UPDATE 3", 0)),
+            Outcome::Affected { n: 3 }
+        );
+        assert_eq!(
+            pg_outcome(&call("SELECT 2"), &r("SELECT 1", 1)),
+            Outcome::Fetched { n: 1 }
+        );
+        let e = PgReply {
+            error: Some(("23505".into(), "duplicate key".into())),
+            ..Default::default()
+        };
+        assert_eq!(
+            pg_outcome(&call("INSERT"), &e),
+            Outcome::Error {
+                message: "duplicate key".into()
+            }
+        );
     }
 }

@@ -44,13 +44,17 @@ const CALL_ENDS: &[u8] = b"SQHFX";
 /// client that closes after that `N`, is reported with [`PgGate::refused`]; a CancelRequest is
 /// relayed ungated to a fresh upstream connection. Errors of one connection only close it.
 pub async fn serve(listener: TcpListener, upstream: String, gate: Rc<dyn PgGate>) {
+    // Connections in the order the worker opened them (the kernel queues them in connect order).
+    let mut opened = 0u64;
     loop {
         match listener.accept().await {
             Ok((sock, peer)) => {
                 let (upstream, gate) = (upstream.clone(), gate.clone());
+                opened += 1;
+                let conn = opened;
                 tokio::task::spawn_local(async move {
                     debug!(%peer, "pg proxy: connection");
-                    if let Err(e) = session(sock, &upstream, gate).await {
+                    if let Err(e) = session(sock, &upstream, gate, conn).await {
                         debug!(%peer, error = %e, "pg proxy: connection ended");
                     }
                 });
@@ -64,7 +68,28 @@ pub async fn serve(listener: TcpListener, upstream: String, gate: Rc<dyn PgGate>
 }
 
 /// One connection: encryption negotiation, then either a relayed cancel or a gated session.
-async fn session(client: TcpStream, upstream: &str, gate: Rc<dyn PgGate>) -> io::Result<()> {
+async fn session(
+    client: TcpStream,
+    upstream: &str,
+    gate: Rc<dyn PgGate>,
+    opened: u64,
+) -> io::Result<()> {
+    struct Ends(Rc<dyn PgGate>, std::cell::Cell<bool>);
+    impl Ends {
+        fn started(&self) {
+            if self.1.replace(false) {
+                self.0.pending(false);
+            }
+        }
+    }
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            self.started();
+            self.0.ended();
+        }
+    }
+    gate.pending(true);
+    let ends = Ends(gate.clone(), std::cell::Cell::new(true));
     let mut client = Wire::new(client);
     let Some(startup) = negotiate(&mut client, &*gate).await? else {
         return Ok(());
@@ -75,14 +100,28 @@ async fn session(client: TcpStream, upstream: &str, gate: Rc<dyn PgGate>) -> io:
     let server = Wire::new(TcpStream::connect(upstream).await?);
     client.sock.set_nodelay(true)?;
     server.sock.set_nodelay(true)?;
-    let mut conn =
-        Conn { client, server, gate, track: Track::default(), prepared: HashMap::new(), skip_to_sync: false, withhold: false };
+    let mut conn = Conn {
+        client,
+        server,
+        gate,
+        track: Track::default(),
+        prepared: HashMap::new(),
+        skip_to_sync: false,
+        withhold: false,
+        txn_first: None,
+        txn_about: None,
+        opened,
+    };
+    if let Some(name) = startup_param(&startup, "application_name").filter(|n| !n.is_empty()) {
+        conn.gate.client(name);
+    }
     conn.server.sock.write_all(&startup).await?;
     if !conn.authenticate().await? {
         return Ok(());
     }
     debug!(pid = conn.track.pid, "pg proxy: backend ready");
     conn.gate.backend(conn.track.pid);
+    ends.started();
     conn.run().await
 }
 
@@ -122,6 +161,61 @@ async fn negotiate(client: &mut Wire, gate: &dyn PgGate) -> io::Result<Option<By
     }
 }
 
+/// The value of `key` in a StartupMessage (protocol version, then name/value C strings).
+fn startup_param(packet: &[u8], key: &str) -> Option<String> {
+    let mut rest = packet.get(8..)?;
+    while !rest.is_empty() && rest[0] != 0 {
+        let (k, r) = cstr(rest);
+        let (v, r) = cstr(r);
+        if k == key {
+            return Some(v);
+        }
+        rest = r;
+    }
+    None
+}
+
+/// The parameter values of a Bind message body, as text (hex for a value that is not UTF-8,
+/// `NULL` for a null).
+fn bind_params(body: &[u8]) -> Vec<String> {
+    let rest = cstr(cstr(body).1).1;
+    let i16_at = |b: &[u8], i: usize| {
+        b.get(i..i + 2)
+            .map(|x| i16::from_be_bytes([x[0], x[1]]) as usize)
+    };
+    let Some(nformats) = i16_at(rest, 0) else {
+        return vec![];
+    };
+    let mut i = 2 + 2 * nformats;
+    let Some(n) = i16_at(rest, i) else {
+        return vec![];
+    };
+    i += 2;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let Some(len) = rest
+            .get(i..i + 4)
+            .map(|x| i32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+        else {
+            break;
+        };
+        i += 4;
+        if len < 0 {
+            out.push("NULL".into());
+            continue;
+        }
+        let Some(v) = rest.get(i..i + len as usize) else {
+            break;
+        };
+        i += len as usize;
+        out.push(match std::str::from_utf8(v) {
+            Ok(t) => t.to_string(),
+            Err(_) => v.iter().map(|b| format!("{b:02x}")).collect(),
+        });
+    }
+    out
+}
+
 /// Sends a CancelRequest (16 bytes, longer since protocol 3.2) to a fresh upstream connection
 /// and waits until the server closes it, as the server never answers one.
 async fn relay_cancel(packet: &[u8], upstream: &str) -> io::Result<()> {
@@ -139,7 +233,10 @@ struct Wire {
 
 impl Wire {
     fn new(sock: TcpStream) -> Wire {
-        Wire { sock, buf: BytesMut::with_capacity(8192) }
+        Wire {
+            sock,
+            buf: BytesMut::with_capacity(8192),
+        }
     }
 
     /// Reads more bytes into the buffer; 0 at end of stream. Cancel-safe (for `select!`).
@@ -179,7 +276,9 @@ impl Flight {
     fn new(batch: &[u8]) -> Flight {
         let last = messages(batch).last().map_or(b'S', |(tag, _)| tag);
         // Parse, Bind, Describe, Execute and Close each get one reply.
-        let expected = messages(batch).filter(|(tag, _)| b"PBDEC".contains(tag)).count();
+        let expected = messages(batch)
+            .filter(|(tag, _)| b"PBDEC".contains(tag))
+            .count();
         let counting = last == b'H';
         Flight {
             counting,
@@ -244,6 +343,12 @@ struct Conn {
     /// The reply of the call in flight is read but not relayed: the worker dies before it
     /// reaches it (`crash@commit:applied`).
     withhold: bool,
+    /// The key of the first held call of the open transaction ([`PgCall::key`]).
+    txn_first: Option<String>,
+    /// The first bound parameter of that call ([`PgCall::about`]).
+    txn_about: Option<String>,
+    /// The connection's number in the order the worker opened them ([`PgCall::opened`]).
+    opened: u64,
 }
 
 impl Conn {
@@ -271,16 +376,38 @@ impl Conn {
         while let Some(batch) = self.next_batch().await? {
             let mut call = self.describe(&batch);
             call.status = self.track.status;
+            call.opened = self.opened;
             if call.terminate {
                 self.server.sock.write_all(&batch).await?;
                 return Ok(());
             }
             if !self.gate.gated(&call) {
-                if self.forward(&batch).await?.is_none() {
+                self.gate.pending(true);
+                let forwarded = self.forward(&batch).await;
+                self.gate.pending(false);
+                if forwarded?.is_none() {
                     return Ok(());
                 }
                 continue;
             }
+            // The transaction's first held statement names its later ones.
+            if !matches!(call.status, Some(b'T' | b'E')) {
+                self.txn_first = None;
+                self.txn_about = None;
+            }
+            let own = format!("{} {}", call.sql.join("; "), call.params.join(", "));
+            call.key = match &self.txn_first {
+                Some(first) => format!("{first} | {own}"),
+                None => own.clone(),
+            };
+            if matches!(call.status, Some(b'T')) && self.txn_first.is_none() {
+                self.txn_first = Some(own);
+                self.txn_about = call.params.first().cloned();
+            }
+            call.about = match &self.txn_first {
+                Some(_) => self.txn_about.clone(),
+                None => call.params.first().cloned(),
+            };
             debug!(pid = self.track.pid, sql = ?call.sql, "pg proxy: holding");
             let reply = match self.hold(&call).await? {
                 None => return Ok(()),
@@ -289,7 +416,8 @@ impl Conn {
                     None => return Ok(()),
                 },
                 Some(Admit::Fail(text)) => {
-                    self.fail_upstream(crate::sim::wire::worker::keyword_label(&call) == "commit").await?;
+                    self.fail_upstream(crate::sim::wire::worker::keyword_label(&call) == "commit")
+                        .await?;
                     self.answer_failure(&batch, &text).await?
                 }
                 Some(Admit::LoseReply) => {
@@ -298,20 +426,29 @@ impl Conn {
                     // error (the worker, which gets a dropped connection, sees an error either way).
                     self.withhold = true;
                     match self.forward(&batch).await? {
-                        Some(reply) if reply.error.is_some() => self.gate.replied(self.track.pid, &call, reply),
-                        Some(_) => self.gate.dropped(self.track.pid, &call, crate::nemesis::pg::COMMIT_REPLY_LOST),
+                        Some(reply) if reply.error.is_some() => {
+                            self.gate.replied(self.track.pid, &call, reply)
+                        }
+                        Some(_) => self.gate.dropped(
+                            self.track.pid,
+                            &call,
+                            crate::nemesis::pg::COMMIT_REPLY_LOST,
+                        ),
                         None => {}
                     }
                     return Ok(());
                 }
                 Some(Admit::Reset) => {
                     self.rollback_upstream().await?;
-                    self.gate.dropped(self.track.pid, &call, crate::nemesis::pg::CONNECTION_RESET);
+                    self.gate
+                        .dropped(self.track.pid, &call, crate::nemesis::pg::CONNECTION_RESET);
                     return Ok(());
                 }
                 Some(Admit::Withhold) => {
                     self.withhold = true;
-                    let Some(reply) = self.forward(&batch).await? else { return Ok(()) };
+                    let Some(reply) = self.forward(&batch).await? else {
+                        return Ok(());
+                    };
                     self.gate.replied(self.track.pid, &call, reply);
                     // Applied, and the worker never hears of it: it is killed next.
                     std::future::pending::<()>().await;
@@ -341,8 +478,9 @@ impl Conn {
                 }
             }
             tokio::select! {
-                n = self.client.fill() => if n? == 0 { return Ok(None) },
+                n = self.client.fill() => { self.gate.touch(); if n? == 0 { return Ok(None) } },
                 n = self.server.fill() => {
+                    self.gate.touch();
                     if n? == 0 { return Ok(None) }
                     self.relay_server().await?;
                 }
@@ -371,6 +509,7 @@ impl Conn {
                     self.prepared.insert(name, text);
                 }
                 b'B' => {
+                    call.params.extend(bind_params(body));
                     let statement = cstr(cstr(body).1).0;
                     match self.prepared.get(&statement) {
                         Some(text) if named.insert(statement) => call.sql.push(text.clone()),
@@ -396,8 +535,9 @@ impl Conn {
         loop {
             tokio::select! {
                 admit = &mut held => return Ok(Some(admit)),
-                n = self.client.fill() => if n? == 0 { return Ok(None) },
+                n = self.client.fill() => { self.gate.touch(); if n? == 0 { return Ok(None) } },
                 n = self.server.fill() => {
+                    self.gate.touch();
                     if n? == 0 { return Ok(None) }
                     self.relay_server().await?;
                 }
@@ -417,10 +557,11 @@ impl Conn {
             }
             tokio::select! {
                 n = self.server.fill() => {
+                    self.gate.touch();
                     if n? == 0 { return Ok(None) }
                     self.relay_server().await?;
                 }
-                n = self.client.fill() => if n? == 0 { return Ok(None) },
+                n = self.client.fill() => { self.gate.touch(); if n? == 0 { return Ok(None) } },
             }
             self.pass_copy_data().await?;
         }
@@ -466,7 +607,11 @@ impl Conn {
         }
         self.client.sock.write_all(&out).await?;
         let error = Some((FAIL_SQLSTATE.to_string(), text.to_string()));
-        Ok(PgReply { error, status: (!flush).then_some(status), ..PgReply::default() })
+        Ok(PgReply {
+            error,
+            status: (!flush).then_some(status),
+            ..PgReply::default()
+        })
     }
 
     /// Puts the server's session where PostgreSQL leaves it after the error the proxy answers
@@ -480,7 +625,11 @@ impl Conn {
         if self.track.status != Some(b'T') {
             return Ok(());
         }
-        let sql: &[u8] = if commits { b"ROLLBACK\0" } else { b"SELECT 1/0 AS crashpoint_injected_failure\0" };
+        let sql: &[u8] = if commits {
+            b"ROLLBACK\0"
+        } else {
+            b"SELECT 1/0 AS crashpoint_injected_failure\0"
+        };
         self.withhold = true;
         let forwarded = self.forward(&frame(b'Q', sql)).await;
         self.withhold = false;
