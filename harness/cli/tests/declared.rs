@@ -77,6 +77,7 @@ fn the_node_invoice_worker_passes_its_windows_byte_for_byte() {
             "invoices/crash-after-commit",
             "invoices/concurrent-duplicate",
             "invoices/batch-same-order",
+            "invoices/heartbeat-after-delete",
         ],
     );
 }
@@ -675,4 +676,33 @@ fn send_message_batch_and_change_message_visibility_batch_pass_the_proxy_with_ea
             .any(|l| l.contains("d1   delete") && l.contains("o1 deleted")),
         "{t}"
     );
+}
+
+/// Issue 43 §1: a worker declared one call at a time that sends two at once (sqs-consumer
+/// handling a batch of two in parallel) stops the run with exit 2, naming both calls, the client
+/// library the wire named and the setting to change.
+#[test]
+#[ignore = "full tier: a Node.js worker process; `cargo test -- --include-ignored` runs it"]
+fn a_second_call_of_a_one_call_worker_names_the_calls_the_client_and_the_setting() {
+    let src = example("node-invoices");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("scenarios/invoices")).unwrap();
+    let file = std::fs::read_to_string(src.join("scenarios/invoices.workload.toml")).unwrap();
+    assert!(file.contains("\nconcurrent = true"), "the demo's role is no longer declared concurrent");
+    let file = file
+        .replace("\nconcurrent = true", "\n# concurrent = true")
+        .replace("[\"node\", \"worker.js\"]", &format!("[\"node\", \"{}\"]", src.join("worker.js").display()))
+        .replace("[\"bash\", \"setup.sh\"]", &format!("[\"bash\", \"{}\"]", src.join("setup.sh").display()));
+    std::fs::write(dir.path().join("scenarios/invoices.workload.toml"), file).unwrap();
+    for f in ["schema.sql", "schema-no-unique.sql"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let window = "scenarios/invoices/batch-same-order.toml";
+    std::fs::copy(src.join(window), dir.path().join(window)).unwrap();
+    let out = crashpoint_in(dir.path(), &["run", "invoices/batch-same-order", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("was sent while") && t.contains("was held"), "the two calls are not named:\n{t}");
+    assert!(t.contains("Set `concurrent = true` in") && t.contains("[roles.c]"), "the setting is not named:\n{t}");
+    assert!(t.contains("its clients:"), "no client library named:\n{t}");
 }

@@ -115,6 +115,7 @@ fn fault_label(f: &FaultEvent) -> String {
         FaultEvent::DrainStart | FaultEvent::DrainPending { .. } | FaultEvent::Clock { drain: true, .. } => "drain".into(),
         FaultEvent::UpstreamRetry { .. } => "retry".into(),
         FaultEvent::Clock { .. } => "tick".into(),
+        FaultEvent::Pause { .. } => "pause".into(),
         FaultEvent::Skipped { .. } => "skip".into(),
         FaultEvent::Armed { .. } | FaultEvent::ArmedFires { .. } => "armed".into(),
         FaultEvent::VisibilityExpired { .. } | FaultEvent::LockExpired { .. } => "expire".into(),

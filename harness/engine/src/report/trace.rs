@@ -103,6 +103,7 @@ pub fn fault_text(f: &FaultEvent) -> String {
         FaultEvent::ArmedFires { worker, at } => format!("armed crash of {worker} at {at} fires"),
         FaultEvent::Clock { ms, drain: false } => format!("clock +{}", format_duration_ms(*ms)),
         FaultEvent::Clock { ms, drain: true } => format!("drain: clock +{}", format_duration_ms(*ms)),
+        FaultEvent::Pause { ms } => format!("pause: {} of real time for the workers' own timers", format_duration_ms(*ms)),
         FaultEvent::VisibilityExpired { msg, found: true } => format!("visibility timeout of {msg} expired: it can be received again"),
         FaultEvent::VisibilityExpired { msg, found: false } => format!("visibility timeout of {msg} expired (SQS no longer has it)"),
         FaultEvent::Expired { msg, queue, retention_ms, found } => format!(

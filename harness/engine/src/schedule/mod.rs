@@ -14,6 +14,7 @@
 //! | `c1:restart` | start a killed `c1` again, with fresh software |
 //! | `c1:stop` | stop `c1` gracefully: it finishes its current message and exits before its next receive |
 //! | `tick:31s` | advance the logical clock (`ms`, `s`, `m`, `h`); due expiries fire |
+//! | `pause:1500ms` | let real time pass for the workers' own timers (a heartbeat); the logical clock does not move |
 //! | `replay` (a name the workload declares) | a fault of the workload's own, e.g. replaying its failure transport |
 //! | `dispatch:e1` | the producer dispatches event `e1` once more |
 //! | `redis:restart` | Redis restarts without persistence: every lock is lost |
@@ -66,6 +67,10 @@ pub enum Decision {
     Stop { worker: String },
     /// Advance the logical clock by `ms`.
     Tick { ms: u64 },
+    /// Let `ms` of real time pass with every worker settled in turn, the logical clock
+    /// unmoved: the workers' own timers fire (sqs-consumer's `heartbeatInterval`, a poll
+    /// delay), and the calls they make are held like any other. Never generated.
+    Pause { ms: u64 },
     /// A fault of the workload's own, by name (e.g. `replay`).
     Fault(&'static str),
     /// The producer dispatches scenario event `event` again.
@@ -93,6 +98,7 @@ impl Decision {
             Decision::Restart { .. } => "restart".into(),
             Decision::Stop { .. } => "stop".into(),
             Decision::Tick { .. } => "tick".into(),
+            Decision::Pause { .. } => "pause".into(),
             Decision::Fault(name) => name.to_string(),
             Decision::Dispatch { .. } => "dispatch".into(),
             Decision::RedisRestart => "redis:restart".into(),
@@ -129,6 +135,7 @@ impl fmt::Display for Decision {
             Decision::Restart { worker } => write!(f, "{worker}:restart"),
             Decision::Stop { worker } => write!(f, "{worker}:stop"),
             Decision::Tick { ms } => write!(f, "tick:{}", format_duration_ms(*ms)),
+            Decision::Pause { ms } => write!(f, "pause:{}", format_duration_ms(*ms)),
             Decision::Fault(name) => write!(f, "{name}"),
             Decision::Dispatch { event } => write!(f, "dispatch:{event}"),
             Decision::RedisRestart => write!(f, "redis:restart"),

@@ -168,6 +168,9 @@ pub(crate) fn tokens(text: &str) -> impl Iterator<Item = Token<'_>> {
     })
 }
 
+/// The longest `pause:` (real time), ms.
+pub const PAUSE_MAX_MS: u64 = 60_000;
+
 fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String> {
     if token == "redis:restart" {
         return Ok(Decision::RedisRestart);
@@ -181,6 +184,13 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
     };
     match (head, rest) {
         ("tick", Some(d)) => return parse_duration_ms(d).map(|ms| Decision::Tick { ms }),
+        ("pause", Some(d)) => {
+            return match parse_duration_ms(d)? {
+                ms if ms > PAUSE_MAX_MS => Err(format!("a pause is real time: at most {}", format_duration_ms(PAUSE_MAX_MS))),
+                ms => Ok(Decision::Pause { ms }),
+            }
+        }
+        ("pause", None) => return Err("expected `pause:<duration>` of real time, e.g. `pause:1500ms`".into()),
         ("tick", None) => return Err("expected `tick:<duration>`, e.g. `tick:31s`".into()),
         ("dispatch", Some(e)) if !e.is_empty() => {
             return Ok(Decision::Dispatch {
@@ -337,6 +347,16 @@ pub(crate) mod tests {
             }]
         );
         assert_eq!(s.to_string(), "c1:crash@commit:applied");
+    }
+
+    /// Issue 43 §3: a pause of real time for the workers' own timers, bounded.
+    #[test]
+    fn a_pause_is_real_time_and_bounded() {
+        let s = parse("pause:1500ms tick:1s").unwrap();
+        assert_eq!(s.decisions[0], Decision::Pause { ms: 1500 });
+        assert_eq!(s.to_string(), "pause:1500ms tick:1s");
+        assert!(parse("pause:2m").unwrap_err().message.contains("at most"));
+        assert!(parse("pause").unwrap_err().message.contains("pause:<duration>"));
     }
 
     /// Issue 43 §1: a concurrent worker's k-th held call is named in text that round-trips.

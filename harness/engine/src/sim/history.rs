@@ -201,6 +201,8 @@ pub enum FaultEvent {
     ArmedFires { worker: String, at: CrashPoint },
     /// The logical clock advanced by `ms` (in the drain when `drain`).
     Clock { ms: u64, drain: bool },
+    /// `pause:`: real time passed for the workers' own timers, ms.
+    Pause { ms: u64 },
     /// A visibility timeout expired; `found` is false when SQS no longer had the message.
     VisibilityExpired { msg: String, found: bool },
     /// `msg` outlived its queue's retention (`retention_ms`, logical) and SQS deleted it;

@@ -435,6 +435,7 @@ impl<'a> Run<'a> {
                 self.stop(worker)
             }
             Decision::Tick { ms } => self.tick(*ms),
+            Decision::Pause { ms } => self.pause(*ms),
             Decision::Fault(name) => self.workload_fault(name),
             Decision::Dispatch { event } => self.dispatch(event),
             Decision::RedisRestart => self.redis_restart(),
@@ -507,6 +508,19 @@ impl<'a> Run<'a> {
         });
         notify.notify_one();
         self.settle(Some(w))
+    }
+
+    /// `pause:<ms>`: settles the world again and again until `ms` of real time have passed, so
+    /// that the calls the workers' own timers make (a heartbeat) are held; the logical clock
+    /// does not move.
+    fn pause(&mut self, ms: u64) -> Result<()> {
+        self.fault(FaultEvent::Pause { ms }, vec![]);
+        let end = Instant::now() + Duration::from_millis(ms);
+        while Instant::now() < end {
+            self.settle(None)?;
+            std::thread::sleep(Duration::from_millis(5).min(end.saturating_duration_since(Instant::now())));
+        }
+        self.settle(None)
     }
 
     /// Grants one held call of concurrent worker `w` ([`Slot::units`]): the first in their

@@ -1334,10 +1334,13 @@ async fn change_visibility(
             call.ok_reply("")
         }
         Err(e) => {
-            let e = crate::sim::cx::sqs::redact_handles(&format!(
-                "ChangeMessageVisibility: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(&e)
-            ));
+            // SQS's code and message only: the whole error carries headers (a date) and ids.
+            use aws_sdk_sqs::error::ProvideErrorMetadata;
+            let what = match (e.code(), e.message()) {
+                (Some(code), Some(message)) => format!("{code}: {message}"),
+                _ => format!("{}", aws_sdk_sqs::error::DisplayErrorContext(&e)),
+            };
+            let e = crate::sim::cx::sqs::redact_handles(&format!("ChangeMessageVisibility: {what}"));
             p.worker
                 .complete(Service::Sqs, Outcome::Error { message: e.clone() }, vec![]);
             call.error_reply(&e)
