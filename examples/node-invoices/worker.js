@@ -13,8 +13,8 @@
  * - waits as long as it takes for a reply (one-hour HTTP timeouts, few SDK attempts);
  * - never reads its own clock or randomness in SQL: `now()` follows crashpoint's logical clock.
  *
- * CRASHPOINT_SYSTEM picks the variant: reference, ack-before-commit, check-then-insert or
- * batch-check-then-insert (README.md). CRASHPOINT_CONFIG (the scenario's [config], JSON) may set
+ * CRASHPOINT_SYSTEM picks the variant: reference, ack-before-commit, check-then-insert,
+ * batch-check-then-insert or batch-delete-all (README.md). CRASHPOINT_CONFIG (the scenario's [config], JSON) may set
  * batchSize, visibilityTimeout and heartbeatInterval (s); the defaults are the production ones.
  * Each statement but BEGIN/COMMIT/ROLLBACK starts with `/* crashpoint:<label> *\/`, the name
  * crashpoint's trace gives it.
@@ -30,7 +30,7 @@ const { NodeHttpHandler } = require('@smithy/node-http-handler');
 const pg = require('pg');
 const Redis = require('ioredis');
 
-const SYSTEMS = ['reference', 'ack-before-commit', 'check-then-insert', 'batch-check-then-insert'];
+const SYSTEMS = ['reference', 'ack-before-commit', 'check-then-insert', 'batch-check-then-insert', 'batch-delete-all'];
 
 /** The production settings; CRASHPOINT_CONFIG may override each. */
 const PRODUCTION = { batchSize: 10, visibilityTimeout: 30, heartbeatInterval: 10 };
@@ -129,6 +129,7 @@ function createWorker({ system, name, pool, queueUrl, sqs, redis, log = (line) =
     try {
       await db.query('BEGIN');
       const checks = system === 'check-then-insert' || system === 'batch-check-then-insert';
+      // batch-delete-all handles each message as the reference does.
       const result = checks ? await checkThenInsert(db, ev) : await claimAndInvoice(db, ev, message);
       if (result.startsWith('invoice issued')) await redis.incr('invoices_issued');
       log(`${name}: ${ev.eventId}: ${result}`);
@@ -146,7 +147,19 @@ function createWorker({ system, name, pool, queueUrl, sqs, redis, log = (line) =
     }
   }
 
-  return { handleMessage };
+  /**
+   * batch-delete-all: sqs-consumer's handleMessageBatch, each message handled as the reference
+   * does, in parallel. The defect: it resolves with every message of the batch, so sqs-consumer
+   * deletes them all (DeleteMessageBatch), those whose handler failed included: their events are
+   * lost. The right batch handler resolves with the messages whose handler succeeded.
+   */
+  async function handleMessageBatch(messages) {
+    const results = await Promise.allSettled(messages.map((m) => handleMessage(m)));
+    for (const r of results) if (r.status === 'rejected') console.error(`${name}: ${r.reason}`);
+    return messages;
+  }
+
+  return { handleMessage, handleMessageBatch };
 }
 
 function env(name) {
@@ -189,7 +202,11 @@ async function main() {
   const consumer = Consumer.create({
     queueUrl,
     sqs,
-    handleMessage: worker.handleMessage,
+    // batch-delete-all hands sqs-consumer the whole batch (handleMessageBatch, DeleteMessageBatch,
+    // heartbeats by ChangeMessageVisibilityBatch); the others one message at a time, in parallel.
+    ...(system === 'batch-delete-all'
+      ? { handleMessageBatch: worker.handleMessageBatch }
+      : { handleMessage: worker.handleMessage }),
     batchSize: config.batchSize,
     visibilityTimeout: config.visibilityTimeout,
     heartbeatInterval: config.heartbeatInterval,

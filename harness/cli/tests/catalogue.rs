@@ -106,7 +106,7 @@ fn reference_passes_1000_generated_schedules() {
 
 /// The batch reference (10 messages per receive) passes generated schedules with every engine
 /// fault on the menu: the SQS faults with `sqs:batch-delete-partial`, the PostgreSQL outcome
-/// faults and graceful stops. (1000 measured by hand: README, "Batches and graceful shutdown".)
+/// faults and graceful stops. (1000 measured by hand: docs/reference/scenario-file.md, "Batches and graceful shutdown".)
 #[test]
 #[ignore = "full tier: 300 schedules; `cargo test -- --include-ignored` runs it"]
 fn batch_reference_passes_300_generated_schedules_with_every_fault() {

@@ -169,6 +169,13 @@ fn the_node_invoice_variants_are_caught_shrunk_and_reproduced() {
     );
     // check-then-insert: caught and shrunk to 2 decisions by the catalogue test (seed 1); at
     // seed 7 its first failure shrinks only to 5 (two events of order o1 need no crash).
+    // A batch handler that acknowledges the whole batch after one message failed.
+    caught_shrunk_and_reproduced(
+        &dir,
+        "invoices/explore",
+        "batch-delete-all",
+        "every dispatched event has its invoice",
+    );
     // Only concurrency inside one process reaches it: one worker, two events of one order.
     caught_shrunk_and_reproduced(
         &dir,
@@ -265,6 +272,7 @@ fn the_node_invoice_catalogue_catches_every_variant() {
             "ack-before-commit",
             "check-then-insert",
             "batch-check-then-insert",
+            "batch-delete-all",
         ],
     );
 }

@@ -4,7 +4,7 @@
 //! | file | what |
 //! |---|---|
 //! | `junit.xml` | one test case per scenario and system ([`junit`]) |
-//! | `report.json` | everything, machine-readable ([`model::RunReport`]; schema in the README) |
+//! | `report.json` | everything, machine-readable ([`model::RunReport`]; schema in docs/guide/ci-gate.md) |
 //! | `summary.md` | verdict table, each failure's minimal schedule and repro ([`summary`]) |
 //! | `timeline-<scenario>.html` | each failing schedule drawn as lanes ([`timeline`]) |
 

@@ -1,5 +1,5 @@
 //! The run report as data: what `report.json` holds, and what `junit.xml`, `summary.md` and
-//! the timelines are rendered from. Its schema is documented in the README ("report.json").
+//! the timelines are rendered from. Its schema is documented in docs/guide/ci-gate.md ("report.json").
 //!
 //! Everything here is deterministic for a given seed, budget in schedules and shard, except
 //! the wall-clock fields (`wall_s`, `schedules_per_s`) and `started_at`.

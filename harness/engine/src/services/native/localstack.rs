@@ -183,7 +183,7 @@ pub const INSTANCES_MAX: usize = 4;
 /// SQS from one Python process, whose CPU per call was the exploration's ceiling (issue 14);
 /// with a second instance, each namespace keeping its queues on one
 /// ([`crate::services::Endpoints::sqs_shards`]), `crashpoint bench` ran 8-25 % more schedules
-/// per second on 2 cores (README, Throughput, "Two LocalStack instances").
+/// per second on 2 cores (docs/performance.md, "Two LocalStack instances").
 /// Errors: a value that is not a whole number in range, naming the variable.
 pub fn instances() -> Result<usize> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -210,7 +210,7 @@ pub async fn start(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<Loc
 
 /// Settings that lower LocalStack's CPU per SQS call without changing any answer, for every
 /// provider (these processes and the containers): its CPU per call is the ceiling of
-/// exploration (README, Throughput).
+/// exploration (docs/performance.md).
 /// - `DISABLE_EVENTS`: no analytics events sent anywhere (`config.DISABLE_EVENTS`; the
 ///   machines have no network but the package registries).
 /// - `SQS_DISABLE_CLOUDWATCH_METRICS` and `LS_LOG=error`: no CloudWatch metrics per call and no

@@ -190,6 +190,9 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -
                 continue;
             }
         }
+        if !gated {
+            tracing::debug!(worker = %worker.me, command = %name, "redis proxy: passes ungated");
+        }
         let _pending = (!gated).then(|| worker.pending_guard());
         server.write_all(&bytes).await?;
         let (reply, out) = read_one(&mut server, &mut from_server, worker).await?;

@@ -336,6 +336,7 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
         return forward_or_502(p, &parts, body).await;
     };
     let Some(op) = label(&call.op) else {
+        tracing::debug!(worker = %p.worker.me, op = %call.op, "sqs proxy: passes ungated");
         return forward_or_502(p, &parts, body).await;
     };
     drop(_reading);
@@ -375,16 +376,7 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
         p.worker.ungated(op, Service::Sqs);
     } else {
         let cycle_start = kind == "recv" && queue.is_some() && queue == p.worker.queue;
-        let about = p
-            .worker
-            .ext
-            .concurrent
-            .then(|| {
-                call.param("ReceiptHandle")
-                    .and_then(|r| p.worker.message_of(&r))
-                    .map(|(_, m)| m)
-            })
-            .flatten();
+        let about = p.worker.ext.concurrent.then(|| call_about(p, &call)).flatten();
         let held = super::worker::Held {
             op,
             service: Service::Sqs,
@@ -419,6 +411,22 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
         "change_visibility_batch" => change_visibility_batch(p, &call, queue, &parts, body).await,
         _ => change_visibility(p, &call, queue, &parts, body).await,
     }
+}
+
+/// What an SQS call of a concurrent worker is about, for the trace: the messages it names
+/// (`m2`, or `m1,m3` for a batch), by label.
+fn call_about(p: &SqsProxy, call: &Call) -> Option<String> {
+    let of = |r: &str| p.worker.message_of(r).map(|(_, m)| m);
+    if let Some(r) = call.param("ReceiptHandle") {
+        return of(&r);
+    }
+    let prefix = match call.op.as_str() {
+        "DeleteMessageBatch" => "DeleteMessageBatchRequestEntry",
+        "ChangeMessageVisibilityBatch" => "ChangeMessageVisibilityBatchRequestEntry",
+        _ => return None,
+    };
+    let msgs: Vec<String> = call.entries(prefix, "ReceiptHandle").iter().filter_map(|(_, r)| of(r)).collect();
+    (!msgs.is_empty()).then(|| msgs.join(","))
 }
 
 /// What tells an SQS call apart from a concurrent worker's other held calls: the operation,

@@ -381,7 +381,13 @@ impl Conn {
                 self.server.sock.write_all(&batch).await?;
                 return Ok(());
             }
+            // A call made outside a transaction (an ungated BEGIN included) starts afresh.
+            if !matches!(call.status, Some(b'T' | b'E')) {
+                self.txn_first = None;
+                self.txn_about = None;
+            }
             if !self.gate.gated(&call) {
+                debug!(pid = self.track.pid, sql = ?call.sql, "pg proxy: passes ungated");
                 self.gate.pending(true);
                 let forwarded = self.forward(&batch).await;
                 self.gate.pending(false);
@@ -391,10 +397,6 @@ impl Conn {
                 continue;
             }
             // The transaction's first held statement names its later ones.
-            if !matches!(call.status, Some(b'T' | b'E')) {
-                self.txn_first = None;
-                self.txn_about = None;
-            }
             let own = format!("{} {}", call.sql.join("; "), call.params.join(", "));
             call.key = match &self.txn_first {
                 Some(first) => format!("{first} | {own}"),
