@@ -135,3 +135,50 @@ fn links_and_anchors_are_read_as_github_and_mdbook_read_them() {
     assert_eq!(links(text), vec!["b.md#c".to_string(), "https://e".to_string()]);
     assert_eq!(anchors(text), BTreeSet::from(["two-words".to_string()]));
 }
+
+/// The text of `crashpoint <args>` run in the checkout.
+fn crashpoint(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crashpoint")).args(args).current_dir(root()).output().unwrap();
+    assert!(out.status.success(), "crashpoint {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Issue 45: every command of `crashpoint --help` has its row in the command reference, and
+/// every fault and decision `crashpoint list` names has its row in the schedule reference.
+#[test]
+fn every_command_and_every_fault_has_its_place_in_the_reference() {
+    let commands_md = std::fs::read_to_string(root().join("docs/reference/commands.md")).unwrap();
+    let help = crashpoint(&["--help"]);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 10, "commands not read from --help:\n{help}");
+    let missing: Vec<&&str> = commands.iter().filter(|c| !commands_md.contains(&format!("`crashpoint {c}"))).collect();
+    assert!(missing.is_empty(), "commands without a row in docs/reference/commands.md: {missing:?}");
+
+    let schedules_md = std::fs::read_to_string(root().join("docs/reference/schedules.md")).unwrap();
+    let list = crashpoint(&["list"]);
+    let forms: Vec<String> = list
+        .lines()
+        .skip_while(|l| !l.starts_with("faults (schedule text):"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.trim().split("  ").next())
+        .flat_map(|f| f.split(", ").map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    assert!(forms.len() >= 20, "faults not read from list:\n{list}");
+    let missing: Vec<&String> = forms
+        .iter()
+        .filter(|f| {
+            let name = f.trim_start_matches("<w>:");
+            let name = name.split('<').next().unwrap_or(name);
+            !schedules_md.contains(name)
+        })
+        .collect();
+    assert!(missing.is_empty(), "faults without a row in docs/reference/schedules.md: {missing:?}");
+}
