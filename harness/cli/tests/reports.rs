@@ -320,3 +320,20 @@ fn the_catalogue_does_not_depend_on_jobs() {
     assert!(out.contains("every mutant caught, the reference passes"), "{out}");
     assert_eq!(out.lines().filter(|l| l.starts_with("| ") && l.contains(" | yes | ")).count(), 3, "three mutants caught:\n{out}");
 }
+
+/// Issue 44 §5: `catalogue --seeds` gives a detection rate: per mutant the seeds that caught
+/// it and the median schedules to its first failure, the reference explored on every seed;
+/// the table (written as `detection.md`) is the same for one slot and four.
+#[test]
+fn the_catalogue_over_several_seeds_gives_each_mutants_detection_rate() {
+    let runs = same_for_1_and_4_jobs(&["catalogue", "counter", "--budget", "20", "--seeds", "1..3"], 0, |l| {
+        if l.starts_with("written to ") { "written to …".to_string() } else { l.to_string() }
+    });
+    let out = &runs[0].0;
+    assert!(out.contains("## counter: detection over seeds 1-3 (budget 20 schedules per system and seed)"), "{out}");
+    for m in ["increment-without-dedup", "dedup-by-event-only", "dedup-separate-tx"] {
+        assert!(out.contains(&format!("| {m} | counter/explore | 1-3 | 3/3 |")), "{m} not caught on seeds 1-3:\n{out}");
+    }
+    assert!(out.contains("| reference (must not be caught) | counter/explore | none | 0/3 | – |"), "{out}");
+    assert!(out.contains("every mutant caught on every seed, the reference passes on every seed"), "{out}");
+}

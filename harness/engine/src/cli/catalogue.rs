@@ -29,6 +29,12 @@ pub struct CatalogueArgs {
     /// Run seed, the same for every system.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// A detection rate instead of one seed's verdict: every mutant is explored once per seed
+    /// (`1..10`, inclusive, or a list `1,3,7`), and the table gives, per mutant, the seeds
+    /// that caught it and the median schedules to its first failure over them. The reference
+    /// is explored on every seed too. Overrides `--seed`.
+    #[arg(long, value_parser = parse_seeds, conflicts_with = "seed")]
+    pub seeds: Option<Seeds>,
     /// The exploration scenario (default: the workload's catalogue scenario, e.g.
     /// `payout/catalogue`, whose events pay distinct payments so that each mutant is caught
     /// through its own failure window). Only with one workload.
@@ -43,6 +49,44 @@ pub struct CatalogueArgs {
     /// two per core. The table and reports do not depend on it, apart from wall times.
     #[arg(long, default_value_t = explore::default_jobs())]
     pub jobs: usize,
+}
+
+/// The seeds of `catalogue --seeds`, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seeds(pub Vec<u64>);
+
+/// `A..B` (inclusive) or `A,B,C`: the seeds of `--seeds`.
+fn parse_seeds(s: &str) -> std::result::Result<Seeds, String> {
+    let bad = || format!("`{s}`: expected seeds as `1..10` (inclusive) or `1,3,7`");
+    let seeds: Vec<u64> = match s.split_once("..") {
+        Some((a, b)) => {
+            let (a, b): (u64, u64) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+            if a > b || b - a >= 1000 {
+                return Err(bad());
+            }
+            (a..=b).collect()
+        }
+        None => s.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<std::result::Result<_, _>>()?,
+    };
+    if seeds.is_empty() {
+        return Err(bad());
+    }
+    Ok(Seeds(seeds))
+}
+
+/// Seeds as text, runs of consecutive ones joined (`1-4, 6, 8-10`), or `none`.
+fn seed_ranges(seeds: &[u64]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < seeds.len() {
+        let mut j = i;
+        while j + 1 < seeds.len() && seeds[j + 1] == seeds[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { seeds[i].to_string() } else { format!("{}-{}", seeds[i], seeds[j]) });
+        i = j + 1;
+    }
+    if out.is_empty() { "none".into() } else { out.join(", ") }
 }
 
 fn row(name: &str, r: &Report) -> String {
@@ -94,6 +138,9 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
         }
         chosen.push(plan);
     }
+    if let Some(seeds) = &args.seeds {
+        return detection_rate(rt, opts, args, &chosen, &seeds.0);
+    }
     let dir = ReportDir::create(&args.report_dir)?;
     let _hold = crate::services::native::process::ReportHold::take();
     let started = Instant::now();
@@ -135,6 +182,109 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
     result?;
     println!("reports: {}", dir.path().display());
     Ok(report.exit_code())
+}
+
+/// `catalogue --seeds`: every system of `chosen` explored once per seed (in seed order, each
+/// seed's explorations as one catalogue's), then one table per workload: per system the seeds
+/// that caught it and the median schedules to its first failure over them. Written as
+/// `detection.md` into `--report-dir`. Exit 0 when every mutant was caught on every seed and
+/// every reference passed on every seed, 1 otherwise.
+fn detection_rate(
+    rt: &tokio::runtime::Runtime,
+    opts: &ServiceOptions,
+    args: &CatalogueArgs,
+    chosen: &[Vec<(&'static str, scenario::Scenario)>],
+    seeds: &[u64],
+) -> Result<i32> {
+    let dir = ReportDir::create(&args.report_dir)?;
+    let _hold = crate::services::native::process::ReportHold::take();
+    let started = Instant::now();
+    let mut report = new_report("catalogue", seeds[0], Budget { schedules: Some(args.budget), seconds: None }, Shard::default());
+    let mut jobs = Vec::new();
+    for &seed in seeds {
+        let options = Options { schedules: Some(args.budget), seed, jobs: args.jobs, ..Options::default() };
+        for plan in chosen {
+            Section::plan(plan, &options, &mut jobs);
+        }
+    }
+    // Per (workload, system, scenario): the seeds that caught it, with its schedules to the
+    // first failure, and the seeds that did not.
+    type Key = (String, String, String);
+    let mut caught: std::collections::BTreeMap<Key, (Vec<(u64, u64)>, Vec<u64>)> = Default::default();
+    let mut order: Vec<Key> = Vec::new();
+    let result = with_services(rt, opts, |endpoints| {
+        explore::explore_each(endpoints, &jobs, args.jobs, |job, r| {
+            let r = r?;
+            // One test case per system and seed in the reports (a mutant's passes when caught).
+            let mut sr = ScenarioReport::explored(job.scenario, job.system, &r);
+            sr.name = format!("{} (seed {})", sr.name, job.options.seed);
+            if job.system != "reference" {
+                sr.expected = Outcome::Fail;
+            }
+            report.scenarios.push(sr);
+            let key = (job.scenario.workload.name().to_string(), job.system.to_string(), job.scenario.name.clone());
+            if !order.contains(&key) {
+                order.push(key.clone());
+            }
+            let entry = caught.entry(key).or_default();
+            match &r.failure {
+                Some(f) => entry.0.push((job.options.seed, f.schedules_until as u64)),
+                None => entry.1.push(job.options.seed),
+            }
+            println!(
+                "seed {} {} {}: {}",
+                job.options.seed,
+                job.scenario.name,
+                job.system,
+                r.failure.as_ref().map_or("not caught".to_string(), |f| format!("caught after {} schedules", f.schedules_until))
+            );
+            Ok(())
+        })
+    });
+    report.wall_s = started.elapsed().as_secs_f64();
+    if let Err(e) = &result {
+        report.ended_by(e);
+    }
+    report.conclude();
+    dir.finish(&report)?;
+    result?;
+    let mut table = String::new();
+    let mut ok = true;
+    let mut workload = String::new();
+    for key in &order {
+        let (w, system, sc) = key;
+        if *w != workload {
+            workload = w.clone();
+            writeln!(
+                table,
+                "
+## {w}: detection over seeds {} (budget {} schedules per system and seed)
+",
+                seed_ranges(seeds),
+                args.budget
+            )?;
+            table.push_str("| system | scenario | caught on seeds | caught | median schedules to first failure |
+|---|---|---|---|---|
+");
+        }
+        let (hits, misses) = &caught[key];
+        let mut hit_seeds: Vec<u64> = hits.iter().map(|(s, _)| *s).collect();
+        hit_seeds.sort_unstable();
+        let mut until: Vec<u64> = hits.iter().map(|(_, n)| *n).collect();
+        until.sort_unstable();
+        let median = until.get(until.len() / 2).map_or("–".to_string(), |m| m.to_string());
+        let reference = system == "reference";
+        ok &= if reference { hits.is_empty() } else { misses.is_empty() };
+        let name = if reference { "reference (must not be caught)".to_string() } else { system.clone() };
+        writeln!(table, "| {name} | {sc} | {} | {}/{} | {median} |", seed_ranges(&hit_seeds), hits.len(), hits.len() + misses.len())?;
+    }
+    writeln!(table, "
+{}", if ok { "every mutant caught on every seed, the reference passes on every seed" } else { "FAIL" })?;
+    print!("{table}");
+    let md = dir.path().join("detection.md");
+    std::fs::write(&md, &table)?;
+    println!("written to {}", md.display());
+    Ok(if ok { 0 } else { 1 })
 }
 
 const HEADER: &str = "| system | caught | schedules to first failure | s to first failure | wall s (with shrinking) | shrunk length | invariant |\n|---|---|---|---|---|---|---|\n";
@@ -242,5 +392,20 @@ impl<'s> Section<'s> {
         print!("{verdict}");
         table.push_str(&verdict);
         table.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_parse_as_inclusive_ranges_or_lists_and_print_as_runs() {
+        assert_eq!(parse_seeds("1..10").unwrap().0, (1..=10).collect::<Vec<u64>>());
+        assert_eq!(parse_seeds("3,1,7").unwrap().0, vec![3, 1, 7]);
+        assert!(parse_seeds("10..1").unwrap_err().contains("expected seeds"));
+        assert!(parse_seeds("a..b").is_err() && parse_seeds("").is_err());
+        assert_eq!(seed_ranges(&[1, 2, 3, 4, 6, 8, 9, 10]), "1-4, 6, 8-10");
+        assert_eq!(seed_ranges(&[]), "none");
     }
 }
