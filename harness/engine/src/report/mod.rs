@@ -1,5 +1,5 @@
-//! Reports of a run, for a CI page and for people: the trace text, and the files written to
-//! the report directory (`--report-dir`, default [`DEFAULT_DIR`]):
+//! Reports of a run, for a CI page and for people: the files written to
+//! the report directory (`--report-dir`, default [`DEFAULT_DIR`]; the trace text is [`crate::sim::trace`]):
 //!
 //! | file | what |
 //! |---|---|
@@ -13,7 +13,7 @@ pub mod model;
 pub mod screenshot;
 pub mod summary;
 pub mod timeline;
-pub mod trace;
+
 pub mod violation;
 
 use std::path::{Path, PathBuf};

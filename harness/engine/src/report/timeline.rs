@@ -16,7 +16,7 @@ use std::fmt::Write;
 
 use quick_xml::escape::escape;
 
-use super::trace;
+use crate::sim::trace;
 use super::violation::first_break;
 use crate::scenario::ScenarioOutcome;
 use crate::sim::history::{Entry, FaultEvent, Outcome, Service};

@@ -143,5 +143,5 @@ pub fn first_break<'v>(history: &History, verdicts: &'v [Verdict]) -> Option<(us
 
 /// The trace line of the step where the first violated invariant of `o` broke.
 pub fn breaking_line(o: &crate::scenario::ScenarioOutcome) -> Option<String> {
-    first_break(&o.history, &o.verdicts).map(|(i, _)| super::trace::line(&o.history.entries[i]))
+    first_break(&o.history, &o.verdicts).map(|(i, _)| crate::sim::trace::line(&o.history.entries[i]))
 }

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::Scenario;
 use crate::checker::{self, Verdict};
-use crate::report::trace;
+use crate::sim::trace;
 use crate::schedule::Schedule;
 use crate::services::cpu::thread_cpu_ms;
 use crate::services::Endpoints;
@@ -150,7 +150,7 @@ pub(crate) fn run_driven(
         external: s.external.clone(),
         config_json: serde_json::to_string(&s.config).unwrap_or_else(|_| "{}".into()),
         logical_now: s.workload.logical_now(),
-        history_tables: s.workload.history_tables(),
+        prelude_ddl: if s.workload.history_tables() { checker::facts::DDL } else { "" },
         providers: s.workload.providers(),
     };
     let t_setup = Instant::now();

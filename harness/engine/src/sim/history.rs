@@ -86,7 +86,7 @@ pub enum Service {
     None,
 }
 
-/// What a call returned, as data; [`crate::report::trace`] turns it into text.
+/// What a call returned, as data; [`crate::sim::trace`] turns it into text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {

@@ -12,6 +12,7 @@ pub(crate) mod host_spec;
 pub(crate) mod io;
 pub(crate) mod net;
 pub mod history;
+pub mod trace;
 pub(crate) mod pool;
 pub(crate) mod programs;
 pub(crate) mod scheduler;

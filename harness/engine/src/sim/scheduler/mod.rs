@@ -84,9 +84,10 @@ pub struct Setup {
     /// Whether PostgreSQL's `now()` follows the logical clock in the schedule's schema
     /// ([`crate::workload::Workload::logical_now`], [`SqlClock::Everywhere`]).
     pub logical_now: bool,
-    /// Whether the schema holds the engine's facts as tables ([`crate::checker::facts::DDL`]
-    /// before the system's DDL; [`crate::workload::Workload::history_tables`]).
-    pub history_tables: bool,
+    /// DDL run in the schedule's schema before the system's own: the engine's fact tables
+    /// ([`crate::workload::Workload::history_tables`]; the scenario runner passes the checker's
+    /// DDL), or empty.
+    pub prelude_ddl: &'static str,
     /// The workload's providers for this schedule ([`crate::workload::Workload::providers`]).
     pub providers: Vec<Rc<dyn crate::provider::Provider>>,
 }
@@ -214,14 +215,7 @@ impl<'a> Run<'a> {
             (false, false) => SqlClock::Function,
             (false, true) => SqlClock::Off,
         };
-        let ddl = match setup.history_tables {
-            true => format!(
-                "{}{}",
-                crate::checker::facts::DDL,
-                setup.system.schema_sql()
-            ),
-            false => setup.system.schema_sql().into_owned(),
-        };
+        let ddl = format!("{}{}", setup.prelude_ddl, setup.system.schema_sql());
         let mut admin = super::pool::take(&setup.endpoints, &ddl, &setup.queues, sql_clock)?;
         let pg_kept = Rc::new(super::worker_pg::Shelf::new(super::worker_pg::alive(
             std::mem::take(&mut admin.kept),
