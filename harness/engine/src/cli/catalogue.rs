@@ -173,13 +173,7 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
         println!("written to {}", md.display());
         anyhow::Ok(())
     });
-    report.wall_s = started.elapsed().as_secs_f64();
-    if let Err(e) = &result {
-        report.ended_by(e);
-    }
-    report.conclude();
-    dir.finish(&report)?;
-    result?;
+    conclude(&dir, &mut report, started, result)?;
     println!("reports: {}", dir.path().display());
     Ok(report.exit_code())
 }
@@ -241,13 +235,7 @@ fn detection_rate(
             Ok(())
         })
     });
-    report.wall_s = started.elapsed().as_secs_f64();
-    if let Err(e) = &result {
-        report.ended_by(e);
-    }
-    report.conclude();
-    dir.finish(&report)?;
-    result?;
+    conclude(&dir, &mut report, started, result)?;
     let mut table = String::new();
     let mut ok = true;
     let mut workload = String::new();
@@ -285,6 +273,18 @@ fn detection_rate(
     std::fs::write(&md, &table)?;
     println!("written to {}", md.display());
     Ok(if ok { 0 } else { 1 })
+}
+
+/// Ends `report` with the wall time since `started` and the error of `result` if any, writes
+/// the report files into `dir`, then returns `result`.
+fn conclude(dir: &ReportDir, report: &mut crate::report::model::RunReport, started: Instant, result: Result<()>) -> Result<()> {
+    report.wall_s = started.elapsed().as_secs_f64();
+    if let Err(e) = &result {
+        report.ended_by(e);
+    }
+    report.conclude();
+    dir.finish(report)?;
+    result
 }
 
 const HEADER: &str = "| system | caught | schedules to first failure | s to first failure | wall s (with shrinking) | shrunk length | invariant |\n|---|---|---|---|---|---|---|\n";

@@ -937,22 +937,7 @@ async fn delete_batch(
         || ids.windows(2).any(|w| w[0] == w[1])
         || !ids.iter().all(|id| well_formed(id))
     {
-        let (status, headers, rbody) = match forward_call(p, parts, body).await {
-            Ok(r) => r,
-            Err(resp) => return resp,
-        };
-        p.worker.complete(
-            Service::Sqs,
-            Outcome::Error {
-                message: format!(
-                    "HTTP {} {}",
-                    status.as_u16(),
-                    error_code(&rbody).unwrap_or_default()
-                ),
-            },
-            vec![],
-        );
-        return passthrough(status, headers, rbody);
+        return refused_as_a_whole(p, parts, body).await;
     }
     // Each entry's message, as this worker received it (a handle it never received keeps its id).
     let msgs: Vec<String> = entries
@@ -1055,6 +1040,18 @@ async fn delete_batch(
         .map(|(i, code)| (entries[*i].0.clone(), code.clone()))
         .collect();
     call.batch_reply(&ids(&successful), &failed_ids)
+}
+
+/// A batch request SQS refuses as a whole (no entries, more than 10, repeated or malformed
+/// ids): forwarded as it is, completed as SQS's error, and its reply relayed.
+async fn refused_as_a_whole(p: &SqsProxy, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
+    let (status, headers, rbody) = match forward_call(p, parts, body).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let message = format!("HTTP {} {}", status.as_u16(), error_code(&rbody).unwrap_or_default());
+    p.worker.complete(Service::Sqs, Outcome::Error { message }, vec![]);
+    passthrough(status, headers, rbody)
 }
 
 /// A batch call the harness's own client makes for a worker's request (`what`, e.g.
@@ -1204,22 +1201,7 @@ async fn change_visibility_batch(
         "VisibilityTimeout",
     );
     if !(1..=10).contains(&handles.len()) {
-        let (status, headers, rbody) = match forward_call(p, parts, body).await {
-            Ok(r) => r,
-            Err(resp) => return resp,
-        };
-        p.worker.complete(
-            Service::Sqs,
-            Outcome::Error {
-                message: format!(
-                    "HTTP {} {}",
-                    status.as_u16(),
-                    error_code(&rbody).unwrap_or_default()
-                ),
-            },
-            vec![],
-        );
-        return passthrough(status, headers, rbody);
+        return refused_as_a_whole(p, parts, body).await;
     }
     let secs_of = |i: usize| -> u64 { secs.get(i).and_then(|(_, s)| s.parse().ok()).unwrap_or(0) };
     let request = handles.iter().enumerate().map(|(i, (id, receipt))| {
