@@ -1042,6 +1042,12 @@ async fn delete_batch(
     call.batch_reply(&ids(&successful), &failed_ids)
 }
 
+/// Completes a ChangeMessageVisibility that set `msg`'s visibility to `secs` (logical).
+fn hidden(p: &SqsProxy, queue: &'static str, msg: String, secs: u64) {
+    let facts = vec![Fact::VisibilityChanged { queue, msg: msg.clone(), secs }];
+    p.worker.complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
+}
+
 /// A batch request SQS refuses as a whole (no entries, more than 10, repeated or malformed
 /// ids): forwarded as it is, completed as SQS's error, and its reply relayed.
 async fn refused_as_a_whole(p: &SqsProxy, parts: &hyper::http::request::Parts, body: Bytes) -> Response<Full<Bytes>> {
@@ -1294,13 +1300,7 @@ async fn change_visibility(
             Ok(r) => r,
             Err(resp) => return resp,
         };
-        let facts = vec![Fact::VisibilityChanged {
-            queue,
-            msg: msg.clone(),
-            secs,
-        }];
-        p.worker
-            .complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
+        hidden(p, queue, msg, secs);
         return passthrough(status, headers, rbody);
     }
     // Hidden for the real hour; the logical clock makes it visible after `secs`.
@@ -1314,13 +1314,7 @@ async fn change_visibility(
         .await;
     match r {
         Ok(_) => {
-            let facts = vec![Fact::VisibilityChanged {
-                queue,
-                msg: msg.clone(),
-                secs,
-            }];
-            p.worker
-                .complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
+            hidden(p, queue, msg, secs);
             call.ok_reply("")
         }
         Err(e) => {
