@@ -29,7 +29,5 @@ pub async fn park(world: &SharedWorld, me: &str, op: &'static str, at: Option<Cr
         notify.notified().await;
     }
     let mut w = world.borrow_mut();
-    let slot = w.slot(me);
-    let i = at.and_then(|cp| slot.armed_failures.iter().position(|c| *c == cp))?;
-    Some(slot.armed_failures.remove(i))
+    w.slot(me).take_armed_failure(at)
 }

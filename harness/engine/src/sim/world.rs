@@ -142,8 +142,6 @@ pub struct InFlight {
     pub pid: Option<i32>,
     /// Who blocks it in the server, set by the scheduler.
     pub blocked_by: Option<Vec<String>>,
-    /// The settle it was granted in.
-    pub epoch: u64,
 }
 
 impl Slot {
@@ -153,6 +151,13 @@ impl Slot {
             Status::Parked { at, .. } | Status::Running { at, .. } | Status::Waiting { at } => at,
             _ => None,
         }
+    }
+
+    /// Takes the failure armed at crash point `at` (`fail@at`), if any: the call made from
+    /// there fails instead of going to its service.
+    pub fn take_armed_failure(&mut self, at: Option<CrashPoint>) -> Option<CrashPoint> {
+        let i = at.and_then(|cp| self.armed_failures.iter().position(|c| *c == cp))?;
+        Some(self.armed_failures.remove(i))
     }
 
     /// Whether this is a concurrent external worker's slot with calls held or in flight.

@@ -157,6 +157,17 @@ impl Call {
         }
     }
 
+    /// For a batch operation, the query protocol's entry prefix and the field that names each
+    /// entry's message: its receipt handle, or for SendMessageBatch its body.
+    fn batch_field(&self) -> Option<(&'static str, &'static str)> {
+        Some(match self.op.as_str() {
+            "DeleteMessageBatch" => ("DeleteMessageBatchRequestEntry", "ReceiptHandle"),
+            "ChangeMessageVisibilityBatch" => ("ChangeMessageVisibilityBatchRequestEntry", "ReceiptHandle"),
+            "SendMessageBatch" => ("SendMessageBatchRequestEntry", "MessageBody"),
+            _ => return None,
+        })
+    }
+
     /// The entries of a batch request, in request order, as (`Id`, `field`): JSON `Entries`,
     /// or the query protocol's `<prefix>.<n>.Id` and `<prefix>.<n>.<field>`.
     fn entries(&self, prefix: &str, field: &str) -> Vec<(String, String)> {
@@ -420,11 +431,7 @@ fn call_about(p: &SqsProxy, call: &Call) -> Option<String> {
     if let Some(r) = call.param("ReceiptHandle") {
         return of(&r);
     }
-    let prefix = match call.op.as_str() {
-        "DeleteMessageBatch" => "DeleteMessageBatchRequestEntry",
-        "ChangeMessageVisibilityBatch" => "ChangeMessageVisibilityBatchRequestEntry",
-        _ => return None,
-    };
+    let Some((prefix, "ReceiptHandle")) = call.batch_field() else { return None };
     let msgs: Vec<String> = call.entries(prefix, "ReceiptHandle").iter().filter_map(|(_, r)| of(r)).collect();
     (!msgs.is_empty()).then(|| msgs.join(","))
 }
@@ -443,23 +450,9 @@ fn call_key(p: &SqsProxy, call: &Call, queue: Option<&'static str>) -> String {
     key.extend(call.param("ReceiptHandle").map(|r| of(&r)));
     key.extend(call.param("MessageBody"));
     key.extend(call.param("VisibilityTimeout"));
-    for (prefix, field) in [
-        ("DeleteMessageBatchRequestEntry", "ReceiptHandle"),
-        ("ChangeMessageVisibilityBatchRequestEntry", "ReceiptHandle"),
-        ("SendMessageBatchRequestEntry", "MessageBody"),
-    ] {
-        if call
-            .op
-            .starts_with(&prefix[..prefix.len() - "RequestEntry".len()])
-        {
-            key.extend(call.entries(prefix, field).into_iter().map(|(_, v)| {
-                if field == "ReceiptHandle" {
-                    of(&v)
-                } else {
-                    v
-                }
-            }));
-        }
+    if let Some((prefix, field)) = call.batch_field() {
+        let entries = call.entries(prefix, field).into_iter();
+        key.extend(entries.map(|(_, v)| if field == "ReceiptHandle" { of(&v) } else { v }));
     }
     key.join(" ")
 }

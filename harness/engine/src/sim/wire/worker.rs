@@ -329,7 +329,7 @@ impl WireWorker {
             notify.notified().await;
         }
         guard.armed = false;
-        let failed = {
+        let (failed, epoch) = {
             let mut w = self.world.borrow_mut();
             let epoch = w.epoch;
             let at = self.at.get();
@@ -339,17 +339,13 @@ impl WireWorker {
                 op,
                 pid: pid.filter(|_| service == Service::Postgres),
                 blocked_by: None,
-                epoch,
             });
             s.activity += 1;
-            let failed = at
-                .and_then(|cp| s.armed_failures.iter().position(|c| *c == cp))
-                .map(|i| s.armed_failures.remove(i));
+            let failed = s.take_armed_failure(at);
             s.summarize(at);
-            failed
+            (failed, epoch)
         };
         let granted = self.granted(failed, service);
-        let epoch = self.world.borrow().epoch;
         self.current.borrow_mut().insert(
             task,
             Current {
@@ -401,17 +397,7 @@ impl WireWorker {
             Granted::Fail(at) => (Service::None, Outcome::ServiceErrorInjected { at }),
             _ => (service, outcome),
         };
-        // As in-process: a crash point is reached only by a call that succeeded, and the one
-        // after a receive only when a message came (an idle poll stands nowhere).
-        // A poller's poll that found no row is an idle poll too.
-        let reached = !outcome.failed()
-            && !matches!(outcome, Outcome::Empty | Outcome::ReceiveLost { .. })
-            && !(self.ext.poll == Some(op) && no_rows(&outcome));
-        let at = self.at.replace(if reached {
-            self.ext.point_after(op)
-        } else {
-            None
-        });
+        let at = self.at.replace(self.point_reached(op, &outcome));
         let mut w = self.world.borrow_mut();
         if unit_id.is_some() && self.settle_at.get().is_none_or(|(e, _)| e != w.epoch) {
             self.settle_at.set(Some((w.epoch, at)));
@@ -453,14 +439,7 @@ impl WireWorker {
                 let mut cur = self.settle_at.get().and_then(|(_, at)| at);
                 for st in slot.completed.iter_mut() {
                     st.at = cur;
-                    let reached = !st.outcome.failed()
-                        && !matches!(st.outcome, Outcome::Empty | Outcome::ReceiveLost { .. })
-                        && !(self.ext.poll == Some(intern(&st.op)) && no_rows(&st.outcome));
-                    cur = if reached {
-                        self.ext.point_after(&st.op)
-                    } else {
-                        None
-                    };
+                    cur = self.point_reached(&st.op, &st.outcome);
                 }
                 self.at.set(cur);
                 let at = self.at.get();
@@ -472,6 +451,17 @@ impl WireWorker {
             slot.status = Status::Waiting { at: self.at.get() };
             slot.notes.push(format!("the reply to `{op}` is withheld: applied, and the worker dies before it hears of it"));
         }
+    }
+
+    /// The crash point the worker stands at after call `op` answered `outcome`. As in-process:
+    /// a crash point is reached only by a call that succeeded, and the one after a receive only
+    /// when a message came (an idle poll stands nowhere); a poller's poll that found no row is
+    /// an idle poll too.
+    fn point_reached(&self, op: &str, outcome: &Outcome) -> Option<CrashPoint> {
+        let reached = !outcome.failed()
+            && !matches!(outcome, Outcome::Empty | Outcome::ReceiveLost { .. })
+            && !(self.ext.poll == Some(op) && no_rows(outcome));
+        reached.then(|| self.ext.point_after(op)).flatten()
     }
 
     /// The label of the call this proxy task has held or in flight.
