@@ -1,4 +1,4 @@
-"""crashpoint's demo external worker: seed 000's payout consumer as a plain Python SQS worker.
+"""crashpoint's demo external worker: the payout article's payout consumer as a plain Python SQS worker.
 
 It receives PaymentCaptured from SQS (boto3) and, in one PostgreSQL transaction (psycopg 3),
 claims the event in processed_message, creates the merchant payout and writes the
@@ -39,7 +39,7 @@ CLAIM = """/* crashpoint:claim */ INSERT INTO processed_message (consumer_name, 
 VALUES (%s, %s, crashpoint_now()) ON CONFLICT (consumer_name, message_id) DO NOTHING RETURNING message_id"""
 INSERT_PAYOUT = """/* crashpoint:insert_payout */ INSERT INTO merchant_payout
 (id, source_payment_id, merchant_id, amount_minor, currency) VALUES (gen_random_uuid(), %s, %s, %s, %s)"""
-GUARD = " ON CONFLICT (source_payment_id) DO NOTHING"  # seed 000; check-then-insert has no guard
+GUARD = " ON CONFLICT (source_payment_id) DO NOTHING"  # the payout article; check-then-insert has no guard
 INSERT_OUTBOX = """/* crashpoint:insert_outbox */ INSERT INTO outbox_event
 (id, causation_id, event_type, aggregate_id, payload, next_attempt_at)
 VALUES (gen_random_uuid(), %s, 'MerchantPayoutCreated', %s, %s, crashpoint_now()) RETURNING id"""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages of the Symfony Messenger demo worker (seed 000's own stack):
+# Installs the Debian packages of the Symfony Messenger demo worker (the payout article's own stack):
 #
 #   examples/symfony-handler/setup.sh
 #

@@ -11,10 +11,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crashpoint::explore::{explore, Options};
-use crashpoint::scenario::{run_scenario, Scenario};
-use crashpoint::schedule::Schedule;
-use crashpoint::sut::{CallError, Cx, Delivery};
+use crashpoint::testkit::{explore, ExploreOptions as Options};
+use crashpoint::testkit::{run_scenario, Scenario};
+use crashpoint::testkit::Schedule;
+use crashpoint::{CallError, Cx, Delivery};
 use crashpoint::{testkit, Handler, Program, Registry, System, Workload};
 use crashpoint_example_own_handler::OwnHandler;
 

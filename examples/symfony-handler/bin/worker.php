@@ -1,7 +1,7 @@
 <?php
 
 /*
- * crashpoint's Symfony demo worker: seed 000's payout consumer as a Symfony Messenger 5.4 app
+ * crashpoint's Symfony demo worker: the payout article's payout consumer as a Symfony Messenger 5.4 app
  * (Debian's packages), booted without a framework kernel: the bus, the AmazonSqs transport
  * built from a DSN, the handler, the middleware and the Worker of `messenger:consume`, wired
  * by hand below. All configuration comes from the environment crashpoint sets (README.md).
@@ -55,7 +55,7 @@ spl_autoload_register(static function (string $class): void {
 });
 
 const CONSUMER = 'create-merchant-payout-v1';
-const TRANSPORT = 'async';  // seed 000's transport name
+const TRANSPORT = 'async';  // the payout article's transport name
 
 $worker = getenv('CRASHPOINT_WORKER') ?: 'symfony-worker';
 $env = static function (string $name) use ($worker): string {

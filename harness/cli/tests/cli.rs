@@ -239,11 +239,11 @@ fn an_unwritable_report_directory_is_exit_2_before_any_schedule() {
     ];
     for (dir, says) in cases {
         let started = Instant::now();
-        let o = crashpoint().args(["run", "seed/crash-after-commit", "--report-dir"]).arg(&dir).output().unwrap();
+        let o = crashpoint().args(["run", "windows/crash-after-commit", "--report-dir"]).arg(&dir).output().unwrap();
         let (out, err) = text(&o);
         assert_eq!(o.status.code(), Some(2), "stdout:\n{out}\nstderr:\n{err}");
         assert!(err.contains(&says), "{err}");
-        assert!(!out.contains("== seed/crash-after-commit"), "a schedule ran:\n{out}");
+        assert!(!out.contains("== windows/crash-after-commit"), "a schedule ran:\n{out}");
         assert!(started.elapsed() < Duration::from_secs(5), "took {:?}: services were started", started.elapsed());
     }
 }
@@ -257,8 +257,8 @@ fn every_destructive_command_refuses_a_remote_host_before_connecting() {
     let reports = tmp.path().join("reports");
     let reports = reports.to_str().unwrap();
     let commands: [&[&str]; 5] = [
-        &["run", "seed/crash-after-commit", "--report-dir", reports],
-        &["repro", "seed/crash-after-commit", "--report-dir", reports],
+        &["run", "windows/crash-after-commit", "--report-dir", reports],
+        &["repro", "windows/crash-after-commit", "--report-dir", reports],
         &["catalogue", "counter", "--budget", "1", "--report-dir", reports],
         &["bench", "--schedules", "1"],
         &["doctor", "--calibrate"],
@@ -307,13 +307,13 @@ fn passwords_in_service_urls_appear_in_no_output() {
     };
     let reports = tempfile::tempdir().unwrap();
     let mut failing = crashpoint();
-    failing.args(["repro", "seed/crash-after-commit", "--system", "no-dedup", "--report-dir"]).arg(reports.path());
+    failing.args(["repro", "windows/crash-after-commit", "--system", "no-dedup", "--report-dir"]).arg(reports.path());
     failing.args(["--schedule", "p:lock p:send c1:recv c1:crash@after_commit tick:31s"]);
     with_secrets(&mut failing, &database_url);
     let failed = failing.output().unwrap();
     let unreachable_db = format!("postgres://postgres:{PG_PASSWORD}@127.0.0.1:1/postgres");
     let mut erring = crashpoint();
-    erring.args(["run", "seed/crash-after-commit", "--report-dir"]).arg(reports.path().join("error"));
+    erring.args(["run", "windows/crash-after-commit", "--report-dir"]).arg(reports.path().join("error"));
     with_secrets(&mut erring, &unreachable_db);
     let errored = erring.output().unwrap();
     let down = crashpoint().arg("down").env("CRASHPOINT_STATE_FILE", &state_file).output().unwrap();

@@ -1,4 +1,4 @@
-//! Seed 004's counter projection, the engine's second workload, on real services started once
+//! The counter article's counter projection, the engine's second workload, on real services started once
 //! for this test process through the harness: its reference passes generated schedules, its
 //! mutants are caught and shrunk, its scripted window keeps its trace, and SQL invariants
 //! written in a scenario file are checked (a broken query is a harness error, never a pass).

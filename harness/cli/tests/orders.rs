@@ -1,4 +1,4 @@
-//! Seed 003's orders, the third workload: external providers on turmoil's simulated network
+//! The orders article's orders, the third workload: external providers on turmoil's simulated network
 //! (real PostgreSQL and SQS, started once for this test process through the harness). Its
 //! mutants are caught and shrunk, its reference passes generated schedules with network and
 //! provider faults on the menu, its scripted windows keep their facts and repeat byte for
@@ -70,7 +70,7 @@ fn orders_reference_passes_1000_generated_schedules_with_network_faults() {
     assert!(never.is_empty(), "crash points never reached: {never:?}");
 }
 
-/// Seed 003's windows on the reference: each passes, shows its facts, and gives the same
+/// The orders article's windows on the reference: each passes, shows its facts, and gives the same
 /// trace twice (the providers answer over turmoil's network, deterministically).
 #[test]
 fn seed_003_windows_pass_and_repeat_byte_for_byte() {

@@ -1,4 +1,4 @@
-//! External workers: seed 000's consumer as a real Python process (examples/python-worker),
+//! External workers: the payout article's consumer as a real Python process (examples/python-worker),
 //! gated at the wire by crashpoint's PostgreSQL, SQS and Redis proxies and crashed with SIGKILL,
 //! under the same schedules and invariants as the in-process consumer.
 

@@ -42,7 +42,7 @@ impl Handler for DeferredOutbox {
 
 #[test]
 fn a_row_due_in_an_hour_waits_for_the_logical_clock() {
-    let mut s = common::scenario("seed/relay-death-after-send");
+    let mut s = common::scenario("windows/relay-death-after-send");
     s.expect_trace.clear();
     let schedule = common::schedule(&s, "p:lock p:send c1:crash@after_delete r1:begin r1:select r1 tick:3601s r1:begin r1:select");
     let system = common::payout_with_consumer("deferred-outbox", |_| Rc::new(DeferredOutbox));

@@ -181,7 +181,7 @@ fn two_shards_cover_exactly_one_unsharded_run() {
 #[tracing_test::traced_test]
 fn logs_carry_injected_crashes_and_blocked_steps() {
     let endpoints = testkit::endpoints();
-    for name in ["seed/crash-after-commit", "seed/concurrent-same-event"] {
+    for name in ["windows/crash-after-commit", "windows/concurrent-same-event"] {
         let o = run_scenario(&endpoints, common::payout("reference"), &common::scenario(name), None).unwrap();
         assert!(o.passed(), "{name}\n{}", o.trace);
     }

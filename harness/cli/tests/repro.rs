@@ -20,12 +20,12 @@ fn repro(args: &[&str]) -> Output {
 #[test]
 fn another_schedule_is_judged_by_the_invariants_alone() {
     // Not the file's schedule: the expected trace facts (a crash at after_commit) cannot appear.
-    let out = repro(&["seed/crash-after-commit", "--schedule", "p:lock p:send c1:recv"]);
+    let out = repro(&["windows/crash-after-commit", "--schedule", "p:lock p:send c1:recv"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(!stdout.contains("expected trace fact missing"), "{stdout}");
-    assert!(stdout.contains("PASS seed/crash-after-commit"), "{stdout}");
+    assert!(stdout.contains("PASS windows/crash-after-commit"), "{stdout}");
     // The file's own schedule (no --schedule) is still held to its expected trace facts.
-    let out = repro(&["seed/crash-after-commit"]);
+    let out = repro(&["windows/crash-after-commit"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
 }

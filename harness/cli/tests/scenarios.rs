@@ -1,4 +1,4 @@
-//! The six failure windows of seed 000 against real PostgreSQL, LocalStack SQS and Redis,
+//! The six failure windows of the payout article against real PostgreSQL, LocalStack SQS and Redis,
 //! started once for this test process through the harness (`crashpoint::testkit`).
 //! Each test asserts the verdict, the key trace facts, and a snapshot of the whole trace.
 
@@ -30,48 +30,48 @@ fn window(name: &str, facts: &[&str]) {
 #[test]
 fn concurrent_same_event_second_blocks_then_does_nothing() {
     window(
-        "seed/concurrent-same-event",
+        "windows/concurrent-same-event",
         &["c2   claim                                   ⧗ blocked by c1", "c2   claim                                   → no row"],
     );
 }
 
 #[test]
 fn crash_after_commit_redelivery_is_a_no_op() {
-    window("seed/crash-after-commit", &["c1   ✗ CRASH at after_commit", "e1 already processed: duplicate, no effect"]);
+    window("windows/crash-after-commit", &["c1   ✗ CRASH at after_commit", "e1 already processed: duplicate, no effect"]);
 }
 
 #[test]
 fn fail_after_claim_rolls_back_and_retry_pays() {
-    window("seed/fail-after-claim", &["✗ injected failure at after_claim", "c1   rollback", "m1 (receive 2)"]);
+    window("windows/fail-after-claim", &["✗ injected failure at after_claim", "c1   rollback", "m1 (receive 2)"]);
 }
 
 #[test]
 fn lock_expiry_second_dispatch_passes_postgres_allows_one_payout() {
-    window("seed/lock-expiry", &["lock payment-captured.e1 expired", "m2 (e1)", "⧗ blocked by c1"]);
+    window("windows/lock-expiry", &["lock payment-captured.e1 expired", "m2 (e1)", "⧗ blocked by c1"]);
 }
 
 #[test]
 fn relay_death_after_send_published_twice_applied_once() {
-    window("seed/relay-death-after-send", &["x1 (ob1)", "x2 (ob1)", "publication ob1 already applied"]);
+    window("windows/relay-death-after-send", &["x1 (ob1)", "x2 (ob1)", "publication ob1 already applied"]);
 }
 
 #[test]
 fn replay_inside_retention_is_a_no_op() {
-    window("seed/replay-retention-edge/inside", &["retention purged 0 dedup rows", "e1 already processed"]);
+    window("windows/replay-retention-edge/inside", &["retention purged 0 dedup rows", "e1 already processed"]);
 }
 
 #[test]
 fn replay_past_retention_is_caught_by_the_unique_constraint() {
     window(
-        "seed/replay-retention-edge/past",
+        "windows/replay-retention-edge/past",
         &["retention purged 1 dedup rows", "parked in the failure transport: Payment p1 already has a merchant payout"],
     );
 }
 
 #[test]
 fn same_schedule_gives_the_same_trace_byte_for_byte() {
-    let a = run("reference", "seed/concurrent-same-event", None);
-    let b = run("reference", "seed/concurrent-same-event", None);
+    let a = run("reference", "windows/concurrent-same-event", None);
+    let b = run("reference", "windows/concurrent-same-event", None);
     assert_eq!(a.trace, b.trace);
     assert_eq!(a.calls, b.calls);
 }
@@ -80,7 +80,7 @@ fn same_schedule_gives_the_same_trace_byte_for_byte() {
 fn a_handler_without_dedup_is_caught_paying_twice() {
     // The crash-after-commit window, with the drain doing the redelivery: op names are left
     // out because the mutant's calls differ from the reference's.
-    let o = run("no-dedup", "seed/crash-after-commit", Some("p:lock p:send c1:recv c1:crash@after_commit tick:31s"));
+    let o = run("no-dedup", "windows/crash-after-commit", Some("p:lock p:send c1:recv c1:crash@after_commit tick:31s"));
     assert!(!o.passed(), "no-dedup passed:\n{}", o.trace);
     let v = o.verdicts.iter().find(|v| v.invariant == "exactly one payout per payment").unwrap();
     assert!(!v.holds, "{v:?}");
@@ -275,14 +275,14 @@ fn outbox_labels_follow_the_order_of_creation() {
 /// the lock expires; the upstream dispatches the event again after 900 logical seconds.
 #[test]
 fn a_dispatch_lock_outliving_its_producer_delays_the_event_and_loses_nothing() {
-    window("seed/dispatch-lock-outlives-crash", &["900.000s  p    send           [after_lock]             → m1 (e1)"]);
+    window("windows/dispatch-lock-outlives-crash", &["900.000s  p    send           [after_lock]             → m1 (e1)"]);
 }
 
 /// Without an upstream retry the same schedule loses e1 at the producer, and the checker says
 /// so (it used to pass every invariant).
 #[test]
 fn without_upstream_retry_the_suppressed_dispatch_is_reported_lost() {
-    let o = run("no-upstream-retry", "seed/dispatch-lock-outlives-crash", Some("p:lock p:crash p:restart dispatch:e1 p:lock"));
+    let o = run("no-upstream-retry", "windows/dispatch-lock-outlives-crash", Some("p:lock p:crash p:restart dispatch:e1 p:lock"));
     let lost = o.verdicts.iter().find(|v| v.invariant.starts_with("nothing lost")).unwrap();
     assert!(!lost.holds, "{}", o.trace);
     assert!(

@@ -1,4 +1,4 @@
-//! Seed 000's own stack as an external worker: a Symfony Messenger 5.4 handler in PHP, from
+//! The payout article's own stack as an external worker: a Symfony Messenger 5.4 handler in PHP, from
 //! Debian's packages (examples/symfony-handler), under the seed's windows and generated
 //! schedules. Its SQS transport (async-aws) speaks the query protocol and prefetches up to 9
 //! messages per receive.

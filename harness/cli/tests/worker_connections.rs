@@ -112,7 +112,7 @@ fn ends(pid: i32) -> bool {
 
 #[test]
 fn an_idle_worker_hands_its_backend_on_and_a_crashed_one_leaves_none_or_a_fresh_session() {
-    let mut s = common::scenario("seed/crash-after-commit");
+    let mut s = common::scenario("windows/crash-after-commit");
     s.expect_trace.clear();
     // The drain alone: a consumer handles e1 and the schedule ends with every worker idle.
     let (first, _) = backends(&s, "", false)[0];

@@ -9,11 +9,11 @@ use anyhow::{anyhow, bail, Result};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crashpoint::checker::SqlInvariant;
-use crashpoint::scenario::InvariantSpec;
-use crashpoint::scenario::source::{line_of, line_of_field, toml_error, utf8};
-use crashpoint::sim::wire::{External, ExternalRaw, Variant};
-use crashpoint::spec::DEFAULT_RETENTION_S;
+use crashpoint::SqlInvariant;
+use crashpoint::InvariantSpec;
+use crashpoint::files::{line_of, line_of_field, toml_error, utf8};
+use crashpoint::{External, ExternalRaw, ExternalVariant as Variant};
+use crashpoint::DEFAULT_RETENTION_S;
 use crashpoint::{Leftover, QueueSpec, RoleKind, RoleSpec};
 
 use crate::template::Template;

@@ -19,7 +19,7 @@ const TEMPLATE: &[(&str, &str)] = &[
     ("scenarios/NAME/explore.toml", include_str!("init/explore.toml")),
 ];
 
-impl crashpoint::cli::Declarations for Files {
+impl crashpoint::Declarations for Files {
     fn discover(&self, scenarios: &Path) -> Result<Vec<Arc<dyn Workload>>> {
         crate::discover(scenarios)
     }

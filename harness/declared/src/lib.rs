@@ -59,10 +59,10 @@
 //! What the engine adds for a declared workload:
 //! - PostgreSQL's `now()` (and `transaction_timestamp()`, `statement_timestamp()`,
 //!   `clock_timestamp()`) follows the logical clock in the schedule's schema, for every
-//!   connection and the DDL's defaults ([`crashpoint::sim::admin::SqlClock::Everywhere`]);
+//!   connection and the DDL's defaults ([`crashpoint::SqlClock::Everywhere`]);
 //!   `CURRENT_TIMESTAMP` and `LOCALTIMESTAMP` are keywords and stay wall time.
 //! - The tables `crashpoint_dispatched` and `crashpoint_messages`, filled before the
-//!   invariants run ([`crashpoint::checker::facts`]), so that an invariant can say "every
+//!   invariants run ([`crashpoint::facts`]), so that an invariant can say "every
 //!   dispatched event has its effect".
 //! - The engine's own invariants (quiescence, nothing expired, locks released by their
 //!   holders, failed acknowledgements handled, …), as for every workload.
@@ -81,8 +81,8 @@ use std::sync::Arc;
 use anyhow::Result;
 use uuid::Uuid;
 
-use crashpoint::checker::Invariant;
-use crashpoint::sim::wire::External;
+use crashpoint::Invariant;
+use crashpoint::External;
 use crashpoint::{derive_id, Event, Leftover, Names, QueueSpec, RoleSpec, SystemInfo, Workload};
 
 use file::Dispatch;
@@ -104,7 +104,7 @@ impl Declared {
     }
 }
 
-/// Every workload file (`*.workload.toml`, [`crashpoint::scenario::WORKLOAD_FILE_SUFFIX`])
+/// Every workload file (`*.workload.toml`, [`crashpoint::files::WORKLOAD_FILE_SUFFIX`])
 /// under `scenarios`, sorted by path, read with the directory that holds `scenarios` as their
 /// root. A missing directory has none. Errors: the first file that does not read, named.
 pub fn discover(scenarios: &Path) -> Result<Vec<Arc<dyn Workload>>> {
@@ -122,7 +122,7 @@ fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()>
         let p = e?.path();
         if p.is_dir() {
             collect(&p, out)?;
-        } else if crashpoint::scenario::is_workload_file(&p) {
+        } else if crashpoint::files::is_workload_file(&p) {
             out.push(p);
         }
     }

@@ -1,5 +1,5 @@
 //! External providers: the payment gateways, accounting systems and mail APIs a handler calls
-//! over HTTP, whose effects do not roll back with a PostgreSQL transaction (seed 003).
+//! over HTTP, whose effects do not roll back with a PostgreSQL transaction (the orders article).
 //!
 //! A workload declares its providers ([`crate::workload::Workload::providers`]); the engine
 //! runs each as a turmoil host named [`Provider::name`] with an HTTP/1 server (hyper over

@@ -28,7 +28,7 @@ pub struct QueueSpec {
     pub name: &'static str,
     /// Label prefix of its messages in traces, e.g. `m` gives `m1`, `m2`.
     pub label: &'static str,
-    /// Visibility timeout, logical s (AWS default 30 s; seed 000 configures 120). A scenario's
+    /// Visibility timeout, logical s (AWS default 30 s; the payout article configures 120). A scenario's
     /// `[config] visibility_timeout_s` overrides it for every queue.
     pub visibility_timeout_s: u64,
     /// Message retention, logical s ([`DEFAULT_RETENTION_S`] unless the system sets its
@@ -37,7 +37,7 @@ pub struct QueueSpec {
     pub retention_s: u64,
     /// A FIFO queue (`<namespace>-<name>.fifo`, `FifoQueue=true`, no content-based
     /// deduplication): every send carries a `MessageGroupId` and a `MessageDeduplicationId`
-    /// ([`crate::sim::fifo`]), a send whose identity was accepted less than 5 logical minutes
+    /// (`crate::sim::fifo`), a send whose identity was accepted less than 5 logical minutes
     /// ago is accepted but not delivered, and a group's messages are delivered in order, one
     /// in flight at a time (AWS SQS Developer Guide, "Amazon SQS FIFO queues"). A scenario's
     /// `[config] fifo_queues = ["<name>"]` sets it.
@@ -108,18 +108,18 @@ impl QueueSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RoleKind {
     /// Dispatches the scenario's events, in order, then waits for `dispatch:<event>`
-    /// ([`crate::sut::Producer`]). At most one producer worker per scenario is used.
+    /// ([`crate::sim::cx::Producer`]). At most one producer worker per scenario is used.
     Producer,
-    /// Receives from `queue` and handles each delivery ([`crate::sut::Handler`]): the
+    /// Receives from `queue` and handles each delivery ([`crate::sim::cx::Handler`]): the
     /// Messenger worker loop.
     Handler {
         /// The queue's [`QueueSpec::name`].
         queue: &'static str,
     },
-    /// Polls PostgreSQL in cycles ([`crate::sut::Poller`]), e.g. an outbox relay; the drain
+    /// Polls PostgreSQL in cycles ([`crate::sim::cx::Poller`]), e.g. an outbox relay; the drain
     /// polls it again after a transaction ended.
     Poller,
-    /// A periodic job ([`crate::sut::Poller`]), e.g. dedup retention: it runs when a schedule
+    /// A periodic job ([`crate::sim::cx::Poller`]), e.g. dedup retention: it runs when a schedule
     /// steps it and once after each clock jump of the drain; it is never crashed.
     Periodic,
 }
@@ -189,7 +189,7 @@ pub struct Leftover {
     pub count_sql: &'static str,
     /// When that work becomes due, if it waits for time (a claim's lease):
     /// `SELECT min(<timestamptz>) …` (one `timestamptz`, NULL when nothing waits), in logical
-    /// time ([`crate::sim::cx::epoch`]). The drain jumps the logical clock there when nothing
+    /// time (`crate::sim::cx::epoch`). The drain jumps the logical clock there when nothing
     /// else moves. `None` for work that waits for no time.
     pub due_sql: Option<&'static str>,
 }

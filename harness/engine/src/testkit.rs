@@ -1,10 +1,20 @@
 //! Shared services for integration tests: started once per test process through the harness
-//! (the native provider here, or whatever [`crate::services::choose`] picks), and stopped when
+//! (the native provider here, or whatever `crate::services::choose` picks), and stopped when
 //! the process exits (an `atexit` hook) or on SIGINT/SIGTERM.
+
+//!
+//! A team's tests need only this module and the crate root: [`endpoints`] for the services,
+//! [`scenario_in`] for a scenario of its own `scenarios/` directory, then [`explore`] (generated
+//! schedules, shrinking) or [`run_scenario`] (one scripted [`Schedule`]).
 
 use std::sync::{Mutex, OnceLock};
 
-use crate::services::{Endpoints, ServiceOptions, Services};
+use crate::services::{ServiceOptions, Services};
+
+pub use crate::explore::{explore, Failure, Options as ExploreOptions, Report as ExploreReport};
+pub use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
+pub use crate::schedule::Schedule;
+pub use crate::services::Endpoints;
 
 static SERVICES: Mutex<Option<Services>> = Mutex::new(None);
 

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::checker::Invariant;
 use crate::sim::names::Names;
-use crate::sut::System;
+use crate::sim::cx::System;
 
 
 
@@ -79,7 +79,7 @@ pub trait Workload: Send + Sync + 'static {
         Vec::new()
     }
 
-    /// Its external providers ([`crate::provider`]), fresh for one schedule: each runs as a
+    /// Its external providers (`crate::provider`), fresh for one schedule: each runs as a
     /// turmoil host of that name, and keeps the ledger the checker reads. Default: none.
     fn providers(&self) -> Vec<Rc<dyn crate::provider::Provider>> {
         Vec::new()
@@ -105,9 +105,9 @@ pub trait Workload: Send + Sync + 'static {
         self.catalogue_scenario()
     }
 
-    /// Roles played by the team's own processes, gated at the wire ([`crate::sim::wire`]), as
+    /// Roles played by the team's own processes, gated at the wire (`crate::sim::wire`), as
     /// a scenario's `[external.<role>]` declares them; a scenario's own table for a role wins.
-    /// Default: none, every role is a [`crate::sut::Program`] of the system.
+    /// Default: none, every role is a [`crate::sim::cx::Program`] of the system.
     fn external(&self) -> Vec<Arc<crate::sim::wire::External>> {
         Vec::new()
     }
@@ -121,7 +121,7 @@ pub trait Workload: Send + Sync + 'static {
     }
 
     /// Whether the schedule's schema holds the engine's facts as tables for SQL invariants
-    /// ([`crate::checker::facts`]): the engine creates them before the system's DDL and fills
+    /// (`crate::checker::facts`): the engine creates them before the system's DDL and fills
     /// them after the drain, before any invariant is checked. Default `false`.
     fn history_tables(&self) -> bool {
         false

@@ -6,7 +6,7 @@ namespace App\Infrastructure;
 
 /**
  * The handler's PostgreSQL connection: php-pgsql (libpq) behind the small part of Doctrine
- * DBAL's Connection API that seed 000's handler uses (transactional, fetchOne,
+ * DBAL's Connection API that the payout article's handler uses (transactional, fetchOne,
  * executeStatement), so that the handler reads like the article's.
  *
  * On the wire: BEGIN, COMMIT and ROLLBACK are simple queries; each parameterised statement is

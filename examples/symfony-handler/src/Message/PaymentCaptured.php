@@ -5,7 +5,7 @@ declare(strict_types=1);
 namespace App\Message;
 
 /**
- * Seed 000's message, verbatim. On the queue it is the plain JSON that crashpoint's producer
+ * The payout article's message, verbatim. On the queue it is the plain JSON that crashpoint's producer
  * writes (`event_id`, `payment_id`, `merchant_id`, `amount_minor`, `currency`), decoded by
  * {@see \App\Messenger\PaymentCapturedSerializer}.
  */

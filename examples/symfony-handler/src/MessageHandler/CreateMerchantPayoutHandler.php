@@ -11,7 +11,7 @@ use Symfony\Component\Messenger\Attribute\AsMessageHandler;
 use Symfony\Component\Messenger\Exception\UnrecoverableMessageHandlingException;
 
 /**
- * Seed 000's CreateMerchantPayoutHandler: one transaction that claims the event in
+ * The payout article's CreateMerchantPayoutHandler: one transaction that claims the event in
  * processed_message, creates the payout (the UNIQUE (source_payment_id) constraint decides
  * under concurrency) and writes the MerchantPayoutCreated outbox row.
  *

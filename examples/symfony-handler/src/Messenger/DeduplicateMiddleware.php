@@ -14,7 +14,7 @@ use Symfony\Component\Messenger\Stamp\ReceivedStamp;
 
 /**
  * The smallest stand-in for Symfony 7.3's DeduplicateMiddleware (Messenger 5.4 has none),
- * with the lock lifecycle seed 000 describes, on a plain Redis key:
+ * with the lock lifecycle the payout article describes, on a plain Redis key:
  *
  * - dispatch (no ReceivedStamp): `SET key 1 NX PX ttl`; when the key exists the message is
  *   dropped (not sent);

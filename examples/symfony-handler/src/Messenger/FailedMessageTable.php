@@ -11,7 +11,7 @@ use Symfony\Component\Messenger\Transport\Serialization\SerializerInterface;
 
 /**
  * The failure transport: one `failed_message` row per parked message, written outside any
- * transaction (seed 000 uses `doctrine://default?queue_name=failed`; crashpoint's schema has
+ * transaction (the payout article uses `doctrine://default?queue_name=failed`; crashpoint's schema has
  * this table, and its "nothing lost" invariant accepts an event that is paid or parked here).
  * Same statement as the Rust reference's park().
  */

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crashpoint::scenario::Scenario;
-use crashpoint::sut::System;
+use crashpoint::System;
 use crashpoint::workload::{Registry, Workload};
 
 /// The workloads of the `crashpoint` binary, in its order.

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
 use crate::sim::history::{Entry, Fact, Outcome};
-use crate::sut::HANDLER_ERROR;
+use crate::sim::cx::HANDLER_ERROR;
 
 /// The name of [`FailedAcksHandled`].
 pub const FAILED_ACKS_HANDLED: &str = "no failed acknowledgement is ignored";

@@ -1,6 +1,6 @@
 //! "Nothing silently expired": SQS deletes a message that outlived its queue's
 //! `MessageRetentionPeriod`, processed or not (AWS SQS Developer Guide, "Amazon SQS message
-//! retention"; seed 000's failure window "replay at the retention edge"). A message whose
+//! retention"; the payout article's failure window "replay at the retention edge"). A message whose
 //! identity no copy had been acknowledged (deleted) for when retention removed it is lost, and
 //! the verdict names the queue's retention. On a dead-letter queue that retention counts from
 //! the message's first enqueue on its source queue ("Setting-up dead-letter queue retention"),

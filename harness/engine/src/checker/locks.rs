@@ -1,7 +1,7 @@
 //! "A lock is released only by its holder": a worker whose lock expired must not delete the
 //! lock that another took since (Redis documentation, "Distributed locks with Redis": "remove
 //! the key only if it exists and the value stored at the key is exactly the one I expect to
-//! be"; seed 000's window "a Redis lock that expires while the first worker still runs").
+//! be"; the payout article's window "a Redis lock that expires while the first worker still runs").
 //!
 //! Read from the history alone. A release that proved it held the lock (a compare-and-delete
 //! of its token: [`crate::sim::cx::Cx::unlock`], or an external worker's `EVAL` of such a

@@ -58,7 +58,7 @@ impl Invariant for StoppedHoldsNothing {
                 // A handler that returned an error gave the messages it had begun up to their
                 // visibility timeout on purpose (Messenger's redelivery); those it had not begun
                 // are still its to release.
-                Entry::Note { worker, text, .. } if text.starts_with(crate::sut::HANDLER_ERROR) => {
+                Entry::Note { worker, text, .. } if text.starts_with(crate::sim::cx::HANDLER_ERROR) => {
                     holder.retain(|m, w| *w != worker.as_str() || !started.contains(m));
                 }
                 Entry::Crash { t_ms, worker, graceful, .. } => {

@@ -92,7 +92,7 @@ pub struct InitArgs {
 /// The whole `crashpoint` command for the workloads in `registry` (the first is the default
 /// for scenario files that name none): parses the process's arguments, runs the command and
 /// returns the process exit code (0 pass, 1 violation, 2 harness error, 128+signal). A team's
-/// own binary is `fn main() { std::process::exit(crashpoint::cli::main(registry)) }`, or
+/// own binary is `fn main() { std::process::exit(crashpoint::main(registry)) }`, or
 /// [`crate::main!`].
 pub fn main(registry: Registry) -> i32 {
     main_with(registry, &NoFiles)
@@ -124,7 +124,7 @@ impl Declarations for NoFiles {
 
 /// Like [`main`], and the commands that read scenarios (`run`, `repro`, `list`, `catalogue`,
 /// `bench`) also know the workloads `declared` finds in the scenarios directory
-/// ([`crate::scenario::scenarios_dir`]), after those of `registry`; `init` writes a new one.
+/// (`crate::scenario::scenarios_dir`), after those of `registry`; `init` writes a new one.
 /// A malformed workload file ends those commands with exit 2 and its message.
 pub fn main_with(registry: Registry, declared: &dyn Declarations) -> i32 {
     let cli = Cli::parse();
@@ -212,8 +212,8 @@ fn init_tracing() {
 macro_rules! main {
     ($($workload:expr),+ $(,)?) => {
         fn main() {
-            let registry = $crate::workload::Registry::new(vec![$(std::sync::Arc::new($workload)),+]);
-            std::process::exit($crate::cli::main(registry));
+            let registry = $crate::Registry::new(vec![$(std::sync::Arc::new($workload)),+]);
+            std::process::exit($crate::main(registry));
         }
     };
 }

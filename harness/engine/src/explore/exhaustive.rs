@@ -15,7 +15,7 @@ use super::Stats;
 use crate::scenario::{run_driven, Scenario, ScenarioOutcome};
 use crate::schedule::{Decision, Schedule};
 use crate::services::Endpoints;
-use crate::sut::System;
+use crate::sim::cx::System;
 
 /// Most interleavings enumerated before giving up (a guard against a runaway scenario).
 pub const INTERLEAVINGS_MAX: u64 = 20_000;

@@ -27,12 +27,12 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 pub use many::{explore_each, Job};
 pub use shard::{for_shard, Shard};
 pub use slots::default_jobs;
-pub use stats::{schedule_id, Case, Coverage, Stats};
+pub use stats::{Case, Coverage, Stats};
 
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
 use crate::schedule::{schedules, Menu, Schedule};
 use crate::services::Endpoints;
-use crate::sut::System;
+use crate::sim::cx::System;
 
 /// Most candidate schedules tried while shrinking one failure.
 pub const SHRINK_RUNS_MAX: usize = 400;
@@ -51,7 +51,7 @@ pub struct Options {
     /// This job's shard: it runs the cases (and saved regressions) whose index it owns.
     pub shard: Shard,
     /// Schedules run at once, in parallel slots (0 or 1: one at a time). The results do not
-    /// depend on it: outcomes are taken in case order ([`slots`]).
+    /// depend on it: outcomes are taken in case order (`slots`).
     pub jobs: usize,
 }
 

@@ -29,7 +29,7 @@ use super::{slots, SHRINK_RUNS_MAX};
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
 use crate::schedule::Schedule;
 use crate::services::Endpoints;
-use crate::sut::System;
+use crate::sim::cx::System;
 
 /// Shrinks `failing` (an outcome of `system` on scenario `s` that violates an invariant) with
 /// up to `jobs` candidates at once. Returns the minimal outcome and the schedules a

@@ -21,7 +21,7 @@ use super::{case_seed, first_divergence, menu, runner_for, Options};
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
 use crate::schedule::{schedules, Schedule};
 use crate::services::Endpoints;
-use crate::sut::System;
+use crate::sim::cx::System;
 
 /// One generated case, run.
 pub(super) struct Ran {

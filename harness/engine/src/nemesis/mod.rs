@@ -4,7 +4,7 @@
 //! expiries by the logical clock. [`sqs`] holds the AWS behaviours LocalStack does not
 //! produce, [`pg`] the PostgreSQL outcome faults (a lost COMMIT reply, a reset connection). A
 //! workload adds faults of its own ([`crate::workload::WorkloadFault`], e.g. the
-//! failure-transport replay of seed 000), which the scheduler applies by name.
+//! failure-transport replay of the payout article), which the scheduler applies by name.
 
 pub mod net;
 pub mod pg;

@@ -172,7 +172,7 @@ pub struct Scenario {
     /// ([`crate::spec::QueueSpec::fifo`]), e.g. `["payments"]`.
     pub fifo_queues: Vec<&'static str>,
     /// `[config] dead_letter`: a dead-letter queue for one of the workload's queues
-    /// ([`super::dead_letter`]).
+    /// (`super::dead_letter`).
     pub dead_letter: Option<super::dead_letter::DeadLetterConfig>,
     /// The `[[events]]` tables, in dispatch order, as the workload reads them.
     pub events: Vec<toml::Table>,
@@ -180,14 +180,14 @@ pub struct Scenario {
     pub event_names: Vec<String>,
     /// The scenario's own SQL invariants (`[[invariants]]`), checked after the workload's.
     pub sql_invariants: Vec<crate::checker::SqlInvariant>,
-    /// Roles played by external worker processes (`[external.<role>]`, see [`crate::sim::wire`]).
+    /// Roles played by external worker processes (`[external.<role>]`, see `crate::sim::wire`).
     pub external: Vec<Arc<crate::sim::wire::External>>,
 }
 
 impl Scenario {
     /// Every invariant a schedule of this scenario is checked against, in order: the
     /// workload's, the scenario's `[[invariants]]`, then the engine's own that the workload does
-    /// not already list ([`crate::checker::with_engine_invariants`]).
+    /// not already list (`crate::checker::with_engine_invariants`).
     pub fn invariants(&self) -> Vec<Box<dyn crate::checker::Invariant>> {
         let mut all = self.workload.invariants();
         all.extend(self.sql_invariants.iter().cloned().map(|i| Box::new(i) as Box<dyn crate::checker::Invariant>));

@@ -98,7 +98,7 @@ impl Workload for Stub {
     fn systems(&self) -> Vec<SystemInfo> {
         Vec::new()
     }
-    fn system(&self, _name: &str) -> Option<Rc<dyn crate::sut::System>> {
+    fn system(&self, _name: &str) -> Option<Rc<dyn crate::sim::cx::System>> {
         None
     }
 }

@@ -33,22 +33,23 @@ mod file;
 mod fuzz;
 mod run;
 
-pub use dead_letter::DeadLetterConfig;
-pub use file::{discover, is_workload_file, load, scenarios_dir, ExhaustiveSpec, ExploreSpec, InvariantSpec, Scenario, WORKLOAD_FILE_SUFFIX};
+pub use file::{discover, is_workload_file, scenarios_dir, InvariantSpec, Scenario, WORKLOAD_FILE_SUFFIX};
+#[cfg(feature = "internals")]
+pub use file::load;
 /// Reading TOML files with errors that name the file, the line and the field (the scenario
 /// files', and a declared workload's).
 pub mod source {
     pub use super::file::{line_of, line_of_field, toml_error, utf8};
 }
 pub(crate) use run::run_driven;
-pub use run::{materialize, queues, run_scenario, Phases, ScenarioOutcome};
+pub use run::{queues, run_scenario, Phases, ScenarioOutcome};
 
 /// The system named `name` (`reference` or a mutant) of scenario `s`'s workload.
 /// Errors: the workload has no such system; the message lists the ones it has.
 ///
 /// With external workers (`[external.<role>]`), `name` must also be `reference` or one of the
 /// variants each external worker declares in `systems`.
-pub fn system_of(s: &Scenario, name: &str) -> anyhow::Result<std::rc::Rc<dyn crate::sut::System>> {
+pub fn system_of(s: &Scenario, name: &str) -> anyhow::Result<std::rc::Rc<dyn crate::sim::cx::System>> {
     let system = s.workload.system(name).ok_or_else(|| {
         let known: Vec<&str> = s.workload.systems().iter().map(|i| i.name).collect();
         anyhow::anyhow!("workload `{}` (scenario {}) has no system `{name}`; known: {}", s.workload.name(), s.name, known.join(", "))

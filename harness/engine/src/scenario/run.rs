@@ -12,7 +12,7 @@ use crate::services::cpu::thread_cpu_ms;
 use crate::services::Endpoints;
 use crate::sim::scheduler::{Run, Setup};
 use crate::sim::{history::CallCounts, names::Names};
-use crate::sut::System;
+use crate::sim::cx::System;
 use crate::workload::{CrashPoint, Event, QueueSpec};
 
 /// The result of running one schedule of a scenario.

@@ -19,7 +19,8 @@ use proptest::prelude::*;
 use proptest::sample::{select, Index};
 
 use super::text::DECISIONS_MAX;
-use super::{parse, Decision, ParseError, Vocabulary};
+use super::text::ParseError;
+use super::{parse, Decision, Vocabulary};
 use crate::duration::LOGICAL_TIME_MAX_MS;
 use crate::spec::{RoleKind, RoleSpec};
 

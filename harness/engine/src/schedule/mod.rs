@@ -31,8 +31,8 @@ pub(crate) mod fuzz;
 mod strategy;
 pub(crate) mod text;
 
-pub use strategy::{clock_max_ms, decision, schedules, Menu, WORKER_WEIGHT_MAX};
-pub use text::{format_duration_ms, parse, ParseError, Vocabulary};
+pub use strategy::{clock_max_ms, schedules, Menu, WORKER_WEIGHT_MAX};
+pub use text::{format_duration_ms, parse, Vocabulary};
 
 use std::fmt;
 
@@ -180,7 +180,7 @@ impl Schedule {
     }
 }
 
-/// A schedule: decisions in order. `Display` gives its text form; [`parse`] reads it.
+/// A schedule: decisions in order. `Display` gives its text form; `parse` reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
 pub struct Schedule {
     /// The decisions.

@@ -51,7 +51,7 @@ impl fmt::Display for ProviderKind {
     }
 }
 
-/// Where the three services listen. URLs may carry passwords: print them with [`redact::url`].
+/// Where the three services listen. URLs may carry passwords: print them with `redact::url`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoints {
     /// A `postgres://` URL.
@@ -179,10 +179,6 @@ pub fn choose(force: Option<ProviderKind>) -> Choice {
 
 /// Running services and the guard that stops what the provider started.
 pub struct Services {
-    /// Which provider supplied them.
-    pub kind: ProviderKind,
-    /// Why that provider was chosen.
-    pub reason: String,
     /// Where they listen.
     pub endpoints: Endpoints,
     /// Whether destructive resets may touch these hosts (loopback, or `--allow-remote`).
@@ -213,8 +209,6 @@ impl Services {
             ProviderKind::Containers => start_containers().await?,
         };
         Ok(Services {
-            kind: choice.kind,
-            reason: choice.reason,
             endpoints,
             allow_remote: opts.allow_remote,
             guard,

@@ -49,6 +49,7 @@ pub fn check_destructive(endpoints: &Endpoints, allow_remote: bool, what: &str) 
 /// The destructive operations in the engine's source: (file under `src/`, the operation as
 /// written there, what it destroys). Statements a workload's handlers run are not here: they
 /// run through [`crate::sim::cx::Cx`] in the schedule's own schema, queues and keys.
+#[cfg(any(test, feature = "internals"))]
 pub const DESTRUCTIVE: &[(&str, &str, &str)] = &[
     ("sim/admin.rs", "CREATE SCHEMA", "a schedule's schema, named from the process and a counter (`pool::unique_namespace`)"),
     ("sim/admin.rs", "DROP SCHEMA", "the schedule's schema and its side schema `<ns>_seed` at teardown"),
@@ -69,6 +70,7 @@ pub const DESTRUCTIVE: &[(&str, &str, &str)] = &[
 ];
 
 /// What counts as destructive when the source is searched (see [`DESTRUCTIVE`]).
+#[cfg(any(test, feature = "internals"))]
 pub const DESTRUCTIVE_PATTERNS: &[&str] = &[
     "CREATE SCHEMA", "DROP SCHEMA", "DROP TABLE", "DROP DATABASE", "TRUNCATE", "DELETE FROM",
     ".create_queue()", ".delete_queue()", ".purge_queue()", ".delete_message()", ".delete_message_batch()",

@@ -20,7 +20,7 @@ use super::cx::Cx;
 use super::programs;
 pub use super::host_spec::HostSpec;
 use crate::services::clients;
-use crate::sut::Program;
+use crate::sim::cx::Program;
 use crate::spec::{role_of, RoleKind};
 
 /// Builds a turmoil simulation with one host per worker name. Hosts start connecting at the

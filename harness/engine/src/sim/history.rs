@@ -7,6 +7,8 @@ use uuid::Uuid;
 use crate::spec::CrashPoint;
 
 /// What a call did to the world, in terms the checker and the logical clock need.
+// Each variant's doc names and explains its fields.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Fact {
     /// The producer began to dispatch scenario event `event` (identity `identity`): recorded
@@ -17,7 +19,7 @@ pub enum Fact {
     /// (`event_id` or `outbox_id`).
     Sent { queue: &'static str, msg: String, identity: Uuid },
     /// A send to a FIFO queue was accepted and dropped: SQS had accepted the identity's
-    /// deduplication id as `msg` less than 5 min before ([`crate::sim::fifo`]). `replay` when
+    /// deduplication id as `msg` less than 5 min before (`crate::sim::fifo`). `replay` when
     /// the workload's fault sent it (a replay from the failure transport), not a worker.
     Suppressed { queue: &'static str, msg: String, identity: Uuid, replay: bool },
     /// A message was received; `receipt` is the real receipt handle (never printed).
@@ -80,13 +82,15 @@ pub enum Service {
     Sqs,
     /// Redis.
     Redis,
-    /// A provider, over HTTP on the simulated network ([`crate::provider`]).
+    /// A provider, over HTTP on the simulated network (`crate::provider`).
     Http,
     /// No call was made (an injected failure replaced it).
     None,
 }
 
-/// What a call returned, as data; [`crate::sim::trace`] turns it into text.
+/// What a call returned, as data; `crate::sim::trace` turns it into text.
+// Each variant's doc names and explains its fields.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
@@ -189,6 +193,8 @@ pub struct Step {
 }
 
 /// Something the nemesis or the scheduler did to the world, as data; the trace words it.
+// Each variant's doc names and explains its fields.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "fault", rename_all = "snake_case")]
 pub enum FaultEvent {
@@ -252,6 +258,8 @@ pub enum FaultEvent {
 }
 
 /// One entry of the history.
+// Each variant's doc names and explains its fields.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Entry {
     /// A completed call.

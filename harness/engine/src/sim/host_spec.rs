@@ -7,7 +7,7 @@ use super::cx::QueueUrls;
 use super::world::SharedWorld;
 use crate::services::Endpoints;
 use crate::spec::{IdentityFn, RoleSpec};
-use crate::sut::System;
+use crate::sim::cx::System;
 use super::wire::External;
 
 /// What every host needs to start its software.

@@ -3,7 +3,7 @@
 
 use crate::sim::cx::Cx;
 use crate::sim::history::Fact;
-use crate::sut::{handle_one, handler_failed, Program};
+use crate::sim::cx::{handle_one, handler_failed, Program};
 
 /// Runs `program` until the host is crashed or the simulation ends. `queue` is the queue a
 /// handler receives from. Service errors are noted in the trace, the open transaction is

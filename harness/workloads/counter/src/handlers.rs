@@ -1,18 +1,18 @@
-//! The reference handlers of seed 004 and the event-bus worker that runs them.
+//! The reference handlers of the counter article and the event-bus worker that runs them.
 //!
 //! The worker receives one `OrderPlaced`, runs every handler subscribed to it in order, each in
 //! its own transaction (Doctrine's `transactional`), then deletes the message. A handler that
 //! fails rolls back its own transaction; the message comes back after its retry delay and every
 //! handler runs again, so each must be idempotent on its own: it claims
 //! `processed_messages (event_id, handler)` with `ON CONFLICT DO NOTHING` in the transaction of
-//! its effect (seed 004, "I record each processed event ID under a unique key, in the same
+//! its effect (the counter article, "I record each processed event ID under a unique key, in the same
 //! transaction as the side effect").
 
 use std::borrow::Cow;
 use std::rc::Rc;
 
 use async_trait::async_trait;
-use crashpoint::sut::{CallError, Cx, Delivery, Handler, Program, SendEach, System, Val};
+use crashpoint::{CallError, Cx, Delivery, Handler, Program, SendEach, System, Val};
 
 use crate::{points, CounterConfig, OrderPlaced, ORDERS, SCHEMA_SQL};
 

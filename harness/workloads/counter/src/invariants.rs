@@ -1,10 +1,10 @@
-//! The counter projection's invariants (seed 004).
+//! The counter projection's invariants (the counter article).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
-use crashpoint::checker::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, SqlInvariant, Verdict};
-use crashpoint::sim::history::Fact;
+use crashpoint::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, SqlInvariant, Verdict};
+use crashpoint::Fact;
 use sqlx::Row;
 use uuid::Uuid;
 

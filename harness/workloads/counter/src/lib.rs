@@ -1,4 +1,4 @@
-//! Seed 004's counter projection as a crashpoint workload: one `OrderPlaced` event, two
+//! The counter article's counter projection as a crashpoint workload: one `OrderPlaced` event, two
 //! handlers on the event bus (an order counter and a receipt writer), each recording the event
 //! in `processed_messages (event_id, handler)` in the same transaction as its effect.
 //!
@@ -12,10 +12,10 @@ pub mod mutants;
 use std::any::Any;
 use std::rc::Rc;
 
-use crashpoint::checker::Invariant;
-use crashpoint::sim::names::Names;
-use crashpoint::sut::System;
-use crashpoint::workload::{derive_id, event_specs, CrashPoint, Event, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload};
+use crashpoint::Invariant;
+use crashpoint::Names;
+use crashpoint::System;
+use crashpoint::{derive_id, event_specs, CrashPoint, Event, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -40,7 +40,7 @@ pub mod points {
     pub const AFTER_SEND: CrashPoint = "after_send";
 }
 
-/// `OrderPlaced` (seed 004): a fact with zero or more handlers.
+/// `OrderPlaced` (the counter article): a fact with zero or more handlers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderPlaced {
     /// The event's identity, the key of `processed_messages`.
@@ -73,7 +73,7 @@ fn default_customer() -> String {
     "cu1".into()
 }
 
-/// Seed 004's counter projection.
+/// The counter article's counter projection.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counter;
 
@@ -83,7 +83,7 @@ impl Workload for Counter {
     }
 
     fn about(&self) -> &'static str {
-        "seed 004: OrderPlaced → an order counter and a receipt writer, each deduplicating under its own name"
+        "the counter article: OrderPlaced → an order counter and a receipt writer, each deduplicating under its own name"
     }
 
     fn queues(&self) -> Vec<QueueSpec> {
@@ -135,7 +135,7 @@ impl Workload for Counter {
     }
 
     fn systems(&self) -> Vec<SystemInfo> {
-        let mut out = vec![SystemInfo { name: "reference", about: "seed 004's handlers: a claim per (event, handler) in the effect's transaction" }];
+        let mut out = vec![SystemInfo { name: "reference", about: "the counter article's handlers: a claim per (event, handler) in the effect's transaction" }];
         out.extend(mutants::CATALOGUE.iter().map(|(name, about)| SystemInfo { name, about }));
         out
     }

@@ -1,9 +1,9 @@
-//! Known-bad handlers of seed 004 that the harness must catch.
+//! Known-bad handlers of the counter article that the harness must catch.
 
 use std::rc::Rc;
 
 use async_trait::async_trait;
-use crashpoint::sut::{CallError, Cx, System};
+use crashpoint::{CallError, Cx, System};
 
 use crate::handlers::{claim, increment, CounterSystem, Deduplicated, Effect, EventHandler, ORDER_COUNTER, RECEIPT_WRITER};
 use crate::{points, OrderPlaced};

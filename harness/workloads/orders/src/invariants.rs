@@ -1,12 +1,12 @@
-//! The order system's invariants (seed 003), over the final state of PostgreSQL and the
+//! The order system's invariants (the orders article), over the final state of PostgreSQL and the
 //! providers' ledgers ([`CheckCx::effects`]), never over what the scheduler meant to do.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
-use crashpoint::checker::{decide, CheckCx, CulpritKind, Invariant, Problem, Verdict};
-use crashpoint::provider::Effect;
-use crashpoint::sim::history::Fact;
+use crashpoint::{decide, CheckCx, CulpritKind, Invariant, Problem, Verdict};
+use crashpoint::Effect;
+use crashpoint::Fact;
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -104,7 +104,7 @@ impl Invariant for OneExport {
 
 /// No email sent twice inside the mail provider's deduplication window. A duplicate outside
 /// it is counted and reported in the verdict, not hidden: the provider's deduplication is not
-/// a universal guarantee (seed 003).
+/// a universal guarantee (the orders article).
 struct NoDoubleEmail;
 const NO_DOUBLE_EMAIL: &str = "no email sent twice inside the mail provider's dedup window";
 

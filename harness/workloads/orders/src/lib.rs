@@ -1,4 +1,4 @@
-//! Seed 003's order system as a crashpoint workload: effects outside the database.
+//! The orders article's order system as a crashpoint workload: effects outside the database.
 //!
 //! An `OrderCompleted` event is handled by committing the order's local effects (the invoice,
 //! one stock decrement) together with records of three follow-up operations, each with its
@@ -11,7 +11,7 @@
 //! The providers ([`providers`]) run as turmoil hosts on the simulated network, where the
 //! nemesis drops, delays and partitions messages. PostgreSQL and SQS stay real.
 //!
-//! Seed 003's four identities, in the field's terms: the **transport message** (the SQS
+//! The orders article's four identities, in the field's terms: the **transport message** (the SQS
 //! message, `m1`; redelivered at least once), the **business operation** (`operations`, the
 //! idempotency key sent to the provider), the **attempt** (a claim of the operation,
 //! `attempts`; never part of the key) and the **effect** (the provider's ledger entry:
@@ -26,11 +26,11 @@ pub mod replay;
 
 use std::rc::Rc;
 
-use crashpoint::checker::Invariant;
-use crashpoint::provider::Provider;
-use crashpoint::sim::names::Names;
-use crashpoint::sut::System;
-use crashpoint::workload::{derive_id, event_specs, CrashPoint, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload};
+use crashpoint::Invariant;
+use crashpoint::Provider;
+use crashpoint::Names;
+use crashpoint::System;
+use crashpoint::{derive_id, event_specs, CrashPoint, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -63,7 +63,7 @@ pub mod points {
     pub const AFTER_LOOKUP: CrashPoint = "after_lookup";
 }
 
-/// `OrderCompleted` (seed 003).
+/// `OrderCompleted` (the orders article).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderCompleted {
     /// The event's identity, the key of the inbox.
@@ -87,7 +87,7 @@ fn default_amount() -> i64 {
     4200
 }
 
-/// Seed 003's order system.
+/// The orders article's order system.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Orders;
 
@@ -97,7 +97,7 @@ impl Workload for Orders {
     }
 
     fn about(&self) -> &'static str {
-        "seed 003: OrderCompleted → invoice, stock, and operations to a payment gateway, an accounting export and a mail provider"
+        "the orders article: OrderCompleted → invoice, stock, and operations to a payment gateway, an accounting export and a mail provider"
     }
 
     fn queues(&self) -> Vec<QueueSpec> {
@@ -154,7 +154,7 @@ impl Workload for Orders {
         }]
     }
 
-    fn faults(&self) -> Vec<Box<dyn crashpoint::workload::WorkloadFault>> {
+    fn faults(&self) -> Vec<Box<dyn crashpoint::WorkloadFault>> {
         vec![Box::new(replay::ManualReplay)]
     }
 
@@ -167,7 +167,7 @@ impl Workload for Orders {
     }
 
     fn systems(&self) -> Vec<SystemInfo> {
-        let mut out = vec![SystemInfo { name: "reference", about: "seed 003's rules: operation ids as keys, an atomic claim with a lease, unknown outcomes reconciled" }];
+        let mut out = vec![SystemInfo { name: "reference", about: "the orders article's rules: operation ids as keys, an atomic claim with a lease, unknown outcomes reconciled" }];
         out.extend(mutants::CATALOGUE.iter().map(|(name, about, _)| SystemInfo { name, about }));
         out
     }

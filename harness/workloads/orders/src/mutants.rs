@@ -1,4 +1,4 @@
-//! The catalogue: each mutant gets one of seed 003's rules wrong. The three that mint a new
+//! The catalogue: each mutant gets one of the orders article's rules wrong. The three that mint a new
 //! key for an attempt also treat the attempt as new, so they do not look the operation up
 //! before retrying (a handler that kept the operation's identity would have).
 

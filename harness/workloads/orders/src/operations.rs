@@ -1,8 +1,8 @@
-//! A business operation of seed 003: its identity (purpose, order, parameters), the request
+//! A business operation of the orders article: its identity (purpose, order, parameters), the request
 //! that carries it to its provider, and the lookup that reconciles it.
 
-use crashpoint::provider::Request;
-use crashpoint::sut::CallError;
+use crashpoint::Request;
+use crashpoint::CallError;
 use serde_json::json;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
@@ -50,7 +50,7 @@ impl Purpose {
 }
 
 /// The operation id of `purpose` for `order`: `v5(order_id, purpose)`, fixed when the
-/// operation is created and reused by every retry, redelivery and replay (seed 003: "persist
+/// operation is created and reused by every retry, redelivery and replay (the orders article: "persist
 /// that identity when creating the operation").
 pub fn operation_id(order_id: Uuid, purpose: Purpose) -> Uuid {
     Uuid::new_v5(&order_id, purpose.as_str().as_bytes())

@@ -1,10 +1,10 @@
-//! Seed 003's three providers, as one idempotent HTTP API configured three ways:
+//! The orders article's three providers, as one idempotent HTTP API configured three ways:
 //!
 //! | provider | request | deduplication |
 //! |---|---|---|
 //! | `gateway` (payment gateway) | `POST /charges` with `Idempotency-Key` | the same key with the same parameters returns the stored charge; with other parameters it is a 409 conflict; keys are kept [`KEY_RETENTION_MS`] (Stripe keeps them 24 h) |
 //! | `accounting` (accounting export) | `PUT /invoices/{operation_id}` | idempotent by id, forever |
-//! | `mail` (mail provider) | `POST /messages` with `Idempotency-Key` | honoured only inside [`MAIL_WINDOW_MS`], as mail APIs document: outside it the email is sent again (seed 003: "not a universal guarantee") |
+//! | `mail` (mail provider) | `POST /messages` with `Idempotency-Key` | honoured only inside [`MAIL_WINDOW_MS`], as mail APIs document: outside it the email is sent again (the orders article: "not a universal guarantee") |
 //!
 //! Every API answers lookups by operation id (`GET /charges?operation_id=…`,
 //! `GET /invoices/{id}`, `GET /messages?operation_id=…`), which reconciliation uses. State is
@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 
-use crashpoint::provider::{Effect, Handled, Provider, Reply, Request};
+use crashpoint::{Effect, Handled, Provider, Reply, Request};
 use serde_json::json;
 
 /// How long the gateway keeps an idempotency key, logical ms (24 h, as Stripe).

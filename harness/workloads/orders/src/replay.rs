@@ -1,8 +1,8 @@
 //! `manual-replay`: an operator replays the operations whose outcome is unknown or that were
-//! parked, under their original operation ids (seed 003: "manual replay is another handler
+//! parked, under their original operation ids (the orders article: "manual replay is another handler
 //! execution … keep the existing business operation ID").
 
-use crashpoint::workload::{Resend, WorkloadFault};
+use crashpoint::{Resend, WorkloadFault};
 
 /// The operator's replay, a fault of the orders workload's own.
 pub struct ManualReplay;

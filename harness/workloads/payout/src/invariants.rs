@@ -1,12 +1,12 @@
-//! The payout system's invariants (seed 000): checked after every schedule against the real
+//! The payout system's invariants (the payout article): checked after every schedule against the real
 //! final state of PostgreSQL and the recorded history, in this order. The final state is read
 //! once per schedule and shared.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
-use crashpoint::checker::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, Verdict};
-use crashpoint::sim::history::Fact;
+use crashpoint::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, Verdict};
+use crashpoint::Fact;
 use sqlx::Row;
 use uuid::Uuid;
 

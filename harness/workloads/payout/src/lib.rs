@@ -1,4 +1,4 @@
-//! Seed 000's payout system as a crashpoint workload.
+//! The payout article's payout system as a crashpoint workload.
 //!
 //! `PaymentCaptured` (payments queue) → the payout consumer claims `processed_message`, inserts
 //! the payout under `UNIQUE (source_payment_id)` and a `MerchantPayoutCreated` outbox row in one
@@ -19,10 +19,10 @@ pub mod system;
 use std::any::Any;
 use std::rc::Rc;
 
-use crashpoint::checker::Invariant;
-use crashpoint::sim::names::Names;
-use crashpoint::sut::System;
-use crashpoint::workload::{derive_id, event_specs, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault};
+use crashpoint::Invariant;
+use crashpoint::Names;
+use crashpoint::System;
+use crashpoint::{derive_id, event_specs, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault};
 use serde::Deserialize;
 use uuid::Uuid;
 
@@ -48,7 +48,7 @@ pub mod queues {
     pub const PAYOUTS: &str = "payouts";
 }
 
-/// Seed 000's payout system.
+/// The payout article's payout system.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Payout;
 
@@ -87,7 +87,7 @@ impl Workload for Payout {
     }
 
     fn about(&self) -> &'static str {
-        "seed 000: PaymentCaptured → one merchant payout, a transactional outbox, a downstream settlement"
+        "the payout article: PaymentCaptured → one merchant payout, a transactional outbox, a downstream settlement"
     }
 
     fn queues(&self) -> Vec<QueueSpec> {
@@ -162,7 +162,7 @@ impl Workload for Payout {
     }
 
     fn systems(&self) -> Vec<SystemInfo> {
-        let mut out = vec![SystemInfo { name: "reference", about: "seed 000's design, correct under at-least-once delivery" }];
+        let mut out = vec![SystemInfo { name: "reference", about: "the payout article's design, correct under at-least-once delivery" }];
         out.extend(mutants::CATALOGUE.iter().map(|(name, about)| SystemInfo { name, about }));
         out
     }

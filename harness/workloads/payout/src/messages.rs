@@ -1,4 +1,4 @@
-//! The messages of the reference system (seed 000).
+//! The messages of the reference system (the payout article).
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -6,7 +6,7 @@ use uuid::Uuid;
 /// `PaymentCaptured`, published by the producer to the payments queue.
 ///
 /// `event_id` is the stable identity of the logical event: it stays the same across producer
-/// retries, relay republication and SQS redelivery (seed 000, "Start with a stable message
+/// retries, relay republication and SQS redelivery (the payout article, "Start with a stable message
 /// identity").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PaymentCaptured {
@@ -20,7 +20,7 @@ pub struct PaymentCaptured {
     pub amount_minor: i64,
     /// ISO 4217 code, 3 letters.
     pub currency: String,
-    /// The token of the dispatch lock the producer took for this message (seed 000's
+    /// The token of the dispatch lock the producer took for this message (the payout article's
     /// DeduplicateStamp carries the lock's key; Symfony's lock Key carries this token), so that
     /// the consumer releases only that lock; absent when the producer sent none.
     #[serde(default, skip_serializing_if = "Option::is_none")]

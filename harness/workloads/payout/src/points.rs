@@ -1,7 +1,7 @@
 //! The payout system's crash points: the semantic moments between two service calls where a
-//! crash or an injected failure can happen (seed 000's failure windows).
+//! crash or an injected failure can happen (the payout article's failure windows).
 
-use crashpoint::workload::CrashPoint;
+use crashpoint::CrashPoint;
 
 /// Producer: the Redis DeduplicateStamp lock was taken; nothing was sent.
 pub const AFTER_LOCK: CrashPoint = "after_lock";
@@ -13,7 +13,7 @@ pub const AFTER_RECEIVE: CrashPoint = "after_receive";
 pub const AFTER_CLAIM: CrashPoint = "after_claim";
 /// Consumer: the business insert (`merchant_payout`) returned.
 pub const AFTER_BUSINESS_INSERT: CrashPoint = "after_business_insert";
-/// Consumer: the transaction committed; DeleteMessage has not been called (seed 000's opening
+/// Consumer: the transaction committed; DeleteMessage has not been called (the payout article's opening
 /// scenario).
 pub const AFTER_COMMIT: CrashPoint = "after_commit";
 /// Consumer: DeleteMessage returned.

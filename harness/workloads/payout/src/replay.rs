@@ -1,7 +1,7 @@
 //! The failure-transport replay (Messenger's `messenger:failed:retry`): a fault of the payout
 //! workload's own, written `replay` in schedules.
 
-use crashpoint::workload::{Resend, WorkloadFault};
+use crashpoint::{Resend, WorkloadFault};
 use sqlx::Row;
 use uuid::Uuid;
 

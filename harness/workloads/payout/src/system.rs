@@ -1,6 +1,6 @@
 //! The payout system's roles, behind traits so that mutants replace one at a time.
 //!
-//! A [`PayoutSystem`] hands out the five roles of seed 000's design: the [`Producer`] of
+//! A [`PayoutSystem`] hands out the five roles of the payout article's design: the [`Producer`] of
 //! `PaymentCaptured`, the payout [`Consumer`], the outbox [`Relay`], the [`Downstream`]
 //! consumer of `MerchantPayoutCreated`, and the dedup [`Retention`] job. Every role reaches
 //! the services only through [`Cx`], so every call is a yield point for the scheduler.
@@ -12,9 +12,9 @@ use std::rc::Rc;
 
 use async_trait::async_trait;
 
-pub use crashpoint::sut::{CallError, Cx, Delivery, Event};
-pub use crashpoint::sut::{Handler as Consumer, Handler as Downstream, Poller as Relay, Poller as Retention};
-use crashpoint::sut::{Program, System};
+pub use crashpoint::{CallError, Cx, Delivery, Event};
+pub use crashpoint::{Handler as Consumer, Handler as Downstream, Poller as Relay, Poller as Retention};
+use crashpoint::{Program, System};
 
 use crate::messages::PaymentCaptured;
 
@@ -22,7 +22,7 @@ use crate::messages::PaymentCaptured;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SystemConfig {
-    /// TTL of the producer's DeduplicateStamp lock, logical s (seed 000: 900).
+    /// TTL of the producer's DeduplicateStamp lock, logical s (the payout article: 900).
     pub lock_ttl_s: u64,
     /// How long dedup rows are kept, logical s.
     pub retention_s: u64,
@@ -52,7 +52,7 @@ impl Default for SystemConfig {
     }
 }
 
-/// Publishes `PaymentCaptured` (seed 000: `$bus->dispatch($message, [new DeduplicateStamp(...)])`).
+/// Publishes `PaymentCaptured` (the payout article: `$bus->dispatch($message, [new DeduplicateStamp(...)])`).
 #[async_trait(?Send)]
 pub trait Producer {
     /// Dispatches one event: takes the dedup lock, then sends, or is suppressed by the lock.
@@ -63,7 +63,7 @@ pub trait Producer {
 struct Dispatcher(Rc<dyn Producer>);
 
 #[async_trait(?Send)]
-impl crashpoint::sut::Producer for Dispatcher {
+impl crashpoint::Producer for Dispatcher {
     async fn dispatch(&self, cx: &mut Cx, event: &Event) -> Result<(), CallError> {
         let ev: PaymentCaptured = event.decode().map_err(|e| CallError::Service(format!("PaymentCaptured: {e}")))?;
         self.0.dispatch(cx, &ev).await

@@ -186,6 +186,7 @@ impl Calibration {
     }
 
     /// The probes that could not complete.
+    #[cfg(any(test, feature = "internals"))]
     pub fn failed(&self) -> Vec<&Probe> {
         self.probes.iter().filter(|p| matches!(p.verdict, Verdict::ProbeFailed(_))).collect()
     }

@@ -16,6 +16,9 @@ pub(crate) mod sqs;
 
 pub use sqs::FailedEntry;
 
+mod program;
+pub use program::{handle_one, handler_failed, Handler, Poller, Producer, Program, SendEach, System, HANDLER_ERROR};
+
 use super::history::{Fact, Outcome, Service, Step};
 use super::world::{SharedWorld, Status};
 use crate::nemesis::pg::PgFault;
@@ -48,7 +51,7 @@ pub enum CallError {
     #[error("{0}")]
     Service(String),
     /// No response came from a provider ([`Cx::http`]): the request may or may not have been
-    /// applied (seed 003: "an HTTP timeout likewise means that the outcome may be unknown").
+    /// applied (the orders article: "an HTTP timeout likewise means that the outcome may be unknown").
     #[error("no response: {0}")]
     NoResponse(String),
     /// The handler decided that retrying cannot help (Messenger's
@@ -245,7 +248,7 @@ impl Cx {
     }
 
     /// Marks a crash point: the worker now stands at `cp` until its next call. A crash or an
-    /// injected failure scheduled at `cp` happens there (see [`crate::schedule::Decision`]).
+    /// injected failure scheduled at `cp` happens there (see `crate::schedule::Decision`).
     pub fn crash_point(&mut self, cp: CrashPoint) {
         self.at = Some(cp);
         self.world.borrow_mut().slot(&self.me).passed.push(cp);
@@ -525,7 +528,7 @@ impl Cx {
 impl Drop for Cx {
     /// The host stops (a crash, a graceful stop, a program that returned, the schedule's end):
     /// a connection with no call under way goes to the shelf
-    /// ([`super::worker_pg::Shelf::leave`]), which hands it to a restart after a crash or a
+    /// (`super::worker_pg::Shelf::leave`), which hands it to a restart after a crash or a
     /// stop, and keeps it at the schedule's end if it is outside a transaction; any other is
     /// closed here, and PostgreSQL rolls back what it had open.
     fn drop(&mut self) {

@@ -110,7 +110,7 @@ impl Cx {
     /// [`Cx::send`] in message group `group` (`MessageGroupId`, e.g. an aggregate id: SQS
     /// delivers a group's messages in order, one in flight at a time) when `queue` is FIFO; a
     /// standard queue ignores `group`. The `MessageDeduplicationId` comes from the identity
-    /// ([`crate::sim::fifo`]): inside the 5-minute window (logical) SQS accepts the send and
+    /// (`crate::sim::fifo`): inside the 5-minute window (logical) SQS accepts the send and
     /// drops it, the trace says so, and the label returned is the accepted message's.
     /// Errors: SendMessage failing ([`CallError::Service`] with SQS's code and message).
     pub async fn send_in_group(

@@ -31,7 +31,7 @@ use crate::services::Endpoints;
 use crate::spec::{
     role_of, CrashPoint, Event, IdentityFn, Leftover, QueueSpec, RoleKind, RoleSpec, WorkloadFault,
 };
-use crate::sut::System;
+use crate::sim::cx::System;
 
 /// Steps one decision may take to reach a crash point.
 const STEPS_TO_POINT_MAX: usize = 64;

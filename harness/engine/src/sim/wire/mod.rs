@@ -1,5 +1,5 @@
 //! External workers: a team's real worker process, in any language, driven through the same
-//! schedules as an in-process [`crate::sut::Program`], gated at the wire.
+//! schedules as an in-process [`crate::sim::cx::Program`], gated at the wire.
 //!
 //! For each external worker, crashpoint listens on loopback ports of its own choosing with one
 //! gating proxy per service ([`pg`], [`sqs`], [`redis`]). Each proxy reads one complete call

@@ -1,10 +1,10 @@
 //! The `OrderCompleted` consumer. The reference commits the order's local effects (the order,
 //! its invoice, one stock decrement) together with the inbox row and the records of its
-//! follow-up operations, each with its own id (seed 003: "commit the required local changes
+//! follow-up operations, each with its own id (the orders article: "commit the required local changes
 //! with records of follow-up operations, then process those operations independently").
 
 use async_trait::async_trait;
-use crashpoint::sut::{CallError, Cx, Delivery, Handler, Val};
+use crashpoint::{CallError, Cx, Delivery, Handler, Val};
 
 use super::{ConsumerRule, Flaws};
 use crate::operations::{operation_id, Operation, Purpose};
@@ -116,7 +116,7 @@ impl Handler for Consumer {
     }
 }
 
-/// Seed 003's flag-only claim: `payment_started` is set, the gateway called, and the charge
+/// The orders article's flag-only claim: `payment_started` is set, the gateway called, and the charge
 /// recorded only after it answered. A crash after the gateway accepted leaves the flag set
 /// and nothing that can recover the payment.
 async fn flag_claimed_charge(cx: &mut Cx, ev: &OrderCompleted) -> Result<(), CallError> {

@@ -1,4 +1,4 @@
-//! The handlers of seed 003's order system, written as it prescribes, with the knobs its
+//! The handlers of the orders article's order system, written as it prescribes, with the knobs its
 //! mutants turn ([`Flaws`]): one code path, so that a mutant differs from the reference in
 //! exactly the rule it gets wrong.
 //!
@@ -15,7 +15,7 @@ pub mod reconciler;
 use std::borrow::Cow;
 use std::rc::Rc;
 
-use crashpoint::sut::{Program, SendEach, System};
+use crashpoint::{Program, SendEach, System};
 
 use crate::{points, ORDERS, SCHEMA_SQL};
 
@@ -83,7 +83,7 @@ pub struct Flaws {
 }
 
 impl Flaws {
-    /// Seed 003's rules.
+    /// The orders article's rules.
     pub const REFERENCE: Flaws = Flaws {
         key: KeyRule::Operation,
         claim: ClaimRule::Lease,

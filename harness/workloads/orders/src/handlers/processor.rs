@@ -2,10 +2,10 @@
 //! up by id when an earlier attempt may have been applied, calls its provider under the
 //! operation id, and records the outcome. A timeout, a lost response or
 //! a 5xx makes the outcome `unknown` for reconciliation; a 4xx rejection is parked for a
-//! person, with the reason (seed 003: "retries should be bounded and matched to the error").
+//! person, with the reason (the orders article: "retries should be bounded and matched to the error").
 
 use async_trait::async_trait;
-use crashpoint::sut::{CallError, Cx, Poller, Val};
+use crashpoint::{CallError, Cx, Poller, Val};
 use uuid::Uuid;
 
 use super::{ClaimRule, Flaws, KeyRule, OnUnknown};

@@ -1,11 +1,11 @@
-//! The reconciliation job (seed 003: "check the remote reference or operation ID where the
+//! The reconciliation job (the orders article: "check the remote reference or operation ID where the
 //! API supports it … if the result cannot be established safely, stop automatic attempts
 //! and escalate"): one `unknown` operation per cycle, looked up by its id at its provider.
 //! Found: `succeeded`. Not found: `pending` again, retried under the same key. No answer (a
 //! timeout or a 5xx) [`LOOKUPS_MAX`] times in a row: parked for a person, with the reason.
 
 use async_trait::async_trait;
-use crashpoint::sut::{CallError, Cx, Poller, Val};
+use crashpoint::{CallError, Cx, Poller, Val};
 
 use crate::operations::{Operation, COLUMNS};
 use crate::points;

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crashpoint::sut::Val;
+use crashpoint::Val;
 use crate::points;
 use crate::messages::PaymentCaptured;
 use crate::reference::consumer::{claim, insert_outbox, insert_payout, CONSUMER};
@@ -65,7 +65,7 @@ impl Body for NoDedup {
 }
 
 /// `check-then-insert`: `SELECT EXISTS` on the payout, then `INSERT`, with no claim and no
-/// unique constraint (seed 000: "both pods can observe 'not found' before either inserts").
+/// unique constraint (the payout article: "both pods can observe 'not found' before either inserts").
 /// A payment found paid is parked as the reference does, so the race is its only defect.
 pub struct CheckThenInsert;
 
@@ -89,7 +89,7 @@ impl Body for CheckThenInsert {
 }
 
 /// `redis-only-dedup`: `SET processed.<event_id> NX` with a TTL is the only record of
-/// "processed" (seed 000, "What I got wrong"). When the key expires or Redis restarts, a
+/// "processed" (the payout article, "What I got wrong"). When the key expires or Redis restarts, a
 /// redelivery pays again.
 pub struct RedisOnlyDedup;
 
@@ -110,7 +110,7 @@ impl Consumer for RedisOnlyDedup {
 }
 
 /// `dedup-separate-tx`: the claim commits in its own transaction before the business effect.
-/// A crash in between makes every retry skip the event: silent loss (seed 000).
+/// A crash in between makes every retry skip the event: silent loss (the payout article).
 pub struct DedupSeparateTx;
 
 #[async_trait(?Send)]
@@ -129,7 +129,7 @@ impl Body for DedupSeparateTx {
 }
 
 /// `key-per-attempt`: a fresh id per attempt serves as the message identity, for the claim and
-/// the outbox causation (seed 000: "Generating it inside the handler defeats the entire
+/// the outbox causation (the payout article: "Generating it inside the handler defeats the entire
 /// design"). The id is derived from the worker and the receive count, so traces stay
 /// deterministic; it is still new on every attempt.
 pub struct KeyPerAttempt;
@@ -158,7 +158,7 @@ impl Consumer for KeyPerAttempt {
 }
 
 /// `ack-before-commit`: DeleteMessage before COMMIT. A crash in between rolls the transaction
-/// back after the message is gone: the event is lost (seed 000: "If the message is deleted
+/// back after the message is gone: the event is lost (the payout article: "If the message is deleted
 /// first, a crash can lose the business operation completely").
 pub struct AckBeforeCommit;
 
@@ -288,7 +288,7 @@ impl Consumer for ParkFailureAcked {
 }
 
 /// `balance-increment`: `available = available + amount` on the merchant balance with no dedup
-/// record (seed 004's counter shape). The payout insert is still guarded, but the increment is
+/// record (the counter article's counter shape). The payout insert is still guarded, but the increment is
 /// not: a redelivery credits twice.
 pub struct BalanceIncrement;
 
@@ -313,7 +313,7 @@ impl Body for BalanceIncrement {
 }
 
 /// The reference consumer for a schema without the payout's unique constraint: the dedup
-/// table is the only protection (seed 000: "A generic deduplication table becomes useful when
+/// table is the only protection (the payout article: "A generic deduplication table becomes useful when
 /// the business table has no natural unique key"). Correct on its own; `short-retention`
 /// pairs it with a retention window shorter than redelivery.
 pub struct DedupTableOnly;

@@ -120,7 +120,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("skip-without-delete", "a detected duplicate returns without deleting the message"),
     ("park-failure-acked", "writing to the failure transport fails, and the message is deleted anyway"),
     ("relay-mark-fails-after-send", "the relay's mark errors after a successful send (with naive-downstream)"),
-    ("balance-increment", "UPDATE balance = balance + amount with no dedup record (seed 004's counter)"),
+    ("balance-increment", "UPDATE balance = balance + amount with no dedup record (the counter article's counter)"),
     ("no-upstream-retry", "nothing upstream dispatches an event again: a dispatch suppressed by a dead producer's lock is lost"),
     ("lock-without-token", "the consumer releases the dispatch lock with a plain DEL, not a compare-and-delete of its token: it deletes a later dispatch's lock"),
     ("relay-watermark", "the relay selects rows created after the last one it published; a transaction that commits late is never published"),

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use async_trait::async_trait;
 
-use crashpoint::sut::Val;
+use crashpoint::Val;
 use crate::queues;
 use crate::points;
 use crate::messages::MerchantPayoutCreated;
@@ -15,7 +15,7 @@ use crate::reference::fail_or_retry;
 use crate::system::{CallError, Cx, Delivery, Downstream, Relay, Retention};
 
 /// `relay-mark-before-send`: commits `published_at`, then sends. A crash in between loses
-/// the publication (seed 000: "Marking the row first creates the opposite failure").
+/// the publication (the payout article: "Marking the row first creates the opposite failure").
 pub struct MarkBeforeSend;
 
 #[async_trait(?Send)]
@@ -63,7 +63,7 @@ impl Relay for MarkFailsAfterSend {
 /// relay_watermark.last_created_at`) and moves the watermark with each row it marks. A row's
 /// `created_at` is its transaction's start (`DEFAULT now()`), so a transaction that began
 /// earlier and commits after the relay has passed a newer row inserts below the watermark, and
-/// its row is never published (issue 15; seed 000: "the relay selects unpublished rows").
+/// its row is never published (issue 15; the payout article: "the relay selects unpublished rows").
 /// `created_at` is PostgreSQL's wall-clock `now()`, yet the order of two rows' values is
 /// deterministic: the scheduler runs one BEGIN at a time, in schedule order.
 pub struct WatermarkRelay;

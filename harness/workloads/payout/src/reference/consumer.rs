@@ -4,7 +4,7 @@ use super::{acknowledge, park, DispatchLock};
 use crate::messages::PaymentCaptured;
 use crate::system::{CallError, Consumer, Cx, Delivery};
 
-/// seed 000's `CreateMerchantPayoutHandler` inside a Messenger SQS worker.
+/// the payout article's `CreateMerchantPayoutHandler` inside a Messenger SQS worker.
 ///
 /// One transaction: claim `processed_message` (a duplicate commits and is deleted), insert the
 /// payout `ON CONFLICT (source_payment_id) DO NOTHING RETURNING id` (no row: unrecoverable,

@@ -1,13 +1,13 @@
 use async_trait::async_trait;
 
 use super::fail_or_retry;
-use crashpoint::sut::Val;
+use crashpoint::Val;
 use crate::messages::MerchantPayoutCreated;
 use crate::system::{CallError, Cx, Delivery, Downstream};
 
 /// The downstream consumer of `MerchantPayoutCreated`: its own `processed_message` claim under
 /// its own `consumer_name`, then one settlement entry, in one transaction; then delete.
-/// Duplicate publications are harmless (seed 000, "At-least-once publishing is the honest
+/// Duplicate publications are harmless (the payout article, "At-least-once publishing is the honest
 /// choice").
 pub struct SettlementProjection;
 

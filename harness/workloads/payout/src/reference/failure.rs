@@ -1,7 +1,7 @@
 //! Messenger's failure handling: retry with backoff through redelivery, or park the message
 //! in the failure transport when the error is unrecoverable or retries are exhausted.
 
-use crashpoint::sut::Val;
+use crashpoint::Val;
 use super::DispatchLock;
 use crate::points;
 use crate::system::{CallError, Cx, Delivery};

@@ -1,4 +1,4 @@
-//! The reference system: seed 000's design, correct under at-least-once delivery.
+//! The reference system: the payout article's design, correct under at-least-once delivery.
 //!
 //! - the consumer claims `processed_message` with `ON CONFLICT DO NOTHING RETURNING`, inserts
 //!   the payout under `UNIQUE (source_payment_id)` and the outbox row, all in one transaction,
@@ -30,12 +30,12 @@ pub use retention::DedupRetention;
 /// The schema of the reference system (`fixtures/schema.sql`).
 pub const SCHEMA_SQL: &str = include_str!("../../../../../fixtures/schema.sql");
 
-/// The DeduplicateStamp key of an event: `payment-captured.<event_id>` (seed 000).
+/// The DeduplicateStamp key of an event: `payment-captured.<event_id>` (the payout article).
 pub fn lock_key(event_id: &uuid::Uuid) -> String {
     format!("payment-captured.{event_id}")
 }
 
-/// The dispatch lock a message carries (seed 000's DeduplicateStamp: the lock's key, and the
+/// The dispatch lock a message carries (the payout article's DeduplicateStamp: the lock's key, and the
 /// token of the producer's `SET … NX`), released by whoever handles the message.
 pub struct DispatchLock {
     /// `payment-captured.<event_id>`.
@@ -61,7 +61,7 @@ impl DispatchLock {
     }
 }
 
-/// The correct system from seed 000.
+/// The correct system from the payout article.
 pub struct Reference;
 
 impl PayoutSystem for Reference {

@@ -8,7 +8,7 @@ use crate::system::{CallError, Cx, Producer};
 
 /// Dispatch with a DeduplicateStamp: `SET payment-captured.<event_id> <token> NX PX ttl`, then
 /// SendMessage of the event with the lock's token, for its consumer's release. A held lock
-/// suppresses the dispatch (seed 000, "Redis locks reduce overlap, not duplicates").
+/// suppresses the dispatch (the payout article, "Redis locks reduce overlap, not duplicates").
 pub struct DedupProducer;
 
 #[async_trait(?Send)]

@@ -1,18 +1,18 @@
 use async_trait::async_trait;
 use sqlx::Row;
 
-use crashpoint::sut::Val;
+use crashpoint::Val;
 use crate::queues;
 use crate::points;
 use crate::messages::MerchantPayoutCreated;
 use crate::system::{CallError, Cx, Relay};
 
-/// seed 000's outbox relay: in one transaction, `SELECT … FOR UPDATE SKIP LOCKED LIMIT n`,
+/// the payout article's outbox relay: in one transaction, `SELECT … FOR UPDATE SKIP LOCKED LIMIT n`,
 /// SendMessage with the stable outbox id, set `published_at`, commit. At-least-once: a crash
 /// after the send and before the commit republishes the row.
 pub struct OutboxRelay;
 
-/// The relay's select (seed 000): unpublished rows due by `$2`, the logical now (not
+/// The relay's select (the payout article): unpublished rows due by `$2`, the logical now (not
 /// PostgreSQL's `now()`, which is wall time: every time a schedule decides comes from the
 /// logical clock), oldest first, locked with `FOR UPDATE SKIP LOCKED`, `LIMIT $1`.
 pub const SELECT_UNPUBLISHED: &str = "SELECT id, aggregate_id, payload FROM outbox_event \

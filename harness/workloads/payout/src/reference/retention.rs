@@ -1,6 +1,6 @@
 use async_trait::async_trait;
 
-use crashpoint::sut::Val;
+use crashpoint::Val;
 use crate::system::{CallError, Cx, Retention};
 
 /// Deletes `processed_message` rows older than `retention_s`, where "older" is decided by the

@@ -1,15 +1,15 @@
-//! The payout handler's transaction (seed 000's `CreateMerchantPayoutHandler`) and its steps,
+//! The payout handler's transaction (the payout article's `CreateMerchantPayoutHandler`) and its steps,
 //! shared by the one-message consumer ([`super::consumer`]), the batch consumer
 //! ([`super::batch`]) and the mutants that put the steps together differently.
 
 use sqlx::Row;
 
-use crashpoint::sut::Val;
+use crashpoint::Val;
 use crate::messages::PaymentCaptured;
 use crate::points;
 use crate::system::{CallError, Cx};
 
-/// `consumer_name` of the payout consumer (seed 000).
+/// `consumer_name` of the payout consumer (the payout article).
 pub const CONSUMER: &str = "create-merchant-payout-v1";
 
 /// Inserts the `MerchantPayoutCreated` outbox row for `payout_id`, caused by `ev`
@@ -54,7 +54,7 @@ pub async fn claim(cx: &mut Cx, consumer: &str, id: uuid::Uuid) -> Result<bool, 
 }
 
 /// Inserts the payout of `ev` (a yield point named `insert_payout`). With `guarded`, `ON
-/// CONFLICT (source_payment_id) DO NOTHING` (seed 000); `None` when the payment already had one.
+/// CONFLICT (source_payment_id) DO NOTHING` (the payout article); `None` when the payment already had one.
 pub async fn insert_payout(cx: &mut Cx, ev: &PaymentCaptured, guarded: bool) -> Result<Option<uuid::Uuid>, CallError> {
     let sql = if guarded {
         "INSERT INTO merchant_payout (id, source_payment_id, merchant_id, amount_minor, currency) \
@@ -73,7 +73,7 @@ pub async fn insert_payout(cx: &mut Cx, ev: &PaymentCaptured, guarded: bool) -> 
     Ok(id)
 }
 
-/// Runs the handler's transaction (seed 000's `CreateMerchantPayoutHandler`). `Ok(true)` when
+/// Runs the handler's transaction (the payout article's `CreateMerchantPayoutHandler`). `Ok(true)` when
 /// the payout was created, `Ok(false)` for a duplicate. The caller rolls back on error.
 pub async fn handle(cx: &mut Cx, ev: &PaymentCaptured) -> Result<bool, CallError> {
     handle_with(cx, ev, true).await

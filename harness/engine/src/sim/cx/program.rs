@@ -13,10 +13,10 @@ use std::rc::Rc;
 
 use async_trait::async_trait;
 
-pub use crate::sim::cx::{CallError, Cx, Delivery, FailedEntry, Val};
-pub use crate::spec::Event;
+use super::{CallError, Cx, Delivery};
+use crate::spec::Event;
 
-/// Publishes the scenario's events (seed 000: `$bus->dispatch($message, [...stamps])`).
+/// Publishes the scenario's events (the payout article: `$bus->dispatch($message, [...stamps])`).
 #[async_trait(?Send)]
 pub trait Producer {
     /// Dispatches one event. `Ok` removes it from the producer's queue of events to dispatch;
