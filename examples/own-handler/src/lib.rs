@@ -19,7 +19,7 @@ use std::rc::Rc;
 
 use async_trait::async_trait;
 use crashpoint::{
-    decide, derive_id, event_specs, CallError, CheckCx, CrashPoint, CulpritKind, Cx, Delivery, Event, Fact, Handler, Invariant, Names,
+    decide, derive_id, event_specs, CallError, CheckCx, CrashPoint, CulpritKind, Cx, Delivery, Event, Fact, Handler, Invariant, Labels,
     Problem, Producer, Program, QueueSpec, Quiescence, RoleKind, RoleSpec, SqlInvariant, System, SystemInfo, Val, Verdict,
     Workload,
 };
@@ -252,7 +252,7 @@ impl Workload for OwnHandler {
         ]
     }
 
-    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Names) -> Result<Vec<Event>, String> {
+    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Labels) -> Result<Vec<Event>, String> {
         let mut out = Vec::new();
         for spec in event_specs::<EventSpec>(specs)? {
             let req = EmailRequested {

@@ -83,7 +83,7 @@ use uuid::Uuid;
 
 use crashpoint::Invariant;
 use crashpoint::External;
-use crashpoint::{derive_id, Event, Leftover, Names, QueueSpec, RoleSpec, SystemInfo, Workload};
+use crashpoint::{derive_id, Event, Leftover, Labels, QueueSpec, RoleSpec, SystemInfo, Workload};
 
 use file::Dispatch;
 pub use init::Files;
@@ -151,7 +151,7 @@ impl Workload for Declared {
         Ok(Rc::new(()))
     }
 
-    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Names) -> Result<Vec<Event>, String> {
+    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Labels) -> Result<Vec<Event>, String> {
         specs
             .iter()
             .enumerate()

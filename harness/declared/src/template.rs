@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use serde_json::Value as Json;
 use uuid::Uuid;
 
-use crashpoint::{derive_id, Names};
+use crashpoint::{derive_id, Labels};
 
 /// One placeholder of the template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +104,7 @@ impl Template {
     /// The body for event `name` with fields `event` (its `[[events]]` table), its identity
     /// `id`, in `namespace`; every derived id is labelled in `names`. Errors: a field the body
     /// reads and the event lacks (with no default), a field the body does not read.
-    pub fn render(&self, name: &str, id: Uuid, event: &toml::Table, namespace: Uuid, names: &mut Names) -> Result<Json, String> {
+    pub fn render(&self, name: &str, id: Uuid, event: &toml::Table, namespace: Uuid, names: &mut Labels) -> Result<Json, String> {
         if let Some(k) = event.keys().find(|k| k.as_str() != "name" && !self.fields.contains(k.as_str())) {
             return Err(format!("unknown field `{k}`; the workload's body reads: name{}", self.fields.iter().map(|f| format!(", {f}")).collect::<String>()));
         }
@@ -117,7 +117,7 @@ impl Template {
     pub fn sample(&self) -> Result<(Json, Uuid), String> {
         let id = derive_id(Uuid::nil(), "event", "e1");
         let event: toml::Table = self.fields.iter().map(|f| (f.clone(), self.defaults.get(f).cloned().unwrap_or_else(|| "x".into()))).collect();
-        Ok((self.render("e1", id, &event, Uuid::nil(), &mut Names::default())?, id))
+        Ok((self.render("e1", id, &event, Uuid::nil(), &mut Labels::default())?, id))
     }
 }
 
@@ -142,7 +142,7 @@ impl Fill<'_> {
         self.event.get(f).or_else(|| self.defaults.get(f)).ok_or_else(|| format!("missing field `{f}`, which the workload's body reads"))
     }
 
-    fn value(&self, h: &Hole, names: &mut Names) -> Result<Json, String> {
+    fn value(&self, h: &Hole, names: &mut Labels) -> Result<Json, String> {
         Ok(match h {
             Hole::Id => Json::String(self.id.to_string()),
             Hole::Name => Json::String(self.name.to_string()),
@@ -161,7 +161,7 @@ impl Fill<'_> {
     }
 }
 
-fn fill(v: &toml::Value, cx: &Fill, names: &mut Names) -> Result<Json, String> {
+fn fill(v: &toml::Value, cx: &Fill, names: &mut Labels) -> Result<Json, String> {
     Ok(match v {
         toml::Value::String(s) => {
             let hs = holes(s)?;
@@ -210,7 +210,7 @@ nested = { list = ["{{amount}}", 2] }"#),
         .unwrap();
         let ns = Uuid::from_u128(1);
         let id = derive_id(ns, "event", "e1");
-        let mut names = Names::default();
+        let mut names = Labels::default();
         let body = t.render("e1", id, &table(r#"name = "e1"
 order = "o7""#), ns, &mut names).unwrap();
         let order = derive_id(ns, "order", "o7");
@@ -227,7 +227,7 @@ order = "o7""#), ns, &mut names).unwrap();
         assert!(Template::new(table(r#"a = "{{uuid}}""#), toml::Table::new()).unwrap_err().contains("is not a placeholder"));
         assert!(Template::new(table(r#"a = "{{x}}""#), table("y = 1")).unwrap_err().contains("reads no field `y`"));
         let t = Template::new(table(r#"a = "{{x}}""#), toml::Table::new()).unwrap();
-        let mut names = Names::default();
+        let mut names = Labels::default();
         let e = t.render("e1", Uuid::nil(), &table(r#"name = "e1""#), Uuid::nil(), &mut names).unwrap_err();
         assert!(e.contains("missing field `x`"), "{e}");
         let e = t.render("e1", Uuid::nil(), &table(r#"name = "e1"

@@ -22,7 +22,7 @@
 //! ```
 //! use std::rc::Rc;
 //! use crashpoint::{
-//!     async_trait, derive_id, event_specs, CallError, Cx, Delivery, Event, Handler, Invariant, Names,
+//!     async_trait, derive_id, event_specs, CallError, Cx, Delivery, Event, Handler, Invariant, Labels,
 //!     Program, QueueSpec, RoleKind, RoleSpec, SendEach, System, SystemInfo, Workload,
 //! };
 //!
@@ -66,7 +66,7 @@
 //!             RoleSpec { prefix: "c", kind: RoleKind::Handler { queue: "greetings" }, points: &[], about: "consumer" },
 //!         ]
 //!     }
-//!     fn events(&self, specs: &[toml::Table], ns: uuid::Uuid, names: &mut Names) -> Result<Vec<Event>, String> {
+//!     fn events(&self, specs: &[toml::Table], ns: uuid::Uuid, names: &mut Labels) -> Result<Vec<Event>, String> {
 //!         let mut events = Vec::new();
 //!         for g in event_specs::<Greeting>(specs)? {
 //!             let id = derive_id(ns, "greeting", &g.name);
@@ -87,7 +87,7 @@
 //!     }
 //! }
 //!
-//! let mut names = Names::default();
+//! let mut names = Labels::default();
 //! let specs: Vec<toml::Table> = vec![toml::from_str(r#"name = "e1""#).unwrap()];
 //! let events = Hello.events(&specs, uuid::Uuid::nil(), &mut names).unwrap();
 //! assert_eq!(Hello.identity(&events[0].body), Some(("greetings", events[0].identity)));
@@ -150,7 +150,7 @@ pub use scenario::InvariantSpec;
 pub use sim::admin::SqlClock;
 pub use sim::cx::{handle_one, handler_failed, CallError, Cx, Delivery, FailedEntry, Handler, Poller, Producer, Program, SendEach, System, Val, HANDLER_ERROR};
 pub use sim::history::{Entry, Fact, FaultEvent, History, Outcome, Service, Step, WorkerRole};
-pub use sim::names::Names;
+pub use sim::labels::Labels;
 pub use sim::wire::{External, ExternalRaw, Variant as ExternalVariant};
 pub use spec::{DeadLetter, IdentityFn, DEFAULT_RETENTION_S};
 pub use workload::{derive_id, event_specs, CrashPoint, Event, Leftover, QueueSpec, Registry, Resend, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault};

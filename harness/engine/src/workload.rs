@@ -20,7 +20,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::checker::Invariant;
-use crate::sim::names::Names;
+use crate::sim::labels::Labels;
 use crate::sim::cx::System;
 
 
@@ -59,7 +59,7 @@ pub trait Workload: Send + Sync + 'static {
     /// their labels inside `namespace` ([`derive_id`]). Every id it creates is given a label in
     /// `names`, so that traces never show a random id. Errors: a table without the fields the
     /// workload needs, as `events[i] (<name>): expected …`.
-    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Names) -> Result<Vec<Event>, String>;
+    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Labels) -> Result<Vec<Event>, String>;
 
     /// The queue a message body belongs to and its message identity (the idempotency key in the
     /// body), or `None` when the body has none.

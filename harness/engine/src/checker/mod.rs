@@ -40,7 +40,7 @@ use uuid::Uuid;
 
 use crate::sim::admin::Admin;
 use crate::sim::history::History;
-use crate::sim::names::Names;
+use crate::sim::labels::Labels;
 use crate::spec::Event;
 
 /// The outcome of one invariant.
@@ -128,7 +128,7 @@ pub struct CheckCx<'a> {
     /// The scenario's events, in dispatch order.
     pub events: &'a [Event],
     /// Labels of the schedule's ids.
-    pub names: &'a Names,
+    pub names: &'a Labels,
     /// The drain's liveness finding: why the world was not quiescent, or `None`.
     pub not_quiescent: Option<&'a str>,
     /// The effects the workload's providers applied ([`crate::provider::Provider::effects`]),
@@ -223,7 +223,7 @@ pub fn check(
     admin: &Admin,
     history: &History,
     events: &[Event],
-    names: &Names,
+    names: &Labels,
     effects: &[crate::provider::Effect],
     not_quiescent: Option<&str>,
 ) -> Vec<Verdict> {

@@ -10,8 +10,8 @@ mod list;
 mod print;
 mod progress;
 mod run;
-mod shot;
-mod updown;
+mod screenshot;
+mod up;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -69,7 +69,7 @@ enum Command {
     /// under one budget; print the detection table.
     Catalogue(catalogue::CatalogueArgs),
     /// Take a PNG of a report page (a timeline) with headless Chromium.
-    Screenshot(shot::ScreenshotArgs),
+    Screenshot(screenshot::ScreenshotArgs),
     /// Measure exploration throughput on the real services and where a schedule's time goes.
     Bench(bench::BenchArgs),
     /// Write a workload declared in a file, for a team's own service in any language: a
@@ -150,13 +150,13 @@ pub fn main_with(registry: Registry, declared: &dyn Declarations) -> i32 {
     };
     let result = match cli.command {
         Command::Doctor(args) => rt.block_on(doctor::doctor(&opts, &args)),
-        Command::Up => rt.block_on(updown::up()),
-        Command::Down => updown::down(),
+        Command::Up => rt.block_on(up::up()),
+        Command::Down => up::down(),
         Command::List => list::list(&registry),
         Command::Catalogue(args) => catalogue::catalogue(&rt, &opts, &args, &registry),
         Command::Run(args) => run::run(&rt, &opts, &args, &registry),
         Command::Repro(args) => run::repro(&rt, &opts, &args, &registry),
-        Command::Screenshot(args) => shot::screenshot(&args),
+        Command::Screenshot(args) => screenshot::screenshot(&args),
         Command::Bench(args) => bench::bench(&rt, &opts, &args, &registry),
         Command::Init(args) => init(declared, &args),
     };

@@ -82,7 +82,7 @@ pub struct RunArgs {
     pub jobs: usize,
     /// Put every engine fault on the exploration menus, whatever the scenario files say: the
     /// SQS faults and the PostgreSQL outcome faults ([`Scenario::with_all_faults`]). What
-    /// `ci/soak.sh` runs.
+    /// `scripts/soak.sh` runs.
     #[arg(long)]
     pub all_faults: bool,
 }

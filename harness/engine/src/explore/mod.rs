@@ -9,8 +9,8 @@
 
 mod board;
 pub mod exhaustive;
-mod in_order;
-mod many;
+mod reorder;
+mod each;
 mod regressions;
 mod shard;
 mod shrink;
@@ -24,7 +24,7 @@ use anyhow::Result;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-pub use many::{explore_each, Job};
+pub use each::{explore_each, Job};
 pub use shard::{for_shard, Shard};
 pub use slots::default_jobs;
 pub use stats::{Case, Coverage, Stats};

@@ -16,7 +16,7 @@ use anyhow::{anyhow, Result};
 use proptest::strategy::{Strategy, ValueTree};
 
 use super::board::{Board, Work};
-use super::in_order::InOrder;
+use super::reorder::InOrder;
 use super::{case_seed, first_divergence, menu, runner_for, Options};
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
 use crate::schedule::{schedules, Schedule};

@@ -20,7 +20,7 @@ use proptest::sample::select;
 
 use super::load;
 use crate::schedule::fuzz::{mutation, repository_scenarios, FAULTS, PROVIDERS, ROLES};
-use crate::sim::names::Names;
+use crate::sim::labels::Labels;
 use crate::workload::{Event, QueueSpec, Registry, Resend, RoleSpec, SystemInfo, Workload, WorkloadFault};
 
 /// A stand-in for one of the repository's workloads: its name, the shared vocabulary, and
@@ -77,7 +77,7 @@ impl Workload for Stub {
         }
         Ok(Rc::new(()))
     }
-    fn events(&self, specs: &[toml::Table], _namespace: uuid::Uuid, _names: &mut Names) -> Result<Vec<Event>, String> {
+    fn events(&self, specs: &[toml::Table], _namespace: uuid::Uuid, _names: &mut Labels) -> Result<Vec<Event>, String> {
         match specs.iter().position(|t| t.contains_key("bad")) {
             Some(i) => Err(format!("events[{i}] ({}): unknown field `bad`", specs[i].get("name").and_then(|n| n.as_str()).unwrap_or("?"))),
             None => Ok(Vec::new()),

@@ -11,7 +11,7 @@ use crate::schedule::Schedule;
 use crate::services::cpu::thread_cpu_ms;
 use crate::services::Endpoints;
 use crate::sim::scheduler::{Run, Setup};
-use crate::sim::{history::CallCounts, names::Names};
+use crate::sim::{history::CallCounts, labels::Labels};
 use crate::sim::cx::System;
 use crate::workload::{CrashPoint, Event, QueueSpec};
 
@@ -73,8 +73,8 @@ impl ScenarioOutcome {
 /// The scenario's events with ids derived from their labels inside `ns` (a fresh UUID per
 /// schedule, so that concurrent runs never share a Redis key), and the labels.
 /// Errors: the workload refuses an `[[events]]` table (checked already when the file loaded).
-pub fn materialize(s: &Scenario, ns: Uuid) -> Result<(Vec<Event>, Names)> {
-    let mut names = Names::default();
+pub fn materialize(s: &Scenario, ns: Uuid) -> Result<(Vec<Event>, Labels)> {
+    let mut names = Labels::default();
     let events = s.workload.events(&s.events, ns, &mut names).map_err(|e| anyhow!("{}: field `events`: {e}", s.path.display()))?;
     Ok((events, names))
 }

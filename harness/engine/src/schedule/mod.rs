@@ -7,7 +7,7 @@
 //! | text | decision |
 //! |---|---|
 //! | `c1` or `c1:claim` | worker `c1` makes its next call (and it must be `claim`) |
-//! | `c1/2` | a concurrent worker's second held call goes (in the order of [`crate::sim::world::Slot::units`]) |
+//! | `c1/2` | a concurrent worker's second held call goes (in the order of [`crate::sim::world::Mailbox::units`]) |
 //! | `c1:crash` | kill `c1` where it stands |
 //! | `c1:crash@after_commit` | run `c1` until it stands at crash point `after_commit`, then kill it |
 //! | `c1:fail@after_claim` | run `c1` until it passes `after_claim`, where an error is thrown |

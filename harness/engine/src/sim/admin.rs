@@ -10,7 +10,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 
 use super::cx::QueueUrls;
-use super::snapshot::{self, qualified, relations_of, seed_schema, Snapshot};
+use super::snapshot::{self, qualified, relations_of, baseline_schema, Snapshot};
 use crate::services::sqs_calls::SqsCalls;
 use crate::services::{clients, Endpoints};
 use crate::spec::{Leftover, QueueSpec};
@@ -408,7 +408,7 @@ impl Admin {
     /// tables locked against writers first (`SHARE`, so that a backend still finishing a
     /// write is waited for, as the TRUNCATE's own lock waited before the sizes were read;
     /// for at most [`LOCK_TIMEOUT_MS`]), then one TRUNCATE of the tables that have pages or
-    /// statistics and of those the DDL put rows in ([`Snapshot::restoring_sql`]). A table
+    /// statistics and of those the DDL put rows in ([`Snapscreenshot::restoring_sql`]). A table
     /// with neither is as the DDL left it ([`relations_of`]), and a TRUNCATE of it would still
     /// make new files for it and each of its indexes. The queues are not touched: the caller
     /// knows them empty ([`crate::sim::pool`]). Errors: the schema is not reusable; a schedule
@@ -456,7 +456,7 @@ impl Admin {
         let Admin { rt, pg, sqs, mut redis, schema, queues, pg_gone, kept, .. } = self;
         // Closed before their schema goes (idle, they hold no lock the DROP waits for).
         drop(kept);
-        let seed = seed_schema(&schema);
+        let seed = baseline_schema(&schema);
         rt.block_on(async {
             for (_, url, _) in &queues.queues {
                 if let Err(e) = sqs.delete_queue().queue_url(url).send().await {

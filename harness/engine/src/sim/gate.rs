@@ -1,5 +1,5 @@
 //! The yield point every worker call waits at, in-process ([`crate::sim::cx::Cx`]) or at the
-//! wire ([`crate::sim::wire`]): the worker parks in its [`Slot`](super::world::Slot) until the
+//! wire ([`crate::sim::wire`]): the worker parks in its [`Mailbox`](super::world::Mailbox) until the
 //! scheduler grants the call.
 
 use super::world::{SharedWorld, Status};
@@ -11,14 +11,14 @@ use crate::spec::CrashPoint;
 pub async fn park(world: &SharedWorld, me: &str, op: &'static str, at: Option<CrashPoint>) -> Option<CrashPoint> {
     let notify = {
         let mut w = world.borrow_mut();
-        let slot = w.slot(me);
+        let slot = w.mailbox(me);
         slot.status = Status::Parked { op, at };
         slot.notify.clone()
     };
     loop {
         {
             let mut w = world.borrow_mut();
-            let slot = w.slot(me);
+            let slot = w.mailbox(me);
             if slot.granted {
                 slot.granted = false;
                 slot.at_cycle_start = false;
@@ -29,5 +29,5 @@ pub async fn park(world: &SharedWorld, me: &str, op: &'static str, at: Option<Cr
         notify.notified().await;
     }
     let mut w = world.borrow_mut();
-    w.slot(me).take_armed_failure(at)
+    w.mailbox(me).take_armed_failure(at)
 }

@@ -20,4 +20,4 @@ pub(crate) mod snapshot;
 pub(crate) mod world;
 pub(crate) mod worker_pg;
 pub mod wire;
-pub mod names;
+pub mod labels;

@@ -33,7 +33,7 @@ pub async fn run(program: Program, queue: Option<&'static str>, mut cx: Cx) {
             let max = handler.max_messages(&cx);
             if !(1..=10).contains(&max) {
                 let why = format!("{}: Handler::max_messages is {max}; SQS ReceiveMessage takes 1 to 10 messages", cx.name());
-                cx.world().borrow_mut().slot(cx.name()).fatal = Some(why);
+                cx.world().borrow_mut().mailbox(cx.name()).fatal = Some(why);
                 loop {
                     cx.wait_for_work().await;
                 }

@@ -1,6 +1,6 @@
 //! What a pooled namespace's reset puts back ([`super::admin::Admin::reset`]): the schema's
 //! relations as the DDL left them, the rows the DDL inserted (kept in the side schema
-//! [`seed_schema`]) and every sequence's position, and the SQL that restores them after a
+//! [`baseline_schema`]) and every sequence's position, and the SQL that restores them after a
 //! schedule (PostgreSQL docs, "TRUNCATE" and §9.17 "Sequence Manipulation Functions").
 
 use std::collections::BTreeSet;
@@ -33,7 +33,7 @@ pub(crate) struct Snapshot {
     /// the DDL left them (their `written` as it was then).
     relations: Vec<Relation>,
     /// The tables the DDL put rows in (`schema."name"`): emptied at every reset.
-    seeded: Vec<String>,
+    with_rows: Vec<String>,
     /// Foreign keys between the schema's tables, (referencing, referenced), as `schema."name"`:
     /// a TRUNCATE must take the tables referencing one it takes (PostgreSQL docs, "TRUNCATE").
     references: Vec<(String, String)>,
@@ -68,7 +68,7 @@ impl Snapshot {
     /// sequence positions the DDL left. Empty when there is nothing to do.
     pub(super) fn restoring_sql(&self, schema: &str, now: &[Relation]) -> String {
         let mut truncate: BTreeSet<String> = now.iter().filter(|r| r.written).map(|r| qualified(schema, &r.name)).collect();
-        truncate.extend(self.seeded.iter().cloned());
+        truncate.extend(self.with_rows.iter().cloned());
         while let Some((from, _)) = self.references.iter().find(|(from, to)| truncate.contains(to) && !truncate.contains(from)) {
             truncate.insert(from.clone());
         }
@@ -81,8 +81,8 @@ impl Snapshot {
 }
 
 /// The side schema that keeps the rows the DDL inserted, for the reset.
-pub(super) fn seed_schema(schema: &str) -> String {
-    format!("{schema}_seed")
+pub(super) fn baseline_schema(schema: &str) -> String {
+    format!("{schema}_baseline")
 }
 
 /// `name` as a quoted SQL identifier.
@@ -131,7 +131,7 @@ const RESTORABLE: &str = "SELECT NOT ( \
 
 /// Records what the DDL left in `schema` and what restores it: a TRUNCATE of the tables that
 /// hold rows or pages then, an INSERT of the rows the DDL put in a table (copied now to the
-/// side schema [`seed_schema`]), and a `setval` of every sequence to where the DDL left it.
+/// side schema [`baseline_schema`]), and a `setval` of every sequence to where the DDL left it.
 /// `None` when the schema cannot be restored that way ([`RESTORABLE`]): its namespace is then
 /// never reused. Errors: PostgreSQL's.
 pub(super) async fn take(pg: &PgPool, schema: &str) -> Result<Option<Snapshot>> {
@@ -139,23 +139,23 @@ pub(super) async fn take(pg: &PgPool, schema: &str) -> Result<Option<Snapshot>> 
     if !restorable {
         return Ok(None);
     }
-    let seed = seed_schema(schema);
+    let baseline = baseline_schema(schema);
     let relations = relations_of(pg, schema, false).await?;
     let mut sql = String::new();
-    let mut seeded = Vec::new();
+    let mut with_rows = Vec::new();
     for r in relations.iter().filter(|r| r.relkind == "r") {
         let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {}", qualified(schema, &r.name))).fetch_one(pg).await?;
         if rows > 0 {
-            seeded.push(r.name.clone());
+            with_rows.push(r.name.clone());
         }
     }
-    if !seeded.is_empty() {
-        sqlx::raw_sql(&format!("CREATE SCHEMA {seed}")).execute(pg).await?;
+    if !with_rows.is_empty() {
+        sqlx::raw_sql(&format!("CREATE SCHEMA {baseline}")).execute(pg).await?;
     }
-    for name in &seeded {
+    for name in &with_rows {
         let t = ident(name);
-        sqlx::raw_sql(&format!("CREATE TABLE {seed}.{t} AS TABLE {schema}.{t}")).execute(pg).await?;
-        sql.push_str(&format!("INSERT INTO {schema}.{t} OVERRIDING SYSTEM VALUE SELECT * FROM {seed}.{t};\n"));
+        sqlx::raw_sql(&format!("CREATE TABLE {baseline}.{t} AS TABLE {schema}.{t}")).execute(pg).await?;
+        sql.push_str(&format!("INSERT INTO {schema}.{t} OVERRIDING SYSTEM VALUE SELECT * FROM {baseline}.{t};\n"));
     }
     let sequences: Vec<(String, Option<i64>, i64)> =
         sqlx::query_as("SELECT sequencename::text, last_value, start_value FROM pg_sequences WHERE schemaname = $1 ORDER BY 1")
@@ -179,8 +179,8 @@ pub(super) async fn take(pg: &PgPool, schema: &str) -> Result<Option<Snapshot>> 
     .fetch_all(pg)
     .await?;
     let references = references.iter().map(|(from, to)| (qualified(schema, from), qualified(schema, to))).collect();
-    let seeded = seeded.iter().map(|t| qualified(schema, t)).collect();
-    Ok(Some(Snapshot { relations, seeded, references, restore: sql }))
+    let with_rows = with_rows.iter().map(|t| qualified(schema, t)).collect();
+    Ok(Some(Snapshot { relations, with_rows, references, restore: sql }))
 }
 
 #[cfg(test)]
@@ -192,35 +192,35 @@ mod tests {
         Relation { name: name.to_string(), relkind: relkind.to_string(), written }
     }
 
-    /// The reset empties the tables with pages or statistics, the seeded ones and,
+    /// The reset empties the tables with pages or statistics, the with_rows ones and,
     /// transitively, the tables referencing any of these; an untouched table is left alone.
     #[test]
-    fn the_reset_truncates_what_was_written_seeded_or_refers_to_it() {
+    fn the_reset_truncates_what_was_written_with_rows_or_refers_to_it() {
         let q = |t: &str| format!("s.\"{t}\"");
         let names = ["audit", "entries", "log", "merchants", "other", "payouts", "payouts_pkey"];
         let now = |written: &[&str]| -> Vec<Relation> { names.iter().map(|t| relation(t, written.contains(t))).collect() };
         let snapshot = Snapshot {
             relations: now(&[]),
-            seeded: vec![q("merchants")],
+            with_rows: vec![q("merchants")],
             references: vec![(q("payouts"), q("merchants")), (q("entries"), q("payouts")), (q("audit"), q("log"))],
-            restore: "INSERT INTO s.\"merchants\" SELECT * FROM s_seed.\"merchants\";\n".into(),
+            restore: "INSERT INTO s.\"merchants\" SELECT * FROM s_baseline.\"merchants\";\n".into(),
         };
         let sql = snapshot.restoring_sql("s", &now(&[]));
         assert_eq!(
             sql,
-            "TRUNCATE s.\"entries\", s.\"merchants\", s.\"payouts\";\nINSERT INTO s.\"merchants\" SELECT * FROM s_seed.\"merchants\";\n"
+            "TRUNCATE s.\"entries\", s.\"merchants\", s.\"payouts\";\nINSERT INTO s.\"merchants\" SELECT * FROM s_baseline.\"merchants\";\n"
         );
         let sql = snapshot.restoring_sql("s", &now(&["log", "other"]));
         assert!(sql.starts_with("TRUNCATE s.\"audit\", s.\"entries\", s.\"log\", s.\"merchants\", s.\"other\", s.\"payouts\";"), "{sql}");
-        let bare = Snapshot { relations: Vec::new(), seeded: Vec::new(), references: Vec::new(), restore: String::new() };
-        assert_eq!(bare.restoring_sql("s", &now(&[])), "", "nothing written, nothing seeded: nothing to run");
+        let bare = Snapshot { relations: Vec::new(), with_rows: Vec::new(), references: Vec::new(), restore: String::new() };
+        assert_eq!(bare.restoring_sql("s", &now(&[])), "", "nothing written, nothing with_rows: nothing to run");
     }
 
     /// The relations compare by name and kind, not by whether a table was written; the
     /// tables are the ordinary ones, qualified.
     #[test]
     fn relations_compare_by_name_and_kind() {
-        let snapshot = Snapshot { relations: vec![relation("jobs", false), relation("jobs_pkey", false)], seeded: vec![], references: vec![], restore: String::new() };
+        let snapshot = Snapshot { relations: vec![relation("jobs", false), relation("jobs_pkey", false)], with_rows: vec![], references: vec![], restore: String::new() };
         assert!(snapshot.same_relations(&[relation("jobs", true), relation("jobs_pkey", false)]));
         assert!(!snapshot.same_relations(&[relation("jobs", false)]), "a dropped index went unseen");
         let rekinded = [relation("jobs", false), Relation { relkind: "S".into(), ..relation("jobs_pkey", false) }];

@@ -1,14 +1,14 @@
 //! State shared between the scheduler and the worker hosts of one schedule.
 //!
 //! Everything runs on one thread (turmoil steps host runtimes in turn), so the state is an
-//! `Rc<RefCell<World>>`. Workers write what they did into their [`Slot`]; only the scheduler
+//! `Rc<RefCell<World>>`. Workers write what they did into their [`Mailbox`]; only the scheduler
 //! moves it into the history, in a deterministic order.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 pub use super::history::CallCounts;
-pub use super::names::Names;
+pub use super::labels::Labels;
 use std::rc::Rc;
 
 use tokio::sync::Notify;
@@ -40,7 +40,7 @@ pub enum Status {
 }
 
 /// One worker's mailbox.
-pub struct Slot {
+pub struct Mailbox {
     /// Where it is.
     pub status: Status,
     /// Set by the scheduler to let the parked worker make its call.
@@ -60,9 +60,9 @@ pub struct Slot {
     /// Crash points where the worker is killed the next time it stands there.
     pub armed_crashes: Vec<CrashPoint>,
     /// The calls that completed since the scheduler last looked, in the order the trace gives
-    /// them (one, but for a concurrent external worker: [`Slot::units`]).
+    /// them (one, but for a concurrent external worker: [`Mailbox::units`]).
     pub completed: Vec<Step>,
-    /// For a concurrent external worker, the settle each of [`Slot::completed`] was granted in.
+    /// For a concurrent external worker, the settle each of [`Mailbox::completed`] was granted in.
     pub completed_epochs: Vec<u64>,
     /// Notes the worker wrote since the scheduler last looked.
     pub notes: Vec<String>,
@@ -144,7 +144,7 @@ pub struct InFlight {
     pub blocked_by: Option<Vec<String>>,
 }
 
-impl Slot {
+impl Mailbox {
     /// The crash point the worker stands at, as its status says.
     pub fn at(&self) -> Option<CrashPoint> {
         match self.status {
@@ -165,7 +165,7 @@ impl Slot {
         !self.units.is_empty() || !self.in_flight.is_empty()
     }
 
-    /// Sets a concurrent worker's [`Slot::status`] from its calls: moving while a call it was
+    /// Sets a concurrent worker's [`Mailbox::status`] from its calls: moving while a call it was
     /// granted runs unblocked in the server, else parked before its first held call, else
     /// blocked (every call in flight waits on a lock) or moving (it may be about to call).
     pub fn summarize(&mut self, at: Option<CrashPoint>) {
@@ -198,9 +198,9 @@ impl Slot {
     }
 }
 
-impl Slot {
-    fn new() -> Slot {
-        Slot {
+impl Mailbox {
+    fn new() -> Mailbox {
+        Mailbox {
             status: Status::Starting,
             granted: false,
             notify: Rc::new(Notify::new()),
@@ -233,9 +233,9 @@ impl Slot {
 /// The shared state of one schedule.
 pub struct World {
     /// One slot per worker, by name.
-    pub slots: BTreeMap<String, Slot>,
+    pub mailboxes: BTreeMap<String, Mailbox>,
     /// Labels for ids.
-    pub names: Names,
+    pub names: Labels,
     /// The logical clock, in ms since the schedule started.
     pub now_ms: u64,
     /// Real calls made by workers.
@@ -268,9 +268,9 @@ pub type SharedWorld = Rc<RefCell<World>>;
 
 impl World {
     /// A world with one slot per worker name.
-    pub fn new(workers: &[String], names: Names) -> SharedWorld {
+    pub fn new(workers: &[String], names: Labels) -> SharedWorld {
         Rc::new(RefCell::new(World {
-            slots: workers.iter().map(|w| (w.clone(), Slot::new())).collect(),
+            mailboxes: workers.iter().map(|w| (w.clone(), Mailbox::new())).collect(),
             names,
             now_ms: 0,
             calls: CallCounts::default(),
@@ -320,8 +320,8 @@ impl World {
     }
 
     /// The slot of `worker`. Panics on an unknown name (a harness bug).
-    pub fn slot(&mut self, worker: &str) -> &mut Slot {
-        self.slots
+    pub fn mailbox(&mut self, worker: &str) -> &mut Mailbox {
+        self.mailboxes
             .get_mut(worker)
             .unwrap_or_else(|| panic!("no worker named {worker}"))
     }

@@ -13,7 +13,7 @@ use std::any::Any;
 use std::rc::Rc;
 
 use crashpoint::Invariant;
-use crashpoint::Names;
+use crashpoint::Labels;
 use crashpoint::System;
 use crashpoint::{derive_id, event_specs, CrashPoint, Event, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload};
 use serde::{Deserialize, Serialize};
@@ -108,7 +108,7 @@ impl Workload for Counter {
         Ok(Rc::new(c))
     }
 
-    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Names) -> Result<Vec<Event>, String> {
+    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Labels) -> Result<Vec<Event>, String> {
         let mut out = Vec::new();
         for e in event_specs::<EventSpec>(specs)? {
             let ev = OrderPlaced {

@@ -28,7 +28,7 @@ use std::rc::Rc;
 
 use crashpoint::Invariant;
 use crashpoint::Provider;
-use crashpoint::Names;
+use crashpoint::Labels;
 use crashpoint::System;
 use crashpoint::{derive_id, event_specs, CrashPoint, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload};
 use serde::{Deserialize, Serialize};
@@ -119,7 +119,7 @@ impl Workload for Orders {
         ]
     }
 
-    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Names) -> Result<Vec<Event>, String> {
+    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Labels) -> Result<Vec<Event>, String> {
         let mut out = Vec::new();
         for e in event_specs::<EventSpec>(specs)? {
             let ev = OrderCompleted {

@@ -20,7 +20,7 @@ use std::any::Any;
 use std::rc::Rc;
 
 use crashpoint::Invariant;
-use crashpoint::Names;
+use crashpoint::Labels;
 use crashpoint::System;
 use crashpoint::{derive_id, event_specs, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault};
 use serde::Deserialize;
@@ -118,7 +118,7 @@ impl Workload for Payout {
         Ok(Rc::new(c))
     }
 
-    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Names) -> Result<Vec<Event>, String> {
+    fn events(&self, specs: &[toml::Table], namespace: Uuid, names: &mut Labels) -> Result<Vec<Event>, String> {
         let mut out = Vec::new();
         for (i, e) in event_specs::<EventSpec>(specs)?.into_iter().enumerate() {
             if e.amount_minor <= 0 || e.currency.len() != 3 {

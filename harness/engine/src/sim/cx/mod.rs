@@ -176,7 +176,7 @@ impl Cx {
         queues: QueueUrls,
         config: Rc<dyn std::any::Any>,
     ) -> Cx {
-        world.borrow_mut().slot(&me).backend_pid = Some(pg.pid);
+        world.borrow_mut().mailbox(&me).backend_pid = Some(pg.pid);
         Cx { me, world, pg: Some(pg), shelf, sqs, redis, queues, config, at: None, in_tx: false, pid_named: false, pending_facts: Vec::new() }
     }
 
@@ -212,7 +212,7 @@ impl Cx {
     /// the drain treats a worker parked at its first call since then, after a cycle that found
     /// nothing, as idle.
     pub(crate) fn cycle_start(&mut self) {
-        self.world.borrow_mut().slot(&self.me).at_cycle_start = true;
+        self.world.borrow_mut().mailbox(&self.me).at_cycle_start = true;
     }
 
     /// Logical now, as a timestamp (epoch 2026-01-01 plus the logical clock).
@@ -227,7 +227,7 @@ impl Cx {
 
     /// Adds a line to the trace (not a yield point).
     pub fn note(&self, text: impl Into<String>) {
-        self.world.borrow_mut().slot(&self.me).notes.push(text.into());
+        self.world.borrow_mut().mailbox(&self.me).notes.push(text.into());
     }
 
     /// Marks `d` as the message this handler now works on (a fact recorded with its next
@@ -244,14 +244,14 @@ impl Cx {
     /// then releases the rest (ChangeMessageVisibility 0) and acknowledges what it handled
     /// before returning; the engine ends the worker at its next receive.
     pub fn stop_requested(&self) -> bool {
-        self.world.borrow_mut().slot(&self.me).stop_requested
+        self.world.borrow_mut().mailbox(&self.me).stop_requested
     }
 
     /// Marks a crash point: the worker now stands at `cp` until its next call. A crash or an
     /// injected failure scheduled at `cp` happens there (see `crate::schedule::Decision`).
     pub fn crash_point(&mut self, cp: CrashPoint) {
         self.at = Some(cp);
-        self.world.borrow_mut().slot(&self.me).passed.push(cp);
+        self.world.borrow_mut().mailbox(&self.me).passed.push(cp);
     }
 
     /// Parks at a yield point until the scheduler grants the call `op`. Returns
@@ -266,7 +266,7 @@ impl Cx {
     }
 
     fn set_in_pg(&self, in_pg: bool) {
-        self.world.borrow_mut().slot(&self.me).in_pg = in_pg;
+        self.world.borrow_mut().mailbox(&self.me).in_pg = in_pg;
     }
 
     fn complete(&mut self, op: &'static str, service: Service, outcome: Outcome, mut facts: Vec<Fact>) {
@@ -277,16 +277,16 @@ impl Cx {
         }
         let at = self.at.take();
         let mut w = self.world.borrow_mut();
-        w.slot(&self.me).in_pg = false;
-        w.slot(&self.me).in_net = false;
+        w.mailbox(&self.me).in_pg = false;
+        w.mailbox(&self.me).in_net = false;
         let t_ms = w.now_ms;
-        w.slot(&self.me).completed =
+        w.mailbox(&self.me).completed =
             vec![Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, outcome, idle: false, facts, unit: None }];
     }
 
     fn set_idle(&self, idle: bool) {
         let mut w = self.world.borrow_mut();
-        let slot = w.slot(&self.me);
+        let slot = w.mailbox(&self.me);
         slot.idle = idle;
         // The call that just completed found nothing: its step is an idle poll.
         if let Some(step) = slot.completed.last_mut() {
@@ -417,7 +417,7 @@ impl Cx {
             w.net.to_cut.push(super::net::Cut { from: self.me.clone(), to: provider.to_string() });
             w.net.log.push((provider, format!("{} {} from {}: lost on its way, never arrived", request.method, request.target(), self.me)));
         }
-        self.world.borrow_mut().slot(&self.me).in_net = true;
+        self.world.borrow_mut().mailbox(&self.me).in_net = true;
         let r = super::net::client::call(&self.me, provider, &request).await;
         let outcome = match &r {
             Ok(reply) => Outcome::Http { provider: provider.to_string(), status: reply.status },
@@ -509,7 +509,7 @@ impl Cx {
     pub(crate) async fn wait_for_work(&mut self) {
         let notify = {
             let mut w = self.world.borrow_mut();
-            let slot = w.slot(&self.me);
+            let slot = w.mailbox(&self.me);
             slot.status = Status::Waiting { at: self.at };
             slot.idle = true;
             slot.notify.clone()
@@ -532,7 +532,7 @@ impl Drop for Cx {
     /// stop, and keeps it at the schedule's end if it is outside a transaction; any other is
     /// closed here, and PostgreSQL rolls back what it had open.
     fn drop(&mut self) {
-        let in_call = self.world.try_borrow_mut().map_or(true, |mut w| w.slot(&self.me).in_pg);
+        let in_call = self.world.try_borrow_mut().map_or(true, |mut w| w.mailbox(&self.me).in_pg);
         if let Some(pg) = self.pg.take().filter(|_| !in_call) {
             self.shelf.leave(pg, self.pid_named, self.in_tx);
         }

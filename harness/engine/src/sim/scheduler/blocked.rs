@@ -10,7 +10,7 @@ use crate::sim::world::Status;
 impl Run<'_> {
     pub(super) fn name_of_pid(&self, pid: i32) -> String {
         let w = self.world.borrow();
-        w.slots
+        w.mailboxes
             .iter()
             .find(|(_, s)| s.backend_pid == Some(pid) || s.backend_pids.contains(&pid))
             .map(|(n, _)| n.clone())
@@ -58,7 +58,7 @@ impl Run<'_> {
         for w in moving.iter().filter(|w| !self.concurrent.contains(w)) {
             let (pid, op) = {
                 let mut world = self.world.borrow_mut();
-                let s = world.slot(w);
+                let s = world.mailbox(w);
                 match (&s.status, s.backend_pid) {
                     (Status::Running { op, .. }, Some(pid)) if s.in_pg => (pid, *op),
                     _ => continue,
@@ -110,7 +110,7 @@ impl Run<'_> {
         }
         let blocked: Vec<(String, Option<i32>, bool)> = {
             let w = self.world.borrow();
-            w.slots
+            w.mailboxes
                 .iter()
                 .filter(|(n, s)| s.blocked_by.is_some() && !self.concurrent.contains(n))
                 .map(|(n, s)| {

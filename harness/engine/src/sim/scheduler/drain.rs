@@ -84,7 +84,7 @@ impl Run<'_> {
     /// PostgreSQL and SQS nemeses' faults.
     fn faults_armed(&self) -> usize {
         let w = self.world.borrow();
-        let at_points: usize = w.slots.values().map(|s| s.armed_failures.len() + s.armed_crashes.len()).sum();
+        let at_points: usize = w.mailboxes.values().map(|s| s.armed_failures.len() + s.armed_crashes.len()).sum();
         at_points + w.sqs.armed() as usize + w.pg.armed_total() as usize
     }
 

@@ -25,7 +25,7 @@ use super::admin::{Admin, SqlClock};
 use super::clock::Clock;
 use super::fleet::{self, HostSpec};
 use super::history::{Entry, Fact, FaultEvent, History, Service, WorkerRole};
-use super::world::{CallCounts, Names, SharedWorld, Slot, Status, World};
+use super::world::{CallCounts, Labels, SharedWorld, Mailbox, Status, World};
 use crate::schedule::Decision;
 use crate::services::Endpoints;
 use crate::spec::{
@@ -75,7 +75,7 @@ pub struct Setup {
     /// Events the producer dispatches, in order.
     pub events: Vec<Event>,
     /// Labels for the scenario's ids.
-    pub names: Names,
+    pub names: Labels,
     /// Roles played by external worker processes ([`crate::sim::wire`]); none for an in-process
     /// fleet.
     pub external: Vec<std::sync::Arc<crate::sim::wire::External>>,
@@ -177,7 +177,7 @@ pub struct Finished {
     /// Redis keys the schedule used.
     pub keys: Vec<String>,
     /// Labels of the schedule's ids.
-    pub names: Names,
+    pub names: Labels,
     /// The effects the providers applied, provider by provider, in order.
     pub effects: Vec<crate::provider::Effect>,
     /// Simulation steps the schedule took (each ticks every running host).
@@ -323,11 +323,11 @@ impl<'a> Run<'a> {
     }
 
     fn status(&self, w: &str) -> Status {
-        self.world.borrow_mut().slot(w).status.clone()
+        self.world.borrow_mut().mailbox(w).status.clone()
     }
 
-    fn with_slot<T>(&self, w: &str, f: impl FnOnce(&mut Slot) -> T) -> T {
-        f(self.world.borrow_mut().slot(w))
+    fn with_slot<T>(&self, w: &str, f: impl FnOnce(&mut Mailbox) -> T) -> T {
+        f(self.world.borrow_mut().mailbox(w))
     }
 
     fn kind(&self, w: &str) -> Option<RoleKind> {
@@ -517,7 +517,7 @@ impl<'a> Run<'a> {
         self.settle(None)
     }
 
-    /// Grants one held call of concurrent worker `w` ([`Slot::units`]): the first in their
+    /// Grants one held call of concurrent worker `w` ([`Mailbox::units`]): the first in their
     /// order, the first labelled `expect` (`c1:claim`), or the k-th for `expect = "#k"`
     /// (`c1/2`; past the last it wraps, so that a generated pick always applies).
     fn step_unit(&mut self, w: &str, expect: Option<&str>) -> Result<()> {
@@ -578,7 +578,7 @@ impl<'a> Run<'a> {
         })
     }
 
-    fn run_until(&mut self, w: &str, what: &str, done: impl Fn(&Slot) -> bool) -> Result<()> {
+    fn run_until(&mut self, w: &str, what: &str, done: impl Fn(&Mailbox) -> bool) -> Result<()> {
         // The change counter a poller saw at the end of its last idle cycle: a second idle
         // cycle with nothing changed in between would repeat the first forever.
         let mut idle_cycle_at: Option<u64> = None;
@@ -823,7 +823,7 @@ impl<'a> Run<'a> {
         loop {
             let mut moving: Vec<String> = {
                 let w = self.world.borrow();
-                w.slots
+                w.mailboxes
                     .iter()
                     .filter(|(n, s)| {
                         let concurrent = self.concurrent.contains(n) && s.status != Status::Crashed;
@@ -927,11 +927,11 @@ impl<'a> Run<'a> {
             && self.with_slot(w, |s| s.sqs_requests == 0 && !s.backend_pids.is_empty())
     }
 
-    /// Why the run must stop, when a worker set a fatal condition ([`Slot::fatal`]).
+    /// Why the run must stop, when a worker set a fatal condition ([`Mailbox::fatal`]).
     fn fatal(&self) -> Option<String> {
         self.world
             .borrow()
-            .slots
+            .mailboxes
             .values()
             .find_map(|s| s.fatal.clone())
     }
@@ -1063,7 +1063,7 @@ impl<'a> Run<'a> {
         let effects = providers.iter().flat_map(|p| p.effects()).collect();
         let mut w = world.borrow_mut();
         let passed = w
-            .slots
+            .mailboxes
             .values()
             .flat_map(|s| s.passed.iter().copied())
             .collect();
@@ -1082,6 +1082,6 @@ impl<'a> Run<'a> {
 }
 
 /// Whether a worker is back at its receive: parked at the first call of a new cycle.
-fn back_at_receive(s: &crate::sim::world::Slot) -> bool {
+fn back_at_receive(s: &crate::sim::world::Mailbox) -> bool {
     s.at_cycle_start && matches!(s.status, Status::Parked { .. })
 }

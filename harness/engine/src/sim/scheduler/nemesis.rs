@@ -55,7 +55,7 @@ impl Run<'_> {
     pub(super) fn fire_armed_crashes(&mut self) -> Result<()> {
         let due = self.workers.iter().find_map(|w| {
             let mut world = self.world.borrow_mut();
-            let slot = world.slot(w);
+            let slot = world.mailbox(w);
             let at = match slot.status {
                 Status::Parked { at: Some(cp), .. } | Status::Waiting { at: Some(cp) } => cp,
                 _ => return None,

@@ -4,7 +4,7 @@
 //! A worker that makes one call at a time has reacted to a reply once its next call is held.
 //! A concurrent one may make any number of calls after a reply (a batch of ten handlers each
 //! start a transaction), so the scheduler waits until its process is quiet: no byte moved
-//! through its proxies ([`crate::sim::world::Slot::activity`]), no ungated exchange or granted
+//! through its proxies ([`crate::sim::world::Mailbox::activity`]), no ungated exchange or granted
 //! call under way, and its threads' CPU time (`/proc/<pid>/task/*/schedstat`, ns) unchanged
 //! for [`QUIET_MS`], none of them runnable (`/proc/<pid>/task/*/stat`). A process that reacts to its own timers (a heartbeat) moves on real
 //! time: the calls such a timer makes are held like any other, in the settle they arrive in.
@@ -36,7 +36,7 @@ impl Quiet {
     pub fn settled(&mut self, w: &str, world: &SharedWorld) -> bool {
         let (activity, pid) = {
             let mut world = world.borrow_mut();
-            let s = world.slot(w);
+            let s = world.mailbox(w);
             (s.activity, s.process_pid)
         };
         let now = Instant::now();
@@ -66,7 +66,7 @@ impl Quiet {
             return false;
         }
         let mut world = world.borrow_mut();
-        let s = world.slot(w);
+        let s = world.mailbox(w);
         if !s.has_units() && s.pending == 0 {
             if let Status::Running { at, .. } = s.status {
                 s.status = Status::Waiting { at };

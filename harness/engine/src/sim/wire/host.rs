@@ -38,7 +38,7 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
     let env: Vec<(String, String)> = env.into_iter().chain(extra).collect();
     let log = super::process::logs_dir()?.join(format!("{}-{name}.log", spec.schema));
     let mut process = WorkerProcess::spawn(&command, &ext.cwd, &env, log.clone())?;
-    spec.world.borrow_mut().slot(&name).process_pid = Some(process.pid());
+    spec.world.borrow_mut().mailbox(&name).process_pid = Some(process.pid());
     tracing::info!(worker = %name, pid = process.pid(), log = %log.display(), command = %command.join(" "), "external worker started");
     loop {
         tokio::time::sleep(Duration::from_millis(EXIT_POLL_MS)).await;

@@ -92,7 +92,7 @@ pub struct External {
     pub origin: Option<String>,
     /// Whether the process may have several calls in flight at once (`concurrent = true`: a
     /// batch handled in parallel, a heartbeat, a pool's connections). Each held call is then a
-    /// choice of its own (`c1`, `c1/2`, …, `crate::sim::world::Slot::units`) and the
+    /// choice of its own (`c1`, `c1/2`, …, `crate::sim::world::Mailbox::units`) and the
     /// scheduler waits for the process to settle after each reply; else a second call while
     /// one is held stops the run (exit 2), naming both.
     pub concurrent: bool,

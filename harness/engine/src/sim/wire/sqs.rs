@@ -321,7 +321,7 @@ fn label(op: &str) -> Option<&'static str> {
 
 async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
-    p.worker.world.borrow_mut().slot(&p.worker.me).sqs_requests += 1;
+    p.worker.world.borrow_mut().mailbox(&p.worker.me).sqs_requests += 1;
     if let Some(agent) = parts
         .headers
         .get("user-agent")

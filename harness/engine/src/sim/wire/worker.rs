@@ -50,7 +50,7 @@ pub struct WireWorker {
     clients: RefCell<BTreeSet<String>>,
     /// The last unit number handed out.
     units: Cell<u64>,
-    /// Where in [`Slot::completed`] the call completed last went (for [`WireWorker::set_idle`]).
+    /// Where in [`Mailbox::completed`] the call completed last went (for [`WireWorker::set_idle`]).
     last_completed: Cell<Option<usize>>,
     /// The settle of a concurrent worker's first completion in it, and the crash point it
     /// stood at before that settle.
@@ -134,21 +134,21 @@ impl WireWorker {
     }
 
     /// Counts a wire event of the process (bytes read or written by a proxy), so that the
-    /// scheduler waits for the process to settle ([`Slot::activity`]).
+    /// scheduler waits for the process to settle ([`Mailbox::activity`]).
     pub fn touch(&self) {
         if self.ext.concurrent {
             if let Ok(mut w) = self.world.try_borrow_mut() {
-                w.slot(&self.me).activity += 1;
+                w.mailbox(&self.me).activity += 1;
             }
         }
     }
 
     /// Marks an ungated exchange under way (`true`) or over: while one is, a concurrent
-    /// worker's process counts as moving ([`Slot::pending`]).
+    /// worker's process counts as moving ([`Mailbox::pending`]).
     pub fn pending(&self, on: bool) {
         if self.ext.concurrent {
             if let Ok(mut w) = self.world.try_borrow_mut() {
-                let s = w.slot(&self.me);
+                let s = w.mailbox(&self.me);
                 s.activity += 1;
                 s.pending = if on {
                     s.pending + 1
@@ -174,7 +174,7 @@ impl WireWorker {
         if let Some(id) = cur.unit {
             if let Ok(mut w) = self.world.try_borrow_mut() {
                 let at = self.at.get();
-                let s = w.slot(&self.me);
+                let s = w.mailbox(&self.me);
                 s.in_flight.retain(|f| f.id != id);
                 s.activity += 1;
                 s.summarize(at);
@@ -197,7 +197,7 @@ impl WireWorker {
             self.fatal(self.one_at_a_time(op, other));
         }
         if cycle_start {
-            self.world.borrow_mut().slot(&self.me).at_cycle_start = true;
+            self.world.borrow_mut().mailbox(&self.me).at_cycle_start = true;
         }
         let mut guard = Abandoned {
             world: &self.world,
@@ -252,18 +252,18 @@ impl WireWorker {
     /// How a call parked and granted goes: failed at an armed crash point, withheld, or on.
     fn granted(&self, failed: Option<CrashPoint>, service: Service) -> Granted {
         let mut w = self.world.borrow_mut();
-        let withhold = std::mem::take(&mut w.slot(&self.me).withhold);
+        let withhold = std::mem::take(&mut w.mailbox(&self.me).withhold);
         let granted = match failed {
             Some(cp) => Granted::Fail(cp),
             None if withhold => Granted::Withhold,
             None => Granted::Go,
         };
         w.calls.add(service);
-        w.slot(&self.me).in_pg = service == Service::Postgres && failed.is_none();
+        w.mailbox(&self.me).in_pg = service == Service::Postgres && failed.is_none();
         granted
     }
 
-    /// A concurrent worker's call: held as one of its [`Slot::units`] until the scheduler
+    /// A concurrent worker's call: held as one of its [`Mailbox::units`] until the scheduler
     /// grants that unit, then in flight until its reply.
     async fn hold_unit(&self, call: Held) -> Granted {
         let Held {
@@ -280,7 +280,7 @@ impl WireWorker {
         if let Some(prev) = self.current.borrow_mut().remove(&task).and_then(|c| c.unit) {
             self.world
                 .borrow_mut()
-                .slot(&self.me)
+                .mailbox(&self.me)
                 .in_flight
                 .retain(|f| f.id != prev);
         }
@@ -293,7 +293,7 @@ impl WireWorker {
             let key = w.names.relabel_all(&key);
             let epoch = w.epoch;
             let at = self.at.get();
-            let s = w.slot(&self.me);
+            let s = w.mailbox(&self.me);
             tracing::debug!(worker = %self.me, id, op, epoch, key = %key, "concurrent call held");
             let unit = Unit {
                 id,
@@ -320,7 +320,7 @@ impl WireWorker {
         loop {
             {
                 let mut w = self.world.borrow_mut();
-                let s = w.slot(&self.me);
+                let s = w.mailbox(&self.me);
                 if let Some(i) = s.units.iter().position(|u| u.id == id && u.granted) {
                     s.units.remove(i);
                     break;
@@ -333,7 +333,7 @@ impl WireWorker {
             let mut w = self.world.borrow_mut();
             let epoch = w.epoch;
             let at = self.at.get();
-            let s = w.slot(&self.me);
+            let s = w.mailbox(&self.me);
             s.in_flight.push(InFlight {
                 id,
                 op,
@@ -403,7 +403,7 @@ impl WireWorker {
             self.settle_at.set(Some((w.epoch, at)));
         }
         let t_ms = w.now_ms;
-        let slot = w.slot(&self.me);
+        let slot = w.mailbox(&self.me);
         slot.in_pg = false;
         if let Some(cp) = self.at.get() {
             slot.passed.push(cp);
@@ -475,7 +475,7 @@ impl WireWorker {
     /// Marks the worker idle (its receive found nothing) or busy.
     pub fn set_idle(&self, idle: bool) {
         let mut w = self.world.borrow_mut();
-        let slot = w.slot(&self.me);
+        let slot = w.mailbox(&self.me);
         slot.idle = idle;
         if let Some(step) = self
             .last_completed
@@ -489,12 +489,12 @@ impl WireWorker {
     /// Ends the run: something about the worker cannot be relayed (exit 2, naming it).
     pub fn fatal(&self, why: String) {
         let mut w = self.world.borrow_mut();
-        w.slot(&self.me).fatal.get_or_insert(why);
+        w.mailbox(&self.me).fatal.get_or_insert(why);
     }
 
     /// Adds a line to the trace.
     pub fn note(&self, text: String) {
-        self.world.borrow_mut().slot(&self.me).notes.push(text);
+        self.world.borrow_mut().mailbox(&self.me).notes.push(text);
     }
 
     /// The trace label of id `id` with `prefix`.
@@ -558,7 +558,7 @@ impl Drop for UnitGuard<'_> {
         }
         if let Ok(mut w) = self.worker.world.try_borrow_mut() {
             let at = self.worker.at.get();
-            let s = w.slot(&self.worker.me);
+            let s = w.mailbox(&self.worker.me);
             if let Some(i) = s.units.iter().position(|u| u.id == self.id) {
                 let op = s.units.remove(i).op;
                 s.notes.push(format!(
@@ -590,7 +590,7 @@ impl Drop for Abandoned<'_> {
         }
         self.holding.set(None);
         if let Ok(mut w) = self.world.try_borrow_mut() {
-            let slot = w.slot(self.me);
+            let slot = w.mailbox(self.me);
             // Granted or not, this call will never be made: a grant left set would let the
             // worker's next call through unscheduled.
             slot.granted = false;
@@ -742,7 +742,7 @@ impl PgGate for WireWorker {
 
     fn backend(&self, pid: i32) {
         let mut w = self.world.borrow_mut();
-        let slot = w.slot(&self.me);
+        let slot = w.mailbox(&self.me);
         slot.backend_pid = Some(pid);
         if !slot.backend_pids.contains(&pid) {
             slot.backend_pids.push(pid);

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MDBOOK_VERSION=0.5.4
 if ! command -v mdbook >/dev/null 2>&1; then
-  echo "ci/book.sh: installing mdbook $MDBOOK_VERSION with cargo (once)"
+  echo "scripts/book.sh: installing mdbook $MDBOOK_VERSION with cargo (once)"
   cargo install --quiet --locked mdbook --version "$MDBOOK_VERSION"
 fi
 mdbook build docs

@@ -5,8 +5,8 @@
 # figures: schedules, distinct schedules, false alarms (any failure of a reference), harness
 # errors, crash-point and fault coverage, determinism (issue 16).
 #
-#   bash ci/soak.sh                                  # 10,000 schedules, 10 seeds; 20 × 100 determinism
-#   SCHEDULES=600 SEEDS=2 DET_SEEDS=3 DET_SCHEDULES=20 bash ci/soak.sh   # a quick one
+#   bash scripts/soak.sh                                  # 10,000 schedules, 10 seeds; 20 × 100 determinism
+#   SCHEDULES=600 SEEDS=2 DET_SEEDS=3 DET_SCHEDULES=20 bash scripts/soak.sh   # a quick one
 #
 # Variables:
 #   SCHEDULES      schedules in all, split evenly over the seeds and scenarios (default 10000)
@@ -85,4 +85,4 @@ for i in $(seq 1 "$DET_SEEDS"); do
 done
 determinism_s=$(( $(date +%s) - started ))
 
-python3 ci/soak-summary.py "$OUT" --explore-seconds "$explore_s" --determinism-seconds "$determinism_s"
+python3 scripts/soak-summary.py "$OUT" --explore-seconds "$explore_s" --determinism-seconds "$determinism_s"

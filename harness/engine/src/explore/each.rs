@@ -73,7 +73,7 @@ pub fn explore_each<'a>(
             });
         }
         drop(tx);
-        let mut order = super::in_order::InOrder::new();
+        let mut order = super::reorder::InOrder::new();
         for (i, r) in rx {
             for (i, r) in order.put(i as u64, r, |_| false) {
                 if let Err(e) = each(&jobs[i as usize], r) {

@@ -23,9 +23,9 @@ fi
 if ((${#need[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo=sudo
-  echo "ci/setup.sh: installing ${need[*]}"
+  echo "scripts/setup.sh: installing ${need[*]}"
   $sudo apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 else
-  echo "ci/setup.sh: postgresql, redis-server, python3-venv, node and npm (and chromium unless skipped) are present"
+  echo "scripts/setup.sh: postgresql, redis-server, python3-venv, node and npm (and chromium unless skipped) are present"
 fi

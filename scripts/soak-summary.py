@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Sums the report.json files of a soak (ci/soak.sh) into $OUT/summary.md and summary.json.
+"""Sums the report.json files of a soak (scripts/soak.sh) into $OUT/summary.md and summary.json.
 
-    python3 ci/soak-summary.py OUT [--explore-seconds S] [--determinism-seconds S]
+    python3 scripts/soak-summary.py OUT [--explore-seconds S] [--determinism-seconds S]
 
 A false alarm is a scenario of a reference that failed; a harness error is a run whose
 report.json has `error` set, a run that wrote no report.json, or a run that exited non-zero

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-/// The label prefix of a UUID first seen in trace text ([`Names::relabel_all`]).
+/// The label prefix of a UUID first seen in trace text ([`Labels::relabel_all`]).
 const UNKNOWN_PREFIX: &str = "k";
 
 /// The hyphenated UUIDs in `text` (8-4-4-4-12 hex digits, not inside a longer run of letters
@@ -34,17 +34,17 @@ fn uuids_in(text: &str) -> Vec<&str> {
 /// they are seen, in order, with a prefix the workload chooses (`m1` for the first message on
 /// a queue labelled `m`, `ob1` for the first outbox row a handler labels `ob`).
 #[derive(Debug, Default)]
-pub struct Names {
+pub struct Labels {
     labels: BTreeMap<String, String>,
     /// The id each label was last given to (a redelivered copy takes its original's label).
     latest: BTreeMap<String, String>,
     counters: BTreeMap<&'static str, u32>,
-    /// UUIDs first seen in trace text, with their `k<n>` labels ([`Names::relabel_all`]): kept
-    /// apart so that [`Names::label`], [`Names::get`] and [`Names::id_of`] never see them.
+    /// UUIDs first seen in trace text, with their `k<n>` labels ([`Labels::relabel_all`]): kept
+    /// apart so that [`Labels::label`], [`Labels::get`] and [`Labels::id_of`] never see them.
     unknown: BTreeMap<String, String>,
 }
 
-impl Names {
+impl Labels {
     /// `text` with every known id replaced by its label.
     pub fn relabel(&self, text: &str) -> String {
         if !text.contains('-') {
@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn unknown_uuids_get_labels_in_order_of_first_sight_and_known_ones_keep_theirs() {
-        let mut names = Names::default();
+        let mut names = Labels::default();
         names.set(B, "op1");
         let first = names.relabel_all(&format!("PUT /invoices/{A} from o2: inv1 applied under key {A}; op {B}"));
         assert_eq!(first, "PUT /invoices/k1 from o2: inv1 applied under key k1; op op1");
@@ -134,7 +134,7 @@ mod tests {
 
     #[test]
     fn only_whole_hyphenated_uuids_are_labelled() {
-        let mut names = Names::default();
+        let mut names = Labels::default();
         let longer = format!("{A}0");
         let text = format!("x{longer} 7ea6c87a0d5e57cb97cf4e206b835970 {}", &A[..35]);
         assert_eq!(names.relabel_all(&text), text);
@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn a_generic_label_stays_out_of_the_workloads_labels_and_gives_way_to_them() {
-        let mut names = Names::default();
+        let mut names = Labels::default();
         assert_eq!(names.relabel_all(&format!("key {A}")), "key k1");
         assert!(names.get(A).is_none() && names.id_of("k1").is_none());
         assert_eq!(names.label("m", A), "m1");
