@@ -278,8 +278,8 @@ impl Workload for OwnHandler {
 
     fn systems(&self) -> Vec<SystemInfo> {
         vec![
-            SystemInfo { name: "reference", about: "inbox row (ON CONFLICT DO NOTHING) and email in one transaction, then DeleteMessage" },
-            SystemInfo { name: "without-inbox", about: "queues the email with no inbox claim: every redelivery sends another email" },
+            SystemInfo::reference("inbox row (ON CONFLICT DO NOTHING) and email in one transaction, then DeleteMessage"),
+            SystemInfo::mutant("without-inbox", "queues the email with no inbox claim: every redelivery sends another email"),
         ]
     }
 

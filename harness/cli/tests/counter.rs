@@ -25,7 +25,7 @@ const MUTANTS: &[(&str, u64, &str)] = &[
 #[test]
 fn every_counter_mutant_is_caught_and_shrunk() {
     let s = common::scenario("counter/explore");
-    let names: Vec<&str> = crashpoint_counter::mutants::CATALOGUE.iter().map(|(n, _)| *n).collect();
+    let names: Vec<&str> = crashpoint_counter::mutants::CATALOGUE.iter().filter(|v| !v.info.must_pass).map(|v| v.info.name).collect();
     assert_eq!(names, MUTANTS.iter().map(|m| m.0).collect::<Vec<_>>());
     let mutants: Vec<_> = MUTANTS.iter().map(|(name, budget, _)| (*name, *budget, &s)).collect();
     for ((name, budget, invariant), r) in MUTANTS.iter().zip(common::explore_mutants(&mutants)) {

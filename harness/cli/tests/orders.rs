@@ -37,7 +37,7 @@ const ONE_EXPORT: &str = "exactly one accounting record per invoice";
 #[test]
 fn every_orders_mutant_is_caught_and_shrunk_to_at_most_5_decisions() {
     let s = common::scenario("orders/explore");
-    let names: Vec<&str> = crashpoint_orders::mutants::CATALOGUE.iter().map(|(n, _, _)| *n).collect();
+    let names: Vec<&str> = crashpoint_orders::mutants::CATALOGUE.iter().filter(|v| !v.info.must_pass).map(|v| v.info.name).collect();
     assert_eq!(names, MUTANTS.iter().map(|m| m.0).collect::<Vec<_>>());
     let mutants: Vec<_> = MUTANTS.iter().map(|(name, budget, _)| (*name, *budget, &s)).collect();
     for ((name, budget, invariant), r) in MUTANTS.iter().zip(common::explore_mutants(&mutants)) {

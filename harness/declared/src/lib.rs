@@ -183,7 +183,7 @@ impl Workload for Declared {
     }
 
     fn systems(&self) -> Vec<SystemInfo> {
-        self.decl.systems.iter().map(|s| SystemInfo { name: s.name, about: s.about }).collect()
+        self.decl.systems.iter().map(|s| SystemInfo { name: s.name, about: s.about, must_pass: s.must_pass }).collect()
     }
 
     fn system(&self, name: &str) -> Option<Rc<dyn crashpoint::System>> {

@@ -80,7 +80,7 @@
 //!     }
 //!     fn invariants(&self) -> Vec<Box<dyn Invariant>> { Vec::new() }
 //!     fn systems(&self) -> Vec<SystemInfo> {
-//!         vec![SystemInfo { name: "reference", about: "deletes what it receives" }]
+//!         vec![SystemInfo::reference("deletes what it receives")]
 //!     }
 //!     fn system(&self, name: &str) -> Option<Rc<dyn System>> {
 //!         (name == "reference").then(|| Rc::new(Reference) as Rc<dyn System>)

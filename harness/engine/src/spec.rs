@@ -203,13 +203,37 @@ pub struct Resend {
     pub reason: String,
 }
 
-/// A system under test of the workload, by name, with one line saying what it is.
+/// A system under test of the workload, by name, with one line saying what it is and whether
+/// the catalogue must find it correct.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SystemInfo {
-    /// `reference`, or a mutant's name.
+    /// `reference`, or a variant's name.
     pub name: &'static str,
     /// What it gets right, or wrong.
     pub about: &'static str,
+    /// `true` for the reference and a harmless variant (one that differs from the reference
+    /// and is still correct): `crashpoint catalogue` fails when it catches one, a false alarm.
+    /// `false` for a mutant, which the catalogue fails to miss.
+    pub must_pass: bool,
+}
+
+impl SystemInfo {
+    /// The reference system: correct, named `reference`.
+    pub const fn reference(about: &'static str) -> SystemInfo {
+        SystemInfo { name: "reference", about, must_pass: true }
+    }
+
+    /// A mutant: a known-bad variant the catalogue must catch.
+    pub const fn mutant(name: &'static str, about: &'static str) -> SystemInfo {
+        SystemInfo { name, about, must_pass: false }
+    }
+
+    /// A harmless variant: it differs from the reference and is correct (for example a
+    /// consumer that looks its inbox up before it claims, which the unique claim still
+    /// guards); the catalogue must not catch it.
+    pub const fn harmless(name: &'static str, about: &'static str) -> SystemInfo {
+        SystemInfo { name, about, must_pass: true }
+    }
 }
 
 /// The role a worker name plays: `c1` plays the role with prefix `c`, `ret` the one with prefix

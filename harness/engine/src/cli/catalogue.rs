@@ -109,7 +109,8 @@ fn row(name: &str, r: &Report) -> String {
 /// Explores every mutant of the catalogue and the reference (at once, on a job board) with the
 /// same budget and seed, prints the detection table, and writes it as `catalogue.md` into
 /// `--report-dir` beside the reports (where a mutant's test case passes when it is caught).
-/// Exit 0 when every mutant was caught and the reference passed, 1 otherwise.
+/// Exit 0 when every mutant was caught and the reference and every harmless variant passed
+/// (a harmless variant caught is a false alarm), 1 otherwise.
 pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &CatalogueArgs, registry: &Registry) -> Result<i32> {
     let workloads = match &args.workload {
         Some(w) => vec![registry
@@ -182,7 +183,7 @@ pub fn catalogue(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &Cat
 /// seed's explorations as one catalogue's), then one table per workload: per system the seeds
 /// that caught it and the median schedules to its first failure over them. Written as
 /// `detection.md` into `--report-dir`. Exit 0 when every mutant was caught on every seed and
-/// every reference passed on every seed, 1 otherwise.
+/// every reference and harmless variant passed on every seed, 1 otherwise.
 fn detection_rate(
     rt: &tokio::runtime::Runtime,
     opts: &ServiceOptions,
@@ -203,7 +204,7 @@ fn detection_rate(
     }
     // Per (workload, system, scenario): the seeds that caught it, with its schedules to the
     // first failure, and the seeds that did not.
-    type Key = (String, String, String);
+    type Key = (String, String, String, bool);
     let mut caught: std::collections::BTreeMap<Key, (Vec<(u64, u64)>, Vec<u64>)> = Default::default();
     let mut order: Vec<Key> = Vec::new();
     let result = with_services(rt, opts, |endpoints| {
@@ -212,11 +213,11 @@ fn detection_rate(
             // One test case per system and seed in the reports (a mutant's passes when caught).
             let mut sr = ScenarioReport::explored(job.scenario, job.system, &r);
             sr.name = format!("{} (seed {})", sr.name, job.options.seed);
-            if job.system != "reference" {
+            if !must_pass(job.scenario, job.system) {
                 sr.expected = Outcome::Fail;
             }
             report.scenarios.push(sr);
-            let key = (job.scenario.workload.name().to_string(), job.system.to_string(), job.scenario.name.clone());
+            let key = (job.scenario.workload.name().to_string(), job.system.to_string(), job.scenario.name.clone(), must_pass(job.scenario, job.system));
             if !order.contains(&key) {
                 order.push(key.clone());
             }
@@ -240,7 +241,7 @@ fn detection_rate(
     let mut ok = true;
     let mut workload = String::new();
     for key in &order {
-        let (w, system, sc) = key;
+        let (w, system, sc, passes) = key;
         if *w != workload {
             workload = w.clone();
             writeln!(
@@ -261,9 +262,8 @@ fn detection_rate(
         let mut until: Vec<u64> = hits.iter().map(|(_, n)| *n).collect();
         until.sort_unstable();
         let median = until.get(until.len() / 2).map_or("–".to_string(), |m| m.to_string());
-        let reference = system == "reference";
-        ok &= if reference { hits.is_empty() } else { misses.is_empty() };
-        let name = if reference { "reference (must not be caught)".to_string() } else { system.clone() };
+        ok &= if *passes { hits.is_empty() } else { misses.is_empty() };
+        let name = if *passes { must_pass_label(system) } else { system.clone() };
         writeln!(table, "| {name} | {sc} | {} | {}/{} | {median} |", seed_ranges(&hit_seeds), hits.len(), hits.len() + misses.len())?;
     }
     writeln!(table, "
@@ -287,6 +287,18 @@ fn conclude(dir: &ReportDir, report: &mut crate::report::model::RunReport, start
     result
 }
 
+/// Whether the catalogue must find `system` of `sc`'s workload correct: the reference, or a
+/// harmless variant ([`crate::spec::SystemInfo::must_pass`]). Every other system is a mutant
+/// it must catch.
+fn must_pass(sc: &scenario::Scenario, system: &str) -> bool {
+    system == "reference" || sc.workload.systems().iter().any(|i| i.name == system && i.must_pass)
+}
+
+/// The row label of a system that must pass.
+fn must_pass_label(system: &str) -> String {
+    format!("{system} (must not be caught)")
+}
+
 const HEADER: &str = "| system | caught | schedules to first failure | s to first failure | wall s (with shrinking) | shrunk length | invariant |\n|---|---|---|---|---|---|---|\n";
 
 /// One workload's part of the catalogue: its explorations (each mutant on its scenario, then
@@ -296,9 +308,11 @@ const HEADER: &str = "| system | caught | schedules to first failure | s to firs
 struct Section<'s> {
     main: &'s scenario::Scenario,
     mutants: usize,
+    harmless: usize,
     jobs: std::ops::Range<usize>,
     all_caught: bool,
-    reference_ok: bool,
+    /// The reference and every harmless variant passed.
+    passing_ok: bool,
     found_after: Vec<f64>,
 }
 
@@ -307,8 +321,9 @@ impl<'s> Section<'s> {
     /// is the workload's main one) to `jobs`, with `options`, and returns their section.
     fn plan(plan: &'s [(&'static str, scenario::Scenario)], options: &Options, jobs: &mut Vec<explore::Job<'s>>) -> Section<'s> {
         let start = jobs.len();
-        let mutants: Vec<_> = plan.iter().filter(|(n, _)| *n != "reference").collect();
-        jobs.extend(mutants.iter().map(|(system, scenario)| explore::Job { system, scenario, options: options.clone() }));
+        let mutants: Vec<_> = plan.iter().filter(|(n, sc)| !must_pass(sc, n)).collect();
+        let harmless: Vec<_> = plan.iter().filter(|(n, sc)| *n != "reference" && must_pass(sc, n)).collect();
+        jobs.extend(mutants.iter().chain(&harmless).map(|(system, scenario)| explore::Job { system, scenario, options: options.clone() }));
         let mut scenarios: Vec<&scenario::Scenario> = Vec::new();
         for (_, sc) in plan {
             if !scenarios.iter().any(|x| x.name == sc.name) {
@@ -319,9 +334,10 @@ impl<'s> Section<'s> {
         Section {
             main: &plan[0].1,
             mutants: mutants.len(),
+            harmless: harmless.len(),
             jobs: start..jobs.len(),
             all_caught: true,
-            reference_ok: true,
+            passing_ok: true,
             found_after: Vec::new(),
         }
     }
@@ -337,9 +353,13 @@ impl<'s> Section<'s> {
     fn header(&self, options: &Options, table: &mut String) -> Result<()> {
         let s = self.main;
         println!(
-            "catalogue of {}: {} mutants, then the reference; budget {} schedules each, seed {}, scenario {}\n",
+            "catalogue of {}: {} mutants, {}then the reference; budget {} schedules each, seed {}, scenario {}\n",
             s.workload.name(),
             self.mutants,
+            match self.harmless {
+                0 => String::new(),
+                n => format!("{n} harmless variant(s) that must pass, "),
+            },
             options.schedules.unwrap_or_default(),
             options.seed,
             s.name
@@ -356,21 +376,21 @@ impl<'s> Section<'s> {
     fn row(&mut self, job: &explore::Job, r: Report, dir: &ReportDir, report: &mut crate::report::model::RunReport, table: &mut String) -> Result<()> {
         let (name, sc) = (job.system, job.scenario);
         let mut sr = ScenarioReport::explored(sc, name, &r);
-        let label = match name == "reference" {
+        let label = match must_pass(sc, name) {
             true => {
-                self.reference_ok &= r.failure.is_none();
-                "reference (must not be caught)"
+                self.passing_ok &= r.failure.is_none();
+                must_pass_label(name)
             }
             false => {
                 self.all_caught &= r.failure.is_some();
                 self.found_after.extend(r.failure.as_ref().map(|f| f.found_after.as_secs_f64()));
                 sr.expected = Outcome::Fail;
-                name
+                name.to_string()
             }
         };
         add_timeline(dir, &mut sr, r.failure.as_ref().map(|f| &f.minimal), true)?;
         report.scenarios.push(sr);
-        let line = row(&self.label(label, sc), &r);
+        let line = row(&self.label(&label, sc), &r);
         println!("{line}");
         writeln!(table, "{line}")?;
         Ok(())
@@ -387,7 +407,11 @@ impl<'s> Section<'s> {
             options.seed,
             self.main.name,
             options.jobs.max(1),
-            if self.all_caught && self.reference_ok { "every mutant caught, the reference passes" } else { "FAIL" }
+            match (self.all_caught && self.passing_ok, self.harmless) {
+                (true, 0) => "every mutant caught, the reference passes",
+                (true, _) => "every mutant caught, the reference passes, and so does every harmless variant",
+                (false, _) => "FAIL",
+            }
         );
         print!("{verdict}");
         table.push_str(&verdict);

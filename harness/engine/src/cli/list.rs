@@ -62,7 +62,8 @@ pub fn list(registry: &Registry) -> Result<i32> {
         }
         println!("  systems (--system):");
         for s in w.systems() {
-            println!("    {:<34} {}", s.name, s.about);
+            let must = if s.must_pass && s.name != "reference" { " (harmless: must pass)" } else { "" };
+            println!("    {:<34} {}{must}", s.name, s.about);
         }
     }
     println!("\nfaults (schedule text):");

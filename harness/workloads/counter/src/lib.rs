@@ -135,8 +135,8 @@ impl Workload for Counter {
     }
 
     fn systems(&self) -> Vec<SystemInfo> {
-        let mut out = vec![SystemInfo { name: "reference", about: "the counter article's handlers: a claim per (event, handler) in the effect's transaction" }];
-        out.extend(mutants::CATALOGUE.iter().map(|(name, about)| SystemInfo { name, about }));
+        let mut out = vec![SystemInfo::reference("the counter article's handlers: a claim per (event, handler) in the effect's transaction")];
+        out.extend(mutants::CATALOGUE.iter().map(|v| v.info));
         out
     }
 

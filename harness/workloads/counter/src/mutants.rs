@@ -1,19 +1,13 @@
-//! Known-bad handlers of the counter article that the harness must catch.
+//! The counter workload's catalogue: known-bad handlers of the counter article that the
+//! harness must catch, and a harmless variant it must not.
 
 use std::rc::Rc;
 
 use async_trait::async_trait;
-use crashpoint::{CallError, Cx, System};
+use crashpoint::{CallError, Cx, System, SystemInfo, Val};
 
 use crate::handlers::{claim, increment, CounterSystem, Deduplicated, Effect, EventHandler, ORDER_COUNTER, RECEIPT_WRITER};
 use crate::{points, OrderPlaced};
-
-/// The mutants' names, with what each does wrong.
-pub const CATALOGUE: &[(&str, &str)] = &[
-    ("increment-without-dedup", "the order counter increments with no processed_messages claim"),
-    ("dedup-by-event-only", "both handlers claim under the event id alone: the second is skipped and its receipt lost"),
-    ("dedup-separate-tx", "the order counter commits its claim in a transaction of its own, before the increment"),
-];
 
 /// The order counter without a claim: a redelivery counts the order again.
 struct NoDedup;
@@ -46,19 +40,80 @@ impl EventHandler for SeparateTx {
     }
 }
 
-/// The mutant named `name`, if any.
-pub fn by_name(name: &str) -> Option<Rc<dyn System>> {
-    let (name, _) = CATALOGUE.iter().find(|(n, _)| *n == name)?;
-    let receipts: Rc<dyn EventHandler> = Rc::new(Deduplicated { name: RECEIPT_WRITER, effect: Effect::Receipt });
-    let handlers: Vec<Rc<dyn EventHandler>> = match *name {
-        "increment-without-dedup" => vec![Rc::new(NoDedup), receipts],
+/// One system of the catalogue besides the reference: what it is, and the handlers it
+/// subscribes to `OrderPlaced`. Registered here only: `systems()` and `system()` read
+/// [`CATALOGUE`].
+pub struct Variant {
+    /// Its name, what it does, and whether it must pass or be caught.
+    pub info: SystemInfo,
+    handlers: fn() -> Vec<Rc<dyn EventHandler>>,
+}
+
+fn receipts() -> Rc<dyn EventHandler> {
+    Rc::new(Deduplicated { name: RECEIPT_WRITER, effect: Effect::Receipt })
+}
+
+/// The catalogue, in the order `crashpoint catalogue` explores it.
+pub const CATALOGUE: &[Variant] = &[
+    Variant {
+        info: SystemInfo::mutant("increment-without-dedup", "the order counter increments with no processed_messages claim"),
+        handlers: || vec![Rc::new(NoDedup), receipts()],
+    },
+    Variant {
+        info: SystemInfo::mutant("dedup-by-event-only", "both handlers claim under the event id alone: the second is skipped and its receipt lost"),
         // One key for the event, whichever handler claims it.
-        "dedup-by-event-only" => vec![
-            Rc::new(Deduplicated { name: "order-placed", effect: Effect::Count }),
-            Rc::new(Deduplicated { name: "order-placed", effect: Effect::Receipt }),
-        ],
-        "dedup-separate-tx" => vec![Rc::new(SeparateTx), receipts],
-        _ => return None,
-    };
-    Some(Rc::new(CounterSystem::new(name, handlers)))
+        handlers: || {
+            vec![
+                Rc::new(Deduplicated { name: "order-placed", effect: Effect::Count }),
+                Rc::new(Deduplicated { name: "order-placed", effect: Effect::Receipt }),
+            ]
+        },
+    },
+    Variant {
+        info: SystemInfo::mutant("dedup-separate-tx", "the order counter commits its claim in a transaction of its own, before the increment"),
+        handlers: || vec![Rc::new(SeparateTx), receipts()],
+    },
+    Variant {
+        info: SystemInfo::harmless(
+            "lookup-before-claim",
+            "each handler looks its (event, handler) row up before its transaction and skips a duplicate it finds; the claim in the transaction still decides a race",
+        ),
+        handlers: || {
+            vec![
+                Rc::new(LookupFirst(Deduplicated { name: ORDER_COUNTER, effect: Effect::Count })),
+                Rc::new(LookupFirst(Deduplicated { name: RECEIPT_WRITER, effect: Effect::Receipt })),
+            ]
+        },
+    },
+];
+
+/// A handler done right, behind a lookup: when `processed_messages` already holds (event,
+/// handler) (a yield point named `lookup`), the duplicate is skipped without a transaction;
+/// otherwise the handler runs, its claim deciding between two deliveries that both found
+/// nothing.
+struct LookupFirst(Deduplicated);
+
+#[async_trait(?Send)]
+impl EventHandler for LookupFirst {
+    async fn handle(&self, cx: &mut Cx, ev: &OrderPlaced) -> Result<(), CallError> {
+        let seen = cx
+            .fetch_optional(
+                "lookup",
+                "SELECT 1 FROM processed_messages WHERE event_id = $1 AND handler = $2",
+                &[Val::Uuid(ev.event_id), Val::Text(self.0.name.into())],
+            )
+            .await?
+            .is_some();
+        if seen {
+            cx.note(format!("{} found {} handled: duplicate, no transaction", self.0.name, ev.event_id));
+            return Ok(());
+        }
+        self.0.handle(cx, ev).await
+    }
+}
+
+/// The system of the catalogue named `name`, if any.
+pub fn by_name(name: &str) -> Option<Rc<dyn System>> {
+    let v = CATALOGUE.iter().find(|v| v.info.name == name)?;
+    Some(Rc::new(CounterSystem::new(v.info.name, (v.handlers)())))
 }

@@ -167,8 +167,8 @@ impl Workload for Orders {
     }
 
     fn systems(&self) -> Vec<SystemInfo> {
-        let mut out = vec![SystemInfo { name: "reference", about: "the orders article's rules: operation ids as keys, an atomic claim with a lease, unknown outcomes reconciled" }];
-        out.extend(mutants::CATALOGUE.iter().map(|(name, about, _)| SystemInfo { name, about }));
+        let mut out = vec![SystemInfo::reference("the orders article's rules: operation ids as keys, an atomic claim with a lease, unknown outcomes reconciled")];
+        out.extend(mutants::CATALOGUE.iter().map(|v| v.info));
         out
     }
 
@@ -176,6 +176,6 @@ impl Workload for Orders {
         if name == "reference" {
             return Some(Rc::new(OrdersSystem { name: "reference", flaws: Flaws::REFERENCE }));
         }
-        mutants::CATALOGUE.iter().find(|(n, _, _)| *n == name).map(|(name, _, flaws)| Rc::new(OrdersSystem { name, flaws: *flaws }) as Rc<dyn System>)
+        mutants::CATALOGUE.iter().find(|v| v.info.name == name).map(|v| Rc::new(OrdersSystem { name: v.info.name, flaws: v.flaws }) as Rc<dyn System>)
     }
 }

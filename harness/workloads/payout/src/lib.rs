@@ -162,8 +162,8 @@ impl Workload for Payout {
     }
 
     fn systems(&self) -> Vec<SystemInfo> {
-        let mut out = vec![SystemInfo { name: "reference", about: "the payout article's design, correct under at-least-once delivery" }];
-        out.extend(mutants::CATALOGUE.iter().map(|(name, about)| SystemInfo { name, about }));
+        let mut out = vec![SystemInfo::reference("the payout article's design, correct under at-least-once delivery")];
+        out.extend(mutants::CATALOGUE.iter().map(|v| v.info));
         out
     }
 

@@ -75,6 +75,16 @@ async fn call_inline(cx: &mut Cx, op: &Operation, key: Option<String>) -> Result
 impl Handler for Consumer {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
         let ev: OrderCompleted = serde_json::from_str(&d.body).map_err(|e| CallError::Unrecoverable(format!("OrderCompleted: {e}")))?;
+        if self.flaws.inbox_lookup_first {
+            let seen = cx
+                .fetch_optional("lookup", "SELECT 1 FROM processed_messages WHERE event_id = $1", &[Val::Uuid(ev.event_id)])
+                .await?
+                .is_some();
+            if seen {
+                cx.note(format!("{} found in the inbox: duplicate, no transaction", ev.event_id));
+                return cx.delete(&d).await;
+            }
+        }
         cx.begin().await?;
         let claimed = cx
             .fetch_optional(

@@ -80,6 +80,10 @@ pub struct Flaws {
     pub look_before_retry: bool,
     /// The consumer.
     pub consumer: ConsumerRule,
+    /// Whether the consumer looks the event up in `processed_messages` before its
+    /// transaction and deletes a duplicate it finds there without opening one (harmless: the
+    /// claim in the transaction still decides a race).
+    pub inbox_lookup_first: bool,
 }
 
 impl Flaws {
@@ -91,6 +95,7 @@ impl Flaws {
         reconcile: true,
         look_before_retry: true,
         consumer: ConsumerRule::Operations,
+        inbox_lookup_first: false,
     };
 }
 

@@ -2,6 +2,7 @@
 //! the [`crate::reference::Reference`] system, and possibly its schema.
 
 mod batches;
+mod harmless;
 mod consumers;
 mod others;
 
@@ -10,8 +11,10 @@ use std::rc::Rc;
 use crate::reference::batch::{self, BatchAck, EntryId, OnFailed, OnStop};
 use crate::reference::{self, DedupProducer, DedupRetention, OutboxRelay, PayoutConsumer, SettlementProjection};
 use crate::system::*;
+use crashpoint::SystemInfo;
 
 pub use batches::*;
+pub use harmless::*;
 pub use consumers::*;
 pub use others::*;
 
@@ -105,59 +108,52 @@ pub fn schema_without_payout_unique() -> String {
     s
 }
 
-/// The mutants' names, with what each does wrong.
-pub const CATALOGUE: &[(&str, &str)] = &[
-    ("no-dedup", "no processed_message claim, and no unique constraint on the payout"),
-    ("check-then-insert", "SELECT EXISTS on the payout, then INSERT, with no unique constraint"),
-    ("redis-only-dedup", "Redis SET NX with a TTL is the only record of processed; no durable row, no unique constraint"),
-    ("dedup-separate-tx", "the dedup row commits in its own transaction before the business effect"),
-    ("key-per-attempt", "a fresh id per attempt is used as the message identity"),
-    ("ack-before-commit", "DeleteMessage is called before the transaction commits"),
-    ("relay-mark-before-send", "the relay commits published_at, then sends"),
-    ("naive-downstream", "the downstream consumer has no dedup"),
-    ("short-retention", "dedup rows are purged after 1 s, with no unique constraint on the payout"),
-    ("lock-released-on-failure", "the dispatch lock is released when the handler throws (with no-dedup)"),
-    ("skip-without-delete", "a detected duplicate returns without deleting the message"),
-    ("park-failure-acked", "writing to the failure transport fails, and the message is deleted anyway"),
-    ("relay-mark-fails-after-send", "the relay's mark errors after a successful send (with naive-downstream)"),
-    ("balance-increment", "UPDATE balance = balance + amount with no dedup record (the counter article's counter)"),
-    ("no-upstream-retry", "nothing upstream dispatches an event again: a dispatch suppressed by a dead producer's lock is lost"),
-    ("lock-without-token", "the consumer releases the dispatch lock with a plain DEL, not a compare-and-delete of its token: it deletes a later dispatch's lock"),
-    ("relay-watermark", "the relay selects rows created after the last one it published; a transaction that commits late is never published"),
-    ("batch-ignores-failed-deletes", "a batch consumer (10 per receive) ignores the entries DeleteMessageBatch reports as failed"),
-    ("batch-entry-id-identity", "a batch consumer (10 per receive) uses the event id as its DeleteMessageBatch entry id: two deliveries of one event in a batch get the whole batch rejected"),
-    ("stop-keeps-prefetched", "a batch consumer (10 per receive) asked to stop keeps the messages it has not started: they stay invisible until their visibility timeout"),
-    ("stop-drops-acks", "a batch consumer (10 per receive) asked to stop exits without deleting the messages it handled: they are delivered again"),
-    ("stop-resends-copies", "a batch consumer (10 per receive) asked to stop sends each message it has not started back as a new copy and releases the original too: copies pile up"),
+/// One system of the catalogue besides the reference: what it is, and how it is built from
+/// the reference (the roles, and possibly the schema, it replaces). Registered here only: the
+/// workload's `systems()` and `system()` both read [`CATALOGUE`].
+pub struct Variant {
+    /// Its name, what it does, and whether it must pass ([`SystemInfo::harmless`]) or be
+    /// caught ([`SystemInfo::mutant`]).
+    pub info: SystemInfo,
+    build: fn(Mutant) -> Mutant,
+}
+
+/// The catalogue: the mutants the harness must catch, each with what it does wrong, and the
+/// harmless variants it must not (they differ from the reference and are still correct).
+pub const CATALOGUE: &[Variant] = &[
+    Variant { info: SystemInfo::mutant("no-dedup", "no processed_message claim, and no unique constraint on the payout"), build: |m| m.without_payout_unique().consumer(Acked(NoDedup)) },
+    Variant { info: SystemInfo::mutant("check-then-insert", "SELECT EXISTS on the payout, then INSERT, with no unique constraint"), build: |m| m.without_payout_unique().consumer(Acked(CheckThenInsert)) },
+    Variant { info: SystemInfo::mutant("redis-only-dedup", "Redis SET NX with a TTL is the only record of processed; no durable row, no unique constraint"), build: |m| m.without_payout_unique().consumer(RedisOnlyDedup) },
+    Variant { info: SystemInfo::mutant("dedup-separate-tx", "the dedup row commits in its own transaction before the business effect"), build: |m| m.consumer(Acked(DedupSeparateTx)) },
+    Variant { info: SystemInfo::mutant("key-per-attempt", "a fresh id per attempt is used as the message identity"), build: |m| m.consumer(KeyPerAttempt) },
+    Variant { info: SystemInfo::mutant("ack-before-commit", "DeleteMessage is called before the transaction commits"), build: |m| m.consumer(AckBeforeCommit) },
+    Variant { info: SystemInfo::mutant("relay-mark-before-send", "the relay commits published_at, then sends"), build: |m| m.relay(MarkBeforeSend) },
+    Variant { info: SystemInfo::mutant("naive-downstream", "the downstream consumer has no dedup"), build: |m| m.downstream(NaiveDownstream) },
+    Variant { info: SystemInfo::mutant("short-retention", "dedup rows are purged after 1 s, with no unique constraint on the payout"), build: |m| m.without_payout_unique().consumer(Acked(DedupTableOnly)).retention(ShortRetention) },
+    Variant { info: SystemInfo::mutant("lock-released-on-failure", "the dispatch lock is released when the handler throws (with no-dedup)"), build: |m| m.without_payout_unique().consumer(LockReleasedOnFailure) },
+    Variant { info: SystemInfo::mutant("skip-without-delete", "a detected duplicate returns without deleting the message"), build: |m| m.consumer(SkipWithoutDelete) },
+    Variant { info: SystemInfo::mutant("park-failure-acked", "writing to the failure transport fails, and the message is deleted anyway"), build: |m| m.consumer(ParkFailureAcked) },
+    Variant { info: SystemInfo::mutant("relay-mark-fails-after-send", "the relay's mark errors after a successful send (with naive-downstream)"), build: |m| m.relay(MarkFailsAfterSend::default()).downstream(NaiveDownstream) },
+    Variant { info: SystemInfo::mutant("balance-increment", "UPDATE balance = balance + amount with no dedup record (the counter article's counter)"), build: |m| m.consumer(Acked(BalanceIncrement)) },
+    Variant { info: SystemInfo::mutant("no-upstream-retry", "nothing upstream dispatches an event again: a dispatch suppressed by a dead producer's lock is lost"), build: |m| m.without_upstream_retry() },
+    Variant { info: SystemInfo::mutant("lock-without-token", "the consumer releases the dispatch lock with a plain DEL, not a compare-and-delete of its token: it deletes a later dispatch's lock"), build: |m| m.consumer(LockWithoutToken) },
+    Variant { info: SystemInfo::mutant("relay-watermark", "the relay selects rows created after the last one it published; a transaction that commits late is never published"), build: |m| m.with_table(WATERMARK_SQL).relay(WatermarkRelay) },
+    Variant { info: SystemInfo::mutant("batch-ignores-failed-deletes", "a batch consumer (10 per receive) ignores the entries DeleteMessageBatch reports as failed"), build: |m| m.consumer(BatchConsumer(BatchAck { on_failed: OnFailed::Ignore, ..batch::REFERENCE })) },
+    Variant { info: SystemInfo::mutant("batch-entry-id-identity", "a batch consumer (10 per receive) uses the event id as its DeleteMessageBatch entry id: two deliveries of one event in a batch get the whole batch rejected"), build: |m| m.consumer(BatchConsumer(BatchAck { entry_id: EntryId::Identity, ..batch::REFERENCE })) },
+    Variant { info: SystemInfo::mutant("stop-keeps-prefetched", "a batch consumer (10 per receive) asked to stop keeps the messages it has not started: they stay invisible until their visibility timeout"), build: |m| m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::KeepPrefetched, ..batch::REFERENCE })) },
+    Variant { info: SystemInfo::mutant("stop-drops-acks", "a batch consumer (10 per receive) asked to stop exits without deleting the messages it handled: they are delivered again"), build: |m| m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::DropAcks, ..batch::REFERENCE })) },
+    Variant { info: SystemInfo::mutant("stop-resends-copies", "a batch consumer (10 per receive) asked to stop sends each message it has not started back as a new copy and releases the original too: copies pile up"), build: |m| m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::ResendCopies, ..batch::REFERENCE })) },
+    Variant {
+        info: SystemInfo::harmless(
+            "inbox-lookup-first",
+            "looks the event up in processed_message before its transaction and skips a duplicate it finds there; the claim in the transaction still guards the race",
+        ),
+        build: |m| m.consumer(InboxLookupFirst),
+    },
 ];
 
-/// The mutant named `name`, if any.
+/// The system of the catalogue named `name`, if any.
 pub fn by_name(name: &str) -> Option<Rc<dyn PayoutSystem>> {
-    let m = Mutant::new(CATALOGUE.iter().find(|(n, _)| *n == name)?.0);
-    let m = match name {
-        "no-dedup" => m.without_payout_unique().consumer(Acked(NoDedup)),
-        "check-then-insert" => m.without_payout_unique().consumer(Acked(CheckThenInsert)),
-        "redis-only-dedup" => m.without_payout_unique().consumer(RedisOnlyDedup),
-        "dedup-separate-tx" => m.consumer(Acked(DedupSeparateTx)),
-        "key-per-attempt" => m.consumer(KeyPerAttempt),
-        "ack-before-commit" => m.consumer(AckBeforeCommit),
-        "relay-mark-before-send" => m.relay(MarkBeforeSend),
-        "naive-downstream" => m.downstream(NaiveDownstream),
-        "short-retention" => m.without_payout_unique().consumer(Acked(DedupTableOnly)).retention(ShortRetention),
-        "lock-released-on-failure" => m.without_payout_unique().consumer(LockReleasedOnFailure),
-        "skip-without-delete" => m.consumer(SkipWithoutDelete),
-        "park-failure-acked" => m.consumer(ParkFailureAcked),
-        "relay-mark-fails-after-send" => m.relay(MarkFailsAfterSend::default()).downstream(NaiveDownstream),
-        "balance-increment" => m.consumer(Acked(BalanceIncrement)),
-        "no-upstream-retry" => m.without_upstream_retry(),
-        "lock-without-token" => m.consumer(LockWithoutToken),
-        "relay-watermark" => m.with_table(WATERMARK_SQL).relay(WatermarkRelay),
-        "batch-ignores-failed-deletes" => m.consumer(BatchConsumer(BatchAck { on_failed: OnFailed::Ignore, ..batch::REFERENCE })),
-        "batch-entry-id-identity" => m.consumer(BatchConsumer(BatchAck { entry_id: EntryId::Identity, ..batch::REFERENCE })),
-        "stop-keeps-prefetched" => m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::KeepPrefetched, ..batch::REFERENCE })),
-        "stop-drops-acks" => m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::DropAcks, ..batch::REFERENCE })),
-        "stop-resends-copies" => m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::ResendCopies, ..batch::REFERENCE })),
-        _ => return None,
-    };
-    Some(Rc::new(m))
+    let v = CATALOGUE.iter().find(|v| v.info.name == name)?;
+    Some(Rc::new((v.build)(Mutant::new(v.info.name))))
 }
