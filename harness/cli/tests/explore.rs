@@ -30,7 +30,7 @@ fn check_then_insert_is_caught_and_shrinks_to_at_most_8_decisions() {
     assert!(!again.passed());
     assert_eq!(again.trace, f.minimal.trace);
     // The case seed regenerates the original schedule.
-    assert_eq!(explore::generate(&s, f.case_seed.unwrap()).unwrap(), f.original);
+    assert_eq!(explore::generate(&s, &Default::default(), f.case_seed.unwrap()).unwrap(), f.original);
 }
 
 #[test]
@@ -67,7 +67,7 @@ fn reference_passes_generated_schedules_with_postgresql_outcome_faults() {
     // generated schedules that arm one until each has taken a statement, as the trace shows.
     let mut fired = [(pg::COMMIT_REPLY_LOST, false), (pg::CONNECTION_RESET, false)];
     let armed = (0..60u64)
-        .map(|i| explore::generate(&s, explore::case_seed(opts.seed, i)).unwrap())
+        .map(|i| explore::generate(&s, &Default::default(), explore::case_seed(opts.seed, i)).unwrap())
         .filter(|g| g.decisions.iter().any(|d| matches!(d, crashpoint::schedule::Decision::Pg(_))));
     for g in armed.take(20) {
         let o = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, Some(&g)).unwrap();

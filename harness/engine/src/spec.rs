@@ -8,7 +8,40 @@ use uuid::Uuid;
 
 /// A crash point: a named place in worker code between two service calls, declared by the
 /// workload (e.g. `after_commit`), used in schedules (`c1:crash@after_commit`) and traces.
+/// Every call boundary is one too, declared or not ([`after_call`]).
 pub type CrashPoint = &'static str;
+
+/// The crash point at the boundary after a call labelled `label`: `after_<label>`
+/// (`after_commit`, `after_insert_outbox`). Every call a worker makes has one, with no
+/// declaration: `crash@after_<label>` kills the worker once that call completed and before
+/// its next, `fail@after_<label>` replaces its next call with an injected failure. A declared
+/// crash point of the same name is the same place when the code marks it right after the call.
+pub fn after_call(label: &str) -> CrashPoint {
+    intern(&format!("{AFTER_CALL_PREFIX}{label}"))
+}
+
+/// The prefix of a call boundary's name ([`after_call`]).
+pub const AFTER_CALL_PREFIX: &str = "after_";
+
+/// Whether `cp` is the call boundary after a call labelled `label`.
+pub fn is_after_call(cp: &str, label: &str) -> bool {
+    cp.strip_prefix(AFTER_CALL_PREFIX) == Some(label)
+}
+
+/// `s` as a `&'static str`, allocated once per distinct text: crash point names read from a
+/// schedule's text or made from call labels. The set is bounded by the labels a workload uses.
+pub fn intern(s: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static TABLE: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut t = TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = t.get(s) {
+        return s;
+    }
+    let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
+    t.insert(leaked);
+    leaked
+}
 
 /// SQS's default message retention period: 4 days, in s (`MessageRetentionPeriod`, 60 s to
 /// 1,209,600 s = 14 days; AWS SQS Developer Guide, "Amazon SQS queue types" and

@@ -405,6 +405,9 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
     if args.all_faults {
         s = s.with_all_faults();
     }
+    // `Some(seed)`: the schedule is generated once the services run (the menu may hold the
+    // calls a run with no decision makes, `[explore] call_boundaries`).
+    let mut generate_with: Option<u64> = None;
     let schedule = match (&args.schedule, args.seed) {
         (Some(text), _) => {
             let vocabulary = crate::schedule::Vocabulary::of(s.workload.as_ref());
@@ -415,11 +418,14 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
             }
             schedule
         }
-        (None, Some(seed)) if s.explore.is_some() => explore::generate(&s, seed)?,
+        (None, Some(seed)) if s.explore.is_some() => {
+            generate_with = Some(seed);
+            crate::schedule::Schedule::default()
+        }
         (None, Some(_)) => bail!("--seed regenerates schedules of exploration scenarios; {} is scripted", s.name),
         (None, None) => s.schedule.clone(),
     };
-    if schedule != s.schedule {
+    if schedule != s.schedule || generate_with.is_some() {
         // The file's `expect_trace` describes its own schedule; another one is judged by the
         // invariants alone.
         s.expect_trace.clear();
@@ -428,6 +434,10 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
     let dir = ReportDir::create(&args.report_dir)?;
     let started = Instant::now();
     with_services(rt, opts, |endpoints| {
+        let schedule = match generate_with {
+            Some(seed) => explore::generate(&s, &explore::call_boundaries(endpoints, system.clone(), &s)?, seed)?,
+            None => schedule,
+        };
         println!("== {}: {}", s.name, s.description);
         let o = run_scenario(endpoints, system.clone(), &s, Some(&schedule))?;
         print::outcome(&s, &o);

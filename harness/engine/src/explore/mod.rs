@@ -92,8 +92,38 @@ pub fn case_seed(seed: u64, index: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn menu(s: &Scenario) -> Menu {
+/// Per role prefix, the boundaries after the calls its workers make: what
+/// `[explore] call_boundaries` adds to the menu ([`Menu::calls`]).
+pub type Calls = std::collections::BTreeMap<String, Vec<crate::spec::CrashPoint>>;
+
+/// The call boundaries of scenario `s` on `system` when its `[explore]` table asks for them
+/// (`call_boundaries = true`; empty otherwise): per role that may crash (not a periodic one),
+/// `after_<label>` for each call its workers make when the scenario runs with no decision, the
+/// drain alone, in the order first made. Deterministic as every run is: the same for every
+/// slot, shard and `repro --seed`. Errors: the services'.
+pub fn call_boundaries(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario) -> Result<Calls> {
+    let mut calls = Calls::new();
+    if !s.explore.as_ref().is_some_and(|e| e.call_boundaries) {
+        return Ok(calls);
+    }
+    let roles = s.workload.roles();
+    let o = run_scenario(endpoints, system, s, Some(&Schedule::default()))?;
+    for step in o.history.steps() {
+        let Some(role) = crate::spec::role_of(&roles, &step.worker).filter(|r| r.kind != crate::spec::RoleKind::Periodic) else {
+            continue;
+        };
+        let cp = crate::spec::after_call(&step.op);
+        let points = calls.entry(role.prefix.to_string()).or_default();
+        if !points.contains(&cp) {
+            points.push(cp);
+        }
+    }
+    Ok(calls)
+}
+
+fn menu(s: &Scenario, calls: &Calls) -> Menu {
     Menu {
+        calls: calls.clone(),
         workers: s.workers.clone(),
         events: s.event_names.clone(),
         decisions_max: s.explore.as_ref().map(|e| e.decisions_max).unwrap_or(24),
@@ -123,9 +153,10 @@ fn runner_for(case_seed: u64) -> TestRunner {
     TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
 }
 
-/// The schedule generated for `case_seed` in scenario `s` (what `repro --seed` runs).
-pub fn generate(s: &Scenario, case_seed: u64) -> Result<Schedule> {
-    let tree = schedules(&menu(s)).new_tree(&mut runner_for(case_seed)).map_err(|e| anyhow::anyhow!("{e}"))?;
+/// The schedule generated for `case_seed` in scenario `s` with the call boundaries `calls`
+/// ([`call_boundaries`]; what `repro --seed` runs).
+pub fn generate(s: &Scenario, calls: &Calls, case_seed: u64) -> Result<Schedule> {
+    let tree = schedules(&menu(s, calls)).new_tree(&mut runner_for(case_seed)).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(tree.current())
 }
 
@@ -201,7 +232,9 @@ fn explore_on<'e>(
     }
     let mut failure = None;
     let system = ex.system.clone();
-    slots::run_cases(endpoints, &system, s, opts, started, board, |ran| {
+    let calls = call_boundaries(endpoints, system.clone(), s)?;
+    ex.stats.calls_on_menu = calls.values().map(Vec::len).sum();
+    slots::run_cases(endpoints, &system, s, opts, &calls, started, board, |ran| {
         ex.stats.cases.push(Case { index: ran.index, case_seed: ran.seed, schedule: stats::schedule_id(&ran.schedule) });
         ex.stats.record(&ran.outcome);
         progress(&ex.stats);

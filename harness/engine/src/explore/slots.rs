@@ -17,7 +17,7 @@ use proptest::strategy::{Strategy, ValueTree};
 
 use super::board::{Board, Work};
 use super::reorder::InOrder;
-use super::{case_seed, first_divergence, menu, runner_for, Options};
+use super::{case_seed, first_divergence, menu, runner_for, Calls, Options};
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
 use crate::schedule::{schedules, Schedule};
 use crate::services::Endpoints;
@@ -49,6 +49,8 @@ struct Shared {
     next: AtomicU64,
     stop_at: AtomicU64,
     opts: Options,
+    /// The call boundaries on the menu ([`super::call_boundaries`]).
+    calls: Calls,
     started: Instant,
 }
 
@@ -74,7 +76,7 @@ impl Shared {
 /// One slot: runs the cases it takes until none is left, handing each result to `sink`
 /// (which returns `false` when nobody listens any more).
 fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Shared, mut sink: impl FnMut(u64, Result<Ran>) -> bool) {
-    let strategy = schedules(&menu(s));
+    let strategy = schedules(&menu(s, &shared.calls));
     while let Some(index) = shared.take() {
         let seed = case_seed(shared.opts.seed, index);
         // A panic (in a workload's handler, say) is this case's error, handed over in case
@@ -141,11 +143,12 @@ pub(super) fn run_cases<'e>(
     system: &Rc<dyn System>,
     s: &'e Scenario,
     opts: &Options,
+    calls: &Calls,
     started: Instant,
     board: Option<&Board<'e>>,
     each: impl FnMut(Ran) -> Result<bool>,
 ) -> Result<()> {
-    let shared = Arc::new(Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts: opts.clone(), started });
+    let shared = Arc::new(Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts: opts.clone(), calls: calls.clone(), started });
     let mut order = Consumer { order: InOrder::new(), done: None, shared: &shared, each };
     let name = system.name().to_string();
     let parallel = parallel_ok(system.as_ref(), s);

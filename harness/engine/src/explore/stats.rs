@@ -64,6 +64,9 @@ pub struct Stats {
     pub faults: BTreeMap<String, u64>,
     /// The workload's crash points, in pipeline order (the rows of the coverage table).
     pub points: Vec<CrashPoint>,
+    /// Call boundaries the menu held beside the declared crash points
+    /// (`[explore] call_boundaries`), over every role.
+    pub calls_on_menu: usize,
 }
 
 /// Key in [`Stats::faults`]: schedules in which a dispatch attempt sent nothing (suppressed by a

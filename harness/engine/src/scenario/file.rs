@@ -42,6 +42,12 @@ pub struct ExploreSpec {
     /// which schedules a run seed generates.
     #[serde(default)]
     pub worker_weights: std::collections::BTreeMap<String, u32>,
+    /// Put the boundary after every call a role makes (`crash@after_<call>`,
+    /// `fail@after_<call>`, [`crate::spec::after_call`]) on the menu, beside its declared crash
+    /// points (default false). The calls are those each role makes when the scenario runs with
+    /// no decision (the drain alone), found once per exploration and for `repro --seed`.
+    #[serde(default)]
+    pub call_boundaries: bool,
     /// Set by `--all-faults` ([`Scenario::with_all_faults`]), never by the file: every engine
     /// fault the scenario's workers can take is on the menu, and repro commands say so.
     #[serde(skip)]

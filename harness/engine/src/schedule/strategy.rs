@@ -55,6 +55,10 @@ pub struct Menu {
     /// second, third or fourth held call (`c1/2`) instead of the first. Empty: every step is as
     /// before the field existed.
     pub concurrent: Vec<String>,
+    /// Per role prefix, the boundaries after its calls (`after_commit`) that join its
+    /// declared crash points on the menu (`[explore] call_boundaries`). Empty: the menu is as
+    /// before the field existed.
+    pub calls: BTreeMap<String, Vec<CrashPoint>>,
     /// The most logical time a generated schedule's ticks add up to, ms
     /// ([`clock_max_ms`] of the queues' shortest retention): a tick that would pass it is
     /// left out, so that exploration never holds a message past its queue's retention,
@@ -76,9 +80,16 @@ impl Menu {
     }
 
     fn points_of(&self, worker: &str) -> Vec<CrashPoint> {
-        role_of(&self.vocabulary.roles, worker)
-            .map(|r| r.points.to_vec())
-            .unwrap_or_default()
+        let Some(role) = role_of(&self.vocabulary.roles, worker) else {
+            return Vec::new();
+        };
+        let mut points = role.points.to_vec();
+        for cp in self.calls.get(role.prefix).into_iter().flatten() {
+            if !points.contains(cp) {
+                points.push(cp);
+            }
+        }
+        points
     }
 
     fn worker_weight(&self, worker: &str) -> u64 {
@@ -299,6 +310,7 @@ mod tests {
             applied: vec!["commit".into()],
             worker_weights: BTreeMap::new(),
             vocabulary: crate::schedule::text::tests::vocabulary(),
+            calls: BTreeMap::new(),
             clock_max_ms: clock_max_ms(crate::spec::DEFAULT_RETENTION_S * 1000),
             concurrent: vec![],
         }

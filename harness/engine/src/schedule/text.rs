@@ -19,6 +19,12 @@ pub struct Vocabulary {
     pub providers: Vec<&'static str>,
 }
 
+/// Whether `label` can be a call's label: lower-case letters, digits and `_`, starting with a
+/// letter (`commit`, `insert_outbox`, `delete_batch`).
+fn is_call_label(label: &str) -> bool {
+    label.starts_with(|c: char| c.is_ascii_lowercase()) && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
 impl Vocabulary {
     /// Every crash point, in role order, without repeats.
     pub fn points(&self) -> Vec<CrashPoint> {
@@ -31,15 +37,22 @@ impl Vocabulary {
         out
     }
 
-    /// The crash point named `name`. Errors: an unknown name, listing the known ones.
+    /// The crash point named `name`: a declared one, or the boundary after a call,
+    /// `after_<call label>` ([`crate::spec::after_call`]), which every call has. A call label
+    /// is only known when a worker makes the call: a boundary no worker reaches is reported
+    /// when the schedule runs. Errors: any other name, listing the declared ones.
     pub fn point(&self, name: &str) -> Result<CrashPoint, String> {
         let all = self.points();
-        all.iter().copied().find(|p| *p == name).ok_or_else(|| {
-            format!(
-                "unknown crash point `{name}`; expected one of {}",
+        if let Some(p) = all.iter().copied().find(|p| *p == name) {
+            return Ok(p);
+        }
+        match name.strip_prefix(crate::spec::AFTER_CALL_PREFIX) {
+            Some(label) if is_call_label(label) => Ok(crate::spec::after_call(label)),
+            _ => Err(format!(
+                "unknown crash point `{name}`; expected one of {}, or `after_<call>` for the boundary after any call (`after_commit`)",
                 all.join(", ")
-            )
-        })
+            )),
+        }
     }
 
     fn worker_forms(&self) -> String {
@@ -319,12 +332,18 @@ pub(crate) mod tests {
 
     #[test]
     fn errors_name_line_column_and_expectation() {
-        let e = parse("c1:recv\n  c2:crash@after_lunch").unwrap_err();
+        let e = parse("c1:recv\n  c2:crash@lunch").unwrap_err();
         assert_eq!((e.line, e.column), (2, 3));
         assert!(
-            e.message.contains("unknown crash point `after_lunch`"),
+            e.message.contains("unknown crash point `lunch`") && e.message.contains("`after_<call>`"),
             "{e}"
         );
+        // The boundary after any call is a crash point, declared or not: a call label no
+        // worker makes is reported when the schedule runs.
+        let s = parse("c2:crash@after_lunch c2:fail@after_insert_outbox").unwrap();
+        assert_eq!(s.decisions[0], Decision::Crash { worker: "c2".into(), at: Some("after_lunch") });
+        assert_eq!(s.to_string(), "c2:crash@after_lunch c2:fail@after_insert_outbox");
+        assert!(parse("c2:crash@after_Lunch").is_err() && parse("c2:crash@after_").is_err());
         let e = parse("tick:5 x9").unwrap_err();
         assert!(e.message.contains("unit must be"), "{e}");
         let e = parse("c1 zz").unwrap_err();

@@ -73,6 +73,10 @@ pub struct Mailbox {
     pub idle: bool,
     /// Crash points passed (for coverage).
     pub passed: Vec<CrashPoint>,
+    /// The label of the last call the worker completed since its host started (`claim`): it
+    /// stands at the call boundary `after_<label>` ([`crate::spec::after_call`]) until its
+    /// next call, whether or not its code marks a crash point there.
+    pub last_call: Option<&'static str>,
     /// Whether it has made no call since its loop started a new cycle (a receive, a poll, a
     /// dispatch): parked there after an idle cycle, it is quiescent.
     pub at_cycle_start: bool,
@@ -156,8 +160,24 @@ impl Mailbox {
     /// Takes the failure armed at crash point `at` (`fail@at`), if any: the call made from
     /// there fails instead of going to its service.
     pub fn take_armed_failure(&mut self, at: Option<CrashPoint>) -> Option<CrashPoint> {
-        let i = at.and_then(|cp| self.armed_failures.iter().position(|c| *c == cp))?;
+        let i = self.armed_failures.iter().position(|c| Some(*c) == at || self.after_last_call(c))?;
         Some(self.armed_failures.remove(i))
+    }
+
+    /// Whether `cp` names the call boundary the worker stands at, `after_<label of its last
+    /// call>` ([`Mailbox::last_call`]).
+    pub fn after_last_call(&self, cp: &str) -> bool {
+        self.last_call.is_some_and(|op| crate::spec::is_after_call(cp, op))
+    }
+
+    /// Whether the worker stands at crash point `cp`: waiting at a yield point (or for work)
+    /// where its code marked `cp`, or right after a call labelled so that `cp` is its
+    /// boundary (`after_commit` after the call `commit`).
+    pub fn stands_at(&self, cp: CrashPoint) -> bool {
+        match self.status {
+            Status::Parked { at, .. } | Status::Waiting { at } => at == Some(cp) || self.after_last_call(cp),
+            _ => false,
+        }
     }
 
     /// Whether this is a concurrent external worker's slot with calls held or in flight.
@@ -215,6 +235,7 @@ impl Mailbox {
             blocked_by: None,
             idle: false,
             passed: Vec::new(),
+            last_call: None,
             at_cycle_start: false,
             fatal: None,
             backend_pids: Vec::new(),

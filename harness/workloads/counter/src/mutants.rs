@@ -74,6 +74,13 @@ pub const CATALOGUE: &[Variant] = &[
         handlers: || vec![Rc::new(SeparateTx), receipts()],
     },
     Variant {
+        info: SystemInfo::mutant(
+            "read-then-write-count",
+            "the order counter reads the customer's count, then writes it back plus one: two orders of one customer handled at once count once (a lost update, between two calls with no crash point marked)",
+        ),
+        handlers: || vec![Rc::new(ReadThenWrite), receipts()],
+    },
+    Variant {
         info: SystemInfo::harmless(
             "lookup-before-claim",
             "each handler looks its (event, handler) row up before its transaction and skips a duplicate it finds; the claim in the transaction still decides a race",
@@ -86,6 +93,37 @@ pub const CATALOGUE: &[Variant] = &[
         },
     },
 ];
+
+/// The order counter with its claim, and a read-modify-write for its effect: the count read
+/// (a yield point named `read_count`), then written back plus one (`write_count`). Under READ
+/// COMMITTED, a second worker that read the same count before the first committed overwrites
+/// its increment (PostgreSQL, "Transaction Isolation": a lost update). Its window lies between
+/// two calls, where the code marks no crash point.
+struct ReadThenWrite;
+
+#[async_trait(?Send)]
+impl EventHandler for ReadThenWrite {
+    async fn handle(&self, cx: &mut Cx, ev: &OrderPlaced) -> Result<(), CallError> {
+        use sqlx::Row;
+        cx.begin().await?;
+        let claimed = claim(cx, ev, ORDER_COUNTER).await?;
+        cx.crash_point(points::AFTER_CLAIM);
+        if claimed {
+            let row = cx
+                .fetch_optional("read_count", "SELECT order_count FROM customer_stats WHERE customer_id = $1", &[Val::Uuid(ev.customer_id)])
+                .await?;
+            let n: i64 = row.map(|r| r.try_get(0)).transpose()?.unwrap_or(0);
+            cx.execute(
+                "write_count",
+                "INSERT INTO customer_stats (customer_id, order_count) VALUES ($1, $2) \
+                 ON CONFLICT (customer_id) DO UPDATE SET order_count = EXCLUDED.order_count",
+                &[Val::Uuid(ev.customer_id), Val::I64(n + 1)],
+            )
+            .await?;
+        }
+        cx.commit().await
+    }
+}
 
 /// A handler done right, behind a lookup: when `processed_messages` already holds (event,
 /// handler) (a yield point named `lookup`), the duplicate is skipped without a transaction;

@@ -32,6 +32,11 @@ pub const CATALOGUE: &[Variant] = &[
     mutant("no-reconciliation", "no reconciliation job: an unknown outcome stays unknown forever", Flaws { reconcile: false, ..R }),
     mutant("all-or-nothing", "every step inline in the handler's transaction: when the export fails, the retry sends the email again", Flaws { consumer: ConsumerRule::AllOrNothing, ..R }),
     mutant("flag-claim", "the charge claimed by `payment_started` alone, with no operation record: a crash after the gateway accepted cannot be recovered", Flaws { consumer: ConsumerRule::FlagClaim, ..R }),
+    mutant(
+        "operations-after-commit",
+        "the claim and the local effects commit, then the operation records in a transaction of their own: a crash between the two commits, where no crash point is marked, loses the charge, the export and the email",
+        Flaws { consumer: ConsumerRule::OperationsAfterCommit, ..R },
+    ),
     Variant {
         info: SystemInfo::harmless(
             "inbox-lookup-first",

@@ -280,6 +280,7 @@ impl Cx {
         w.mailbox(&self.me).in_pg = false;
         w.mailbox(&self.me).in_net = false;
         let t_ms = w.now_ms;
+        w.mailbox(&self.me).last_call = Some(op);
         w.mailbox(&self.me).completed =
             vec![Step { t_ms, worker: self.me.clone(), op: op.to_string(), service, at, outcome, idle: false, facts, unit: None }];
     }

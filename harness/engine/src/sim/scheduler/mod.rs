@@ -405,6 +405,7 @@ impl<'a> Run<'a> {
                     if let Err(e) = self.run_to(worker, *cp) {
                         return self.arm_instead(worker, *cp, "crash", e);
                     }
+                    self.aim(worker, cp);
                 }
                 self.crash(worker)
             }
@@ -573,9 +574,7 @@ impl<'a> Run<'a> {
 
     /// Steps `w` until it stands at crash point `cp`.
     fn run_to(&mut self, w: &str, cp: CrashPoint) -> Result<()> {
-        self.run_until(w, &format!("crash point {cp}"), |s| {
-            matches!(s.status, Status::Parked { at: Some(c), .. } | Status::Waiting { at: Some(c) } if c == cp)
-        })
+        self.run_until(w, &format!("crash point {cp}"), |s| s.stands_at(cp))
     }
 
     fn run_until(&mut self, w: &str, what: &str, done: impl Fn(&Mailbox) -> bool) -> Result<()> {
@@ -644,6 +643,17 @@ impl<'a> Run<'a> {
 
     fn crash(&mut self, w: &str) -> Result<()> {
         self.kill(w, false)
+    }
+
+    /// Names `cp` as the crash point parked worker `w` stands at, when it stands there only as
+    /// the boundary after its last call (no point marked in its code): the crash is then
+    /// recorded, and traced, at `cp`.
+    fn aim(&mut self, w: &str, cp: CrashPoint) {
+        self.with_slot(w, |s| {
+            if let Status::Parked { at, .. } | Status::Waiting { at } = &mut s.status {
+                *at = Some(cp);
+            }
+        });
     }
 
     /// `c1:stop`: asks handler `w` to stop ([`crate::sim::cx::Cx::stop_requested`]), runs it
@@ -768,6 +778,7 @@ impl<'a> Run<'a> {
             s.granted = false;
             s.armed_failures.clear();
             s.armed_crashes.clear();
+            s.last_call = None;
         });
         self.history.entries.push(Entry::Restart {
             t_ms: self.now(),

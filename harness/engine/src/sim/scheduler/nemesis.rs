@@ -56,16 +56,12 @@ impl Run<'_> {
         let due = self.workers.iter().find_map(|w| {
             let mut world = self.world.borrow_mut();
             let slot = world.mailbox(w);
-            let at = match slot.status {
-                Status::Parked { at: Some(cp), .. } | Status::Waiting { at: Some(cp) } => cp,
-                _ => return None,
-            };
-            let i = slot.armed_crashes.iter().position(|c| *c == at)?;
-            slot.armed_crashes.remove(i);
-            Some((w.clone(), at))
+            let i = slot.armed_crashes.iter().position(|c| slot.stands_at(c))?;
+            Some((w.clone(), slot.armed_crashes.remove(i)))
         });
         let Some((w, cp)) = due else { return Ok(()) };
         self.fault(FaultEvent::ArmedFires { worker: w.clone(), at: cp }, vec![]);
+        self.aim(&w, cp);
         self.crash(&w)
     }
 

@@ -405,6 +405,7 @@ impl WireWorker {
         let t_ms = w.now_ms;
         let slot = w.mailbox(&self.me);
         slot.in_pg = false;
+        slot.last_call = Some(op);
         if let Some(cp) = self.at.get() {
             slot.passed.push(cp);
         }

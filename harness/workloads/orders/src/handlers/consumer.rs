@@ -104,6 +104,13 @@ impl Handler for Consumer {
                     record(cx, &ev, &Purpose::ALL, &["pending"; 3], &[String::new(), String::new(), String::new()]).await?
                 }
                 ConsumerRule::FlagClaim => record(cx, &ev, &[Purpose::Email, Purpose::Export], &["pending"; 2], &[String::new(), String::new()]).await?,
+                ConsumerRule::OperationsAfterCommit => {
+                    // No crash point marked between the two transactions: only the boundary
+                    // after the first `commit` reaches the window.
+                    cx.commit().await?;
+                    cx.begin().await?;
+                    record(cx, &ev, &Purpose::ALL, &["pending"; 3], &[String::new(), String::new(), String::new()]).await?
+                }
                 ConsumerRule::AllOrNothing => {
                     // Every step inline, inside the transaction: the email without a key of
                     // its own (the execution has no operation identity to give it).

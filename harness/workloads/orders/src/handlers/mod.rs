@@ -61,6 +61,9 @@ pub enum ConsumerRule {
     AllOrNothing,
     /// The charge inline after the commit, claimed by `payment_started` alone.
     FlagClaim,
+    /// The claim and the local effects commit, then the operation records commit in a
+    /// transaction of their own: a crash between the two commits loses the operations.
+    OperationsAfterCommit,
 }
 
 /// The rules a system follows; [`Flaws::REFERENCE`] gets them all right.

@@ -128,6 +128,31 @@ impl Body for DedupSeparateTx {
     }
 }
 
+/// `outbox-in-second-tx`: the claim and the payout commit together, then the outbox row
+/// commits in a transaction of its own. A crash between the two commits (a window between two
+/// calls, `commit` and `begin`, where the code marks no crash point) loses the
+/// `MerchantPayoutCreated` event for good: every retry finds the claim and skips the event.
+pub struct OutboxInSecondTx;
+
+#[async_trait(?Send)]
+impl Body for OutboxInSecondTx {
+    async fn body(&self, cx: &mut Cx, ev: &PaymentCaptured, _: &Delivery) -> Result<(), CallError> {
+        cx.begin().await?;
+        if !claim(cx, CONSUMER, ev.event_id).await? {
+            cx.note(format!("{} already processed: duplicate, no effect", ev.event_id));
+            return cx.commit().await;
+        }
+        cx.crash_point(points::AFTER_CLAIM);
+        let payout = insert_payout(cx, ev, true).await?;
+        cx.crash_point(points::AFTER_BUSINESS_INSERT);
+        let id = payout.ok_or_else(|| CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id)))?;
+        cx.commit().await?;
+        cx.begin().await?;
+        insert_outbox(cx, ev, id).await?;
+        cx.commit().await
+    }
+}
+
 /// `key-per-attempt`: a fresh id per attempt serves as the message identity, for the claim and
 /// the outbox causation (the payout article: "Generating it inside the handler defeats the entire
 /// design"). The id is derived from the worker and the receive count, so traces stay

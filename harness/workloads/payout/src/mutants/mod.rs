@@ -144,6 +144,13 @@ pub const CATALOGUE: &[Variant] = &[
     Variant { info: SystemInfo::mutant("stop-drops-acks", "a batch consumer (10 per receive) asked to stop exits without deleting the messages it handled: they are delivered again"), build: |m| m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::DropAcks, ..batch::REFERENCE })) },
     Variant { info: SystemInfo::mutant("stop-resends-copies", "a batch consumer (10 per receive) asked to stop sends each message it has not started back as a new copy and releases the original too: copies pile up"), build: |m| m.consumer(BatchConsumer(BatchAck { on_stop: OnStop::ResendCopies, ..batch::REFERENCE })) },
     Variant {
+        info: SystemInfo::mutant(
+            "outbox-in-second-tx",
+            "the claim and the payout commit, then the outbox row commits in a transaction of its own: a crash between the two commits, where no crash point is marked, loses the event",
+        ),
+        build: |m| m.consumer(Acked(OutboxInSecondTx)),
+    },
+    Variant {
         info: SystemInfo::harmless(
             "inbox-lookup-first",
             "looks the event up in processed_message before its transaction and skips a duplicate it finds there; the claim in the transaction still guards the race",
