@@ -14,6 +14,7 @@ mod each;
 mod regressions;
 mod shard;
 mod shrink;
+mod signal;
 mod slots;
 mod stats;
 

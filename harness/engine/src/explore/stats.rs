@@ -67,7 +67,17 @@ pub struct Stats {
     /// Call boundaries the menu held beside the declared crash points
     /// (`[explore] call_boundaries`), over every role.
     pub calls_on_menu: usize,
+    /// The abstract coverage signal reached so far: the distinct elements of every
+    /// schedule's [`super::signal::signal`].
+    pub signal: std::collections::BTreeSet<String>,
+    /// The size of [`Stats::signal`] after every [`SIGNAL_EVERY`] schedules, in order.
+    pub signal_growth: Vec<usize>,
+    /// The workload's roles, for the signal's role names.
+    pub roles: Vec<crate::spec::RoleSpec>,
 }
+
+/// Schedules between two samples of [`Stats::signal_growth`].
+pub const SIGNAL_EVERY: u64 = 100;
 
 /// Key in [`Stats::faults`]: schedules in which a dispatch attempt sent nothing (suppressed by a
 /// lock, or the producer crashed before SendMessage).
@@ -107,12 +117,16 @@ fn dispatch_sent_nothing(history: &crate::sim::history::History) -> bool {
 impl Stats {
     /// Empty counters for a scenario of `workload`.
     pub fn new(workload: &dyn crate::workload::Workload) -> Stats {
-        Stats { points: crate::schedule::Vocabulary::of(workload).points(), ..Stats::default() }
+        Stats { points: crate::schedule::Vocabulary::of(workload).points(), roles: workload.roles(), ..Stats::default() }
     }
 
     /// Adds one schedule's outcome.
     pub fn record(&mut self, o: &ScenarioOutcome) {
         self.schedules += 1;
+        self.signal.extend(super::signal::signal(&o.history, &self.roles));
+        if self.schedules % SIGNAL_EVERY == 0 {
+            self.signal_growth.push(self.signal.len());
+        }
         self.calls.pg += o.calls.pg;
         self.calls.sqs += o.calls.sqs;
         self.calls.redis += o.calls.redis;
@@ -179,7 +193,27 @@ impl Stats {
             let used: Vec<String> = self.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
             out.push_str(&format!("schedules using each fault: {}\n", used.join(", ")));
         }
+        if let Some(line) = self.signal_line() {
+            out.push_str(&line);
+            out.push('\n');
+        }
         out
+    }
+
+    /// The coverage growth line: the abstract signal's size after every hundred schedules and
+    /// in all, or `None` before the first schedule.
+    pub fn signal_line(&self) -> Option<String> {
+        if self.schedules == 0 {
+            return None;
+        }
+        let steps: Vec<String> = self
+            .signal_growth
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("{n} after {}", (i as u64 + 1) * SIGNAL_EVERY))
+            .collect();
+        let growth = if steps.is_empty() { String::new() } else { format!(" ({})", steps.join(", ")) };
+        Some(format!("coverage: {} signal elements in {} schedules{growth}", self.signal.len(), self.schedules))
     }
 
     /// Mean HTTP requests to the workload's providers per schedule (simulated network).

@@ -194,10 +194,23 @@ pub struct ScenarioReport {
     /// Caveats for this scenario's verdict: behaviours it depends on where calibration found
     /// the endpoint differs from AWS.
     pub caveats: Vec<String>,
+    /// An exploration's abstract coverage signal (`explore/signal.rs`): its elements in all
+    /// and after every 100 schedules. Left out of report.json for other kinds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<Signal>,
     /// The external worker processes it ran ([`crate::sim::wire`]): command, runtime, SDK
     /// retries seen on the wire. Empty (and left out of report.json) for in-process fleets.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub external_workers: Vec<crate::sim::wire::WorkerInfo>,
+}
+
+/// The coverage an exploration reached, as distinct elements of the abstract signal.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Signal {
+    /// Distinct elements over every schedule run.
+    pub elements: usize,
+    /// Distinct elements after 100, 200, … schedules: the coverage growth.
+    pub per_100_schedules: Vec<usize>,
 }
 
 fn calls(st: &Stats) -> Calls {
@@ -286,6 +299,7 @@ impl ScenarioReport {
             failure: None,
             depends_on: st.depends_on.iter().cloned().collect(),
             caveats: Vec::new(),
+            signal: None,
             external_workers: s.external.iter().map(|e| crate::sim::wire::info(e)).collect(),
         }
     }
@@ -307,6 +321,7 @@ impl ScenarioReport {
     pub fn explored(s: &Scenario, system: &str, rep: &Report) -> Self {
         let mut r = Self::base(s, system, Kind::Explored, &rep.stats, rep.failure.is_none());
         r.cases = rep.stats.cases.clone();
+        r.signal = Some(Signal { elements: rep.stats.signal.len(), per_100_schedules: rep.stats.signal_growth.clone() });
         if let Some(f) = &rep.failure {
             r.invariants = invariants(&f.minimal.verdicts);
             r.depends_on = f.minimal.history.depends_on().into_iter().collect();

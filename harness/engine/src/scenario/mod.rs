@@ -34,7 +34,7 @@ mod fuzz;
 mod run;
 
 pub use file::{discover, is_workload_file, scenarios_dir, InvariantSpec, Scenario, WORKLOAD_FILE_SUFFIX};
-#[cfg(feature = "internals")]
+#[cfg(any(test, feature = "internals"))]
 pub use file::load;
 /// Reading TOML files with errors that name the file, the line and the field (the scenario
 /// files', and a declared workload's).

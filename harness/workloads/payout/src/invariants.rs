@@ -215,6 +215,9 @@ fn published(cx: &CheckCx, f: &Facts) -> Vec<Problem> {
         .collect()
 }
 
+/// A publication applied twice is a duplicate; one applied never is lost, unless the
+/// downstream consumer parked it in the failure transport with a reason (its handler failed and
+/// its retries ran out: a person decides, as for the payout consumer's parked events).
 fn downstream_once(cx: &CheckCx, f: &Facts) -> Vec<Problem> {
     let mut problems: Vec<Problem> = f
         .st
@@ -222,8 +225,9 @@ fn downstream_once(cx: &CheckCx, f: &Facts) -> Vec<Problem> {
         .iter()
         .filter_map(|(id, _)| {
             let c = f.st.settlements.get(id).copied().unwrap_or(0);
+            let parked = f.st.parked.get(id).is_some_and(|r| !r.trim().is_empty());
             let kind = if c > 1 { Excess } else { Missing };
-            (c != 1).then(|| problem(format!("publication {} applied {c} times", cx.label(id)), kind, [*id]))
+            (c > 1 || c == 0 && !parked).then(|| problem(format!("publication {} applied {c} times", cx.label(id)), kind, [*id]))
         })
         .collect();
     let known = f.known_publications();
