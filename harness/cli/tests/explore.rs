@@ -98,3 +98,23 @@ fn case_seeds_are_distinct_and_stable() {
     assert_eq!(explore::case_seed(1, 0), explore::case_seed(1, 0));
     assert_ne!(explore::case_seed(1, 0), explore::case_seed(2, 0));
 }
+
+/// A guided exploration (`[explore] strategy = "guided"`) takes its feedback in case order:
+/// the same cases, schedules and coverage on one slot and on four.
+#[test]
+fn a_guided_exploration_is_the_same_on_one_slot_and_on_four() {
+    let mut s = common::scenario("payout/explore");
+    s.explore.as_mut().unwrap().strategy = crashpoint::scenario::Strategy::Guided;
+    let run = |jobs: usize| {
+        let opts = Options { schedules: Some(40), seed: 5, jobs, ..Options::default() };
+        explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap()
+    };
+    let (one, four) = (run(1), run(4));
+    assert!(one.failure.is_none() && four.failure.is_none());
+    assert_eq!(one.stats.cases, four.stats.cases, "the guided cases differ with the number of slots");
+    assert_eq!(one.stats.signal, four.stats.signal);
+    // Guidance changed what ran: some case is not the uniform schedule of its seed.
+    let uniform: Vec<_> = (0..40).map(|i| explore::generate(&s, &Default::default(), explore::case_seed(5, i)).unwrap()).collect();
+    let ids: Vec<_> = uniform.iter().map(explore::schedule_id).collect();
+    assert!(one.stats.cases.iter().zip(&ids).any(|(c, u)| c.schedule != *u), "every case was its uniform schedule");
+}

@@ -87,7 +87,7 @@ pub fn exploration(s: &Scenario, system: &str, r: &Report) {
     if let Some(b) = breaking_line(&f.minimal) {
         println!("breaks at: {}", b.trim());
     }
-    let cmds = repro_commands(s, system, &f.minimal.schedule, f.case_seed);
+    let cmds = repro_commands(s, system, &f.minimal.schedule, f.case_seed, Some(&f.original));
     println!("reproduce: {}", cmds[0]);
     if let Some(c) = cmds.get(1) {
         println!("           {c}    (the schedule before shrinking)");
@@ -105,5 +105,5 @@ pub fn enumeration(s: &Scenario, system: &str, e: &Enumeration) {
         return;
     };
     outcome(s, f);
-    println!("reproduce: {}\n", repro_commands(s, system, &f.schedule, None)[0]);
+    println!("reproduce: {}\n", repro_commands(s, system, &f.schedule, None, None)[0]);
 }

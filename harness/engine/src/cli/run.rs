@@ -418,6 +418,11 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
             }
             schedule
         }
+        (None, Some(_)) if s.explore.as_ref().is_some_and(|e| e.strategy == crate::scenario::Strategy::Guided) => bail!(
+            "{} explores guided: a case is a mutation of earlier cases, which --seed alone cannot rebuild; \
+             use the `--schedule` line printed with the failure (and in report.json)",
+            s.name
+        ),
         (None, Some(seed)) if s.explore.is_some() => {
             generate_with = Some(seed);
             crate::schedule::Schedule::default()

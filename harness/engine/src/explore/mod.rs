@@ -9,6 +9,7 @@
 
 mod board;
 pub mod exhaustive;
+mod guide;
 mod reorder;
 mod each;
 mod regressions;
@@ -29,6 +30,8 @@ pub use each::{explore_each, Job};
 pub use shard::{for_shard, Shard};
 pub use slots::default_jobs;
 pub use stats::{Case, Coverage, Stats};
+#[cfg(any(test, feature = "internals"))]
+pub use stats::schedule_id;
 
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
 use crate::schedule::{schedules, Menu, Schedule};

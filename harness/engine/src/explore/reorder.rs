@@ -17,6 +17,11 @@ impl<T> InOrder<T> {
         InOrder { waiting: BTreeMap::new(), next: 0 }
     }
 
+    /// The next index expected: every one below it has left the buffer or never comes.
+    pub(super) fn next(&self) -> u64 {
+        self.next
+    }
+
     /// Takes the result of `index` and returns, in index order, every result now due: the
     /// run of consecutive indices from the next one expected. Indices for which `absent`
     /// holds never come (another shard's cases) and are not waited for.

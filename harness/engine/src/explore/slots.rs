@@ -16,6 +16,7 @@ use anyhow::{anyhow, Result};
 use proptest::strategy::{Strategy, ValueTree};
 
 use super::board::{Board, Work};
+use super::guide::{Guide, FRESH_EVERY};
 use super::reorder::InOrder;
 use super::{case_seed, first_divergence, menu, runner_for, Calls, Options};
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
@@ -35,6 +36,8 @@ pub(super) struct Ran {
     pub outcome: ScenarioOutcome,
     /// With `check_determinism`: the first trace line where a second run differed.
     pub divergence: Option<String>,
+    /// Its abstract coverage signal (`super::signal`), for a guided exploration's corpus.
+    pub signal: std::collections::BTreeSet<String>,
 }
 
 impl Ran {
@@ -51,6 +54,8 @@ struct Shared {
     opts: Options,
     /// The call boundaries on the menu ([`super::call_boundaries`]).
     calls: Calls,
+    /// The corpus of a guided exploration (`[explore] strategy = "guided"`).
+    guide: Option<Guide>,
     started: Instant,
 }
 
@@ -76,19 +81,40 @@ impl Shared {
 /// One slot: runs the cases it takes until none is left, handing each result to `sink`
 /// (which returns `false` when nobody listens any more).
 fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Shared, mut sink: impl FnMut(u64, Result<Ran>) -> bool) {
-    let strategy = schedules(&menu(s, &shared.calls));
+    let menu = menu(s, &shared.calls);
+    let strategy = schedules(&menu);
+    let roles = s.workload.roles();
     while let Some(index) = shared.take() {
         let seed = case_seed(shared.opts.seed, index);
+        // A guided case starts from the corpus as the cases before `index - WINDOW` left it.
+        let parents = match &shared.guide {
+            Some(g) => match g.parents_for(index) {
+                Some(p) => Some(p),
+                None => return,
+            },
+            None => None,
+        };
         // A panic (in a workload's handler, say) is this case's error, handed over in case
         // order like any other, so that the run stops there rather than waiting for it.
         let ran = guarded(&format!("case {index} (case seed {seed})"), || {
-            let schedule = strategy.new_tree(&mut runner_for(seed)).map_err(|e| anyhow!("{e}"))?.current();
+            let mut runner = runner_for(seed);
+            let schedule = match &parents {
+                Some(p) if !p.is_empty() && index % FRESH_EVERY != 0 => {
+                    let refs: Vec<&Schedule> = p.iter().collect();
+                    crate::schedule::mutate(&menu, &refs, &mut runner).0
+                }
+                _ => strategy.new_tree(&mut runner).map_err(|e| anyhow!("{e}"))?.current(),
+            };
             let outcome = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
+            let signal = match shared.guide {
+                Some(_) => super::signal::signal(&outcome.history, &roles),
+                None => Default::default(),
+            };
             let divergence = match shared.opts.check_determinism {
                 true => first_divergence(&outcome.trace, &run_scenario(endpoints, system.clone(), s, Some(&schedule))?.trace),
                 false => None,
             };
-            Ok(Ran { index, seed, schedule, outcome, divergence })
+            Ok(Ran { index, seed, schedule, outcome, divergence, signal })
         });
         if ran.as_ref().map_or(true, Ran::stops) {
             shared.stop_at.fetch_min(index, Ordering::Relaxed);
@@ -115,6 +141,9 @@ impl<F: FnMut(Ran) -> Result<bool>> Consumer<'_, F> {
             if self.done.is_some() {
                 break;
             }
+            if let (Some(g), Ok(r)) = (&self.shared.guide, &ran) {
+                g.take_in(index, &r.schedule, &r.signal);
+            }
             match ran.and_then(&mut self.each) {
                 Ok(true) => {}
                 Ok(false) => self.done = Some(Ok(())),
@@ -123,6 +152,12 @@ impl<F: FnMut(Ran) -> Result<bool>> Consumer<'_, F> {
             if self.done.is_some() {
                 // Later cases need not run; those running finish and are dropped.
                 self.shared.stop_at.fetch_min(index, Ordering::Relaxed);
+            }
+        }
+        if let Some(g) = &self.shared.guide {
+            g.taken_up_to(self.order.next());
+            if self.done.is_some() {
+                g.stop();
             }
         }
         self.done.is_none()
@@ -148,11 +183,15 @@ pub(super) fn run_cases<'e>(
     board: Option<&Board<'e>>,
     each: impl FnMut(Ran) -> Result<bool>,
 ) -> Result<()> {
-    let shared = Arc::new(Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts: opts.clone(), calls: calls.clone(), started });
+    let guided = s.explore.as_ref().is_some_and(|e| e.strategy == crate::scenario::Strategy::Guided);
+    let guide = guided.then(Guide::default);
+    let shared = Arc::new(Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts: opts.clone(), calls: calls.clone(), guide, started });
     let mut order = Consumer { order: InOrder::new(), done: None, shared: &shared, each };
     let name = system.name().to_string();
     let parallel = parallel_ok(system.as_ref(), s);
-    match (parallel, opts.jobs <= 1, board) {
+    // A guided exploration is not offered to idle threads: its main slot would wait for
+    // feedback that only it takes in.
+    match (parallel, opts.jobs <= 1, board.filter(|_| !guided)) {
         (true, true, Some(board)) => helped(endpoints, system, s, &shared, board, &mut order),
         (true, false, _) => {
             let (tx, rx) = mpsc::channel();

@@ -248,15 +248,22 @@ fn all_hold(s: &Scenario) -> Vec<InvariantResult> {
 }
 
 /// The commands that reproduce `schedule` of scenario `s` on `system` (and, with a case seed,
-/// the schedule as generated before shrinking; with `--all-faults` when the run had it, since
-/// the menu, and so the generated schedule, depends on it).
-pub fn repro_commands(s: &Scenario, system: &str, schedule: &Schedule, case_seed: Option<u64>) -> Vec<String> {
+/// the schedule as generated before shrinking: `--seed`, with `--all-faults` when the run had
+/// it, since the menu, and so the generated schedule, depends on it). A guided exploration's
+/// case is a mutation of earlier cases, which `--seed` alone cannot rebuild: its schedule
+/// before shrinking, `original`, is given as text instead.
+pub fn repro_commands(s: &Scenario, system: &str, schedule: &Schedule, case_seed: Option<u64>, original: Option<&Schedule>) -> Vec<String> {
     let scenario = &s.name;
     let sys = if system == "reference" { String::new() } else { format!(" --system {system}") };
     let mut out = vec![format!("crashpoint repro {scenario}{sys} --schedule '{schedule}'")];
-    if let Some(c) = case_seed {
-        let all = if s.explore.as_ref().is_some_and(|e| e.all_faults) { " --all-faults" } else { "" };
-        out.push(format!("crashpoint repro {scenario}{sys}{all} --seed {c}"));
+    let guided = s.explore.as_ref().is_some_and(|e| e.strategy == crate::scenario::Strategy::Guided);
+    match (case_seed, original) {
+        (Some(_), Some(o)) if guided => out.push(format!("crashpoint repro {scenario}{sys} --schedule '{o}'")),
+        (Some(c), _) if !guided => {
+            let all = if s.explore.as_ref().is_some_and(|e| e.all_faults) { " --all-faults" } else { "" };
+            out.push(format!("crashpoint repro {scenario}{sys}{all} --seed {c}"));
+        }
+        _ => {}
     }
     out
 }
@@ -275,7 +282,7 @@ fn failure_of(s: &Scenario, system: &str, o: &ScenarioOutcome, original: &Schedu
         divergence: None,
         breaking_step: super::violation::breaking_line(o).map(|l| l.trim().to_string()),
         trace: o.trace.clone(),
-        repro: repro_commands(s, system, &o.schedule, case_seed),
+        repro: repro_commands(s, system, &o.schedule, case_seed, Some(original)),
         timeline: None,
     }
 }

@@ -48,10 +48,27 @@ pub struct ExploreSpec {
     /// no decision (the drain alone), found once per exploration and for `repro --seed`.
     #[serde(default)]
     pub call_boundaries: bool,
+    /// How schedules are generated: `"uniform"` (default), each drawn afresh from the menu,
+    /// or `"guided"`, most of them mutations of earlier schedules that reached new coverage
+    /// (the abstract signal of `explore/signal.rs`), mixed with fresh ones.
+    #[serde(default)]
+    pub strategy: Strategy,
     /// Set by `--all-faults` ([`Scenario::with_all_faults`]), never by the file: every engine
     /// fault the scenario's workers can take is on the menu, and repro commands say so.
     #[serde(skip)]
     pub all_faults: bool,
+}
+
+/// How an exploration generates its schedules (`[explore] strategy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Every schedule drawn afresh from the menu.
+    #[default]
+    Uniform,
+    /// Schedules that reached new coverage are kept and mutated (insert, delete, replace one
+    /// decision, splice two, extend a prefix); one case in three is drawn afresh.
+    Guided,
 }
 
 /// Exhaustive enumeration (`[exhaustive]` in a scenario file): after the scripted `schedule`

@@ -33,7 +33,7 @@ mod file;
 mod fuzz;
 mod run;
 
-pub use file::{discover, is_workload_file, scenarios_dir, InvariantSpec, Scenario, WORKLOAD_FILE_SUFFIX};
+pub use file::{discover, is_workload_file, scenarios_dir, InvariantSpec, Scenario, Strategy, WORKLOAD_FILE_SUFFIX};
 #[cfg(any(test, feature = "internals"))]
 pub use file::load;
 /// Reading TOML files with errors that name the file, the line and the field (the scenario

@@ -28,9 +28,11 @@
 
 #[cfg(test)]
 pub(crate) mod fuzz;
+mod mutate;
 mod strategy;
 pub(crate) mod text;
 
+pub use mutate::mutate;
 pub use strategy::{clock_max_ms, schedules, Menu, WORKER_WEIGHT_MAX};
 pub use text::{format_duration_ms, parse, Vocabulary};
 

@@ -275,7 +275,7 @@ pub fn schedules(menu: &Menu) -> BoxedStrategy<Schedule> {
 }
 
 /// `decisions` without the ticks that would carry the sum of ticks past `clock_max_ms`.
-fn cap_ticks(decisions: Vec<Decision>, clock_max_ms: u64) -> Vec<Decision> {
+pub(super) fn cap_ticks(decisions: Vec<Decision>, clock_max_ms: u64) -> Vec<Decision> {
     let mut clock = 0u64;
     decisions
         .into_iter()

@@ -1,0 +1,80 @@
+//! Feedback for guided exploration (`[explore] strategy = "guided"`, issue 44 §2): a corpus
+//! of the schedules that reached new coverage, in case order, and the wait that keeps
+//! generation independent of how many slots run.
+//!
+//! Case `i` is generated from the corpus as it stood once every case before `i - WINDOW` was
+//! taken in (in case order, as outcomes are): the same corpus whatever `--jobs` says, so the
+//! same schedules, traces and verdicts. A slot that gets ahead of the consumer by more than
+//! the window waits; with fewer slots than `WINDOW`, the wait never starves them.
+
+use std::collections::BTreeSet;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use crate::schedule::Schedule;
+
+/// How far generation runs ahead of the feedback, cases.
+pub(super) const WINDOW: u64 = 8;
+
+/// Of every this many guided cases, one is a fresh uniform schedule, whatever the corpus holds.
+pub(super) const FRESH_EVERY: u64 = 3;
+
+#[derive(Default)]
+struct State {
+    /// Every case index below this one has been taken in (or belongs to another shard).
+    taken: u64,
+    /// (case index, schedule) of each case that added coverage, in case order.
+    corpus: Vec<(u64, Schedule)>,
+    /// Every signal element reached so far.
+    seen: BTreeSet<String>,
+    /// Set when the exploration stops: nobody waits any more.
+    stopped: bool,
+}
+
+/// The corpus and its clock, shared by the slots and the consumer of one exploration.
+#[derive(Default)]
+pub(super) struct Guide {
+    state: Mutex<State>,
+    moved: Condvar,
+}
+
+impl Guide {
+    /// The schedules of the corpus that case `index` may start from: those of cases before
+    /// `index - WINDOW`, once all of those were taken in. `None` when the exploration stopped
+    /// meanwhile.
+    pub(super) fn parents_for(&self, index: u64) -> Option<Vec<Schedule>> {
+        let horizon = index.saturating_sub(WINDOW);
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while st.taken < horizon && !st.stopped {
+            st = self.moved.wait_timeout(st, Duration::from_millis(200)).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        if st.stopped && st.taken < horizon {
+            return None;
+        }
+        Some(st.corpus.iter().take_while(|(i, _)| *i < horizon).map(|(_, s)| s.clone()).collect())
+    }
+
+    /// Takes in case `index` (in case order): its schedule joins the corpus when its signal
+    /// has an element no earlier case reached.
+    pub(super) fn take_in(&self, index: u64, schedule: &Schedule, signal: &BTreeSet<String>) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let before = st.seen.len();
+        st.seen.extend(signal.iter().cloned());
+        if st.seen.len() > before {
+            st.corpus.push((index, schedule.clone()));
+        }
+    }
+
+    /// Every case index below `next` has been taken in.
+    pub(super) fn taken_up_to(&self, next: u64) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.taken = st.taken.max(next);
+        self.moved.notify_all();
+    }
+
+    /// The exploration stopped: wakes every slot waiting.
+    pub(super) fn stop(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).stopped = true;
+        self.moved.notify_all();
+    }
+}
