@@ -13,7 +13,7 @@ fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
     p
 }
 
-const GOOD: &str = "description = \"d\"\nworkers = \"p c1\"\nschedule = \"\"\"\np:lock\n  c1:crash@after_lunch\n\"\"\"\n[[events]]\nname = \"e1\"\npayment = \"p1\"\n";
+const GOOD: &str = "description = \"d\"\nworkers = \"p c1\"\nschedule = \"\"\"\np:lock\n  c1:crash@lunch\n\"\"\"\n[[events]]\nname = \"e1\"\npayment = \"p1\"\n";
 
 fn error(dir: &Path, name: &str, body: &str) -> String {
     let p = write(dir, name, body);
@@ -25,23 +25,23 @@ fn schedule_errors_name_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let e = error(dir.path(), "bad.toml", GOOD);
     assert!(e.contains("bad.toml:5: field `schedule`"), "{e}");
-    assert!(e.contains("unknown crash point `after_lunch`"), "{e}");
+    assert!(e.contains("unknown crash point `lunch`"), "{e}");
 }
 
 #[test]
 fn unknown_fields_and_workers_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let e = error(dir.path(), "w.toml", &GOOD.replace("p c1", "p x1").replace("after_lunch", "after_claim"));
+    let e = error(dir.path(), "w.toml", &GOOD.replace("p c1", "p x1").replace("crash@lunch", "crash@after_claim"));
     assert!(e.contains("w.toml:2: field `workers`: `x1`"), "{e}");
     assert!(e.contains("c (payout consumer)"), "the known prefixes are listed: {e}");
-    let e = error(dir.path(), "u.toml", &format!("colour = 1\n{}", GOOD.replace("after_lunch", "after_claim")));
+    let e = error(dir.path(), "u.toml", &format!("colour = 1\n{}", GOOD.replace("crash@lunch", "crash@after_claim")));
     assert!(e.contains("u.toml") && e.contains("line 1") && e.contains("colour"), "{e}");
 }
 
 #[test]
 fn the_workload_checks_its_own_fields() {
     let dir = tempfile::tempdir().unwrap();
-    let good = GOOD.replace("after_lunch", "after_claim");
+    let good = GOOD.replace("crash@lunch", "crash@after_claim");
     let e = error(dir.path(), "wl.toml", &format!("workload = \"ledger\"\n{good}"));
     assert!(e.contains("wl.toml:1: field `workload`: unknown workload `ledger`; expected one of payout, counter"), "{e}");
     let e = error(dir.path(), "ev.toml", &good.replace("payment = \"p1\"", "paymnt = \"p1\""));
