@@ -1,4 +1,6 @@
-//! The worker context: the only way worker code reaches PostgreSQL, SQS and Redis.
+//! The seam between the engine and a system under test: the programs of a workload's roles
+//! ([`Producer`], [`Handler`], [`Poller`], handed out by a [`System`]; `program.rs`) and the
+//! worker context they are given, the only way worker code reaches PostgreSQL, SQS and Redis.
 //!
 //! Every call first waits at a yield point until the scheduler grants it, then runs against
 //! the real service, then reports a short result and its [`Fact`]s. Crash points are marked
