@@ -16,7 +16,7 @@ use anyhow::{anyhow, Result};
 use proptest::strategy::{Strategy, ValueTree};
 
 use super::board::{Board, Work};
-use super::guide::{Guide, FRESH_EVERY};
+use super::guide::{Guide, MUTATE_OF};
 use super::reorder::InOrder;
 use super::{case_seed, first_divergence, menu, runner_for, Calls, Options};
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
@@ -99,7 +99,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
         let ran = guarded(&format!("case {index} (case seed {seed})"), || {
             let mut runner = runner_for(seed);
             let schedule = match &parents {
-                Some(p) if !p.is_empty() && index % FRESH_EVERY != 0 => {
+                Some(p) if !p.is_empty() && index % MUTATE_OF == MUTATE_OF - 1 => {
                     let refs: Vec<&Schedule> = p.iter().collect();
                     crate::schedule::mutate(&menu, &refs, &mut runner).0
                 }

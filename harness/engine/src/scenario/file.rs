@@ -67,7 +67,8 @@ pub enum Strategy {
     #[default]
     Uniform,
     /// Schedules that reached new coverage are kept and mutated (insert, delete, replace one
-    /// decision, splice two, extend a prefix); one case in three is drawn afresh.
+    /// decision, splice two, extend a prefix) every third case; the others are the schedules
+    /// uniform generation gives them.
     Guided,
 }
 
