@@ -405,10 +405,9 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
     if args.all_faults {
         s = s.with_all_faults();
     }
-    // `Some(seed)`: the schedule is generated once the services run (the menu may hold the
-    // calls a run with no decision makes, `[explore] call_boundaries`).
-    let mut generate_with: Option<u64> = None;
-    let schedule = match (&args.schedule, args.seed) {
+    // `Err(seed)`: the schedule of `--seed` is generated once the services run (the menu may
+    // hold the calls a run with no decision makes, `[explore] call_boundaries`).
+    let schedule: std::result::Result<crate::schedule::Schedule, u64> = match (&args.schedule, args.seed) {
         (Some(text), _) => {
             let vocabulary = crate::schedule::Vocabulary::of(s.workload.as_ref());
             let schedule = crate::schedule::parse(text, &vocabulary).map_err(|e| anyhow!("--schedule: {e}"))?;
@@ -416,21 +415,18 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
             if !unknown.is_empty() {
                 bail!("--schedule names what {} does not have: {}", s.name, unknown.join("; "));
             }
-            schedule
+            Ok(schedule)
         }
         (None, Some(_)) if s.explore.as_ref().is_some_and(|e| e.strategy == crate::scenario::Strategy::Guided) => bail!(
             "{} explores guided: a case is a mutation of earlier cases, which --seed alone cannot rebuild; \
              use the `--schedule` line printed with the failure (and in report.json)",
             s.name
         ),
-        (None, Some(seed)) if s.explore.is_some() => {
-            generate_with = Some(seed);
-            crate::schedule::Schedule::default()
-        }
+        (None, Some(seed)) if s.explore.is_some() => Err(seed),
         (None, Some(_)) => bail!("--seed regenerates schedules of exploration scenarios; {} is scripted", s.name),
-        (None, None) => s.schedule.clone(),
+        (None, None) => Ok(s.schedule.clone()),
     };
-    if schedule != s.schedule || generate_with.is_some() {
+    if schedule.as_ref() != Ok(&s.schedule) {
         // The file's `expect_trace` describes its own schedule; another one is judged by the
         // invariants alone.
         s.expect_trace.clear();
@@ -439,9 +435,9 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
     let dir = ReportDir::create(&args.report_dir)?;
     let started = Instant::now();
     with_services(rt, opts, |endpoints| {
-        let schedule = match generate_with {
-            Some(seed) => explore::generate(&s, &explore::call_boundaries(endpoints, system.clone(), &s)?, seed)?,
-            None => schedule,
+        let schedule = match schedule {
+            Ok(schedule) => schedule,
+            Err(seed) => explore::generate(&s, &explore::call_boundaries(endpoints, system.clone(), &s)?, seed)?,
         };
         println!("== {}: {}", s.name, s.description);
         let o = run_scenario(endpoints, system.clone(), &s, Some(&schedule))?;

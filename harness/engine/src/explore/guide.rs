@@ -2,13 +2,14 @@
 //! of the schedules that reached new coverage, in case order, and the wait that keeps
 //! generation independent of how many slots run.
 //!
-//! Case `i` is generated from the corpus as it stood once every case before `i - WINDOW` was
-//! taken in (in case order, as outcomes are): the same corpus whatever `--jobs` says, so the
-//! same schedules, traces and verdicts. A slot that gets ahead of the consumer by more than
-//! the window waits; with fewer slots than `WINDOW`, the wait never starves them.
+//! A mutated case `i` is made from the corpus as it stood once every case before `i - WINDOW`
+//! was taken in (in case order, as outcomes are): the same corpus whatever `--jobs` says, so
+//! the same schedules, traces and verdicts. A slot about to mutate that gets ahead of the
+//! consumer by more than the window waits; with fewer slots than `WINDOW`, the wait never
+//! starves them. The other cases depend on their seed alone and never wait.
 
 use std::collections::BTreeSet;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::schedule::Schedule;
@@ -28,7 +29,7 @@ struct State {
     /// Every case index below this one has been taken in (or belongs to another shard).
     taken: u64,
     /// (case index, schedule) of each case that added coverage, in case order.
-    corpus: Vec<(u64, Schedule)>,
+    corpus: Vec<(u64, Arc<Schedule>)>,
     /// Every signal element reached so far.
     seen: BTreeSet<String>,
     /// Set when the exploration stops: nobody waits any more.
@@ -46,7 +47,7 @@ impl Guide {
     /// The schedules of the corpus that case `index` may start from: those of cases before
     /// `index - WINDOW`, once all of those were taken in. `None` when the exploration stopped
     /// meanwhile.
-    pub(super) fn parents_for(&self, index: u64) -> Option<Vec<Schedule>> {
+    pub(super) fn parents_for(&self, index: u64) -> Option<Vec<Arc<Schedule>>> {
         let horizon = index.saturating_sub(WINDOW);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while st.taken < horizon && !st.stopped {
@@ -65,7 +66,7 @@ impl Guide {
         let before = st.seen.len();
         st.seen.extend(signal.iter().cloned());
         if st.seen.len() > before {
-            st.corpus.push((index, schedule.clone()));
+            st.corpus.push((index, Arc::new(schedule.clone())));
         }
     }
 

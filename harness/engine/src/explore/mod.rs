@@ -30,7 +30,7 @@ pub use each::{explore_each, Job};
 pub use shard::{for_shard, Shard};
 pub use slots::default_jobs;
 pub use stats::{Case, Coverage, Stats};
-#[cfg(any(test, feature = "internals"))]
+#[cfg(feature = "internals")]
 pub use stats::schedule_id;
 
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
@@ -237,10 +237,9 @@ fn explore_on<'e>(
     let mut failure = None;
     let system = ex.system.clone();
     let calls = call_boundaries(endpoints, system.clone(), s)?;
-    ex.stats.calls_on_menu = calls.values().map(Vec::len).sum();
-    slots::run_cases(endpoints, &system, s, opts, &calls, started, board, |ran| {
+    slots::run_cases(endpoints, &system, s, opts, &calls, started, board, |mut ran| {
         ex.stats.cases.push(Case { index: ran.index, case_seed: ran.seed, schedule: stats::schedule_id(&ran.schedule) });
-        ex.stats.record(&ran.outcome);
+        ex.stats.record_with(&ran.outcome, std::mem::take(&mut ran.signal));
         progress(&ex.stats);
         if ran.outcome.passed() && ran.divergence.is_none() {
             return Ok(true);

@@ -36,7 +36,8 @@ pub(super) struct Ran {
     pub outcome: ScenarioOutcome,
     /// With `check_determinism`: the first trace line where a second run differed.
     pub divergence: Option<String>,
-    /// Its abstract coverage signal (`super::signal`), for a guided exploration's corpus.
+    /// Its abstract coverage signal (`super::signal`), computed here once for the stats and
+    /// a guided exploration's corpus.
     pub signal: std::collections::BTreeSet<String>,
 }
 
@@ -86,30 +87,25 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
     let roles = s.workload.roles();
     while let Some(index) = shared.take() {
         let seed = case_seed(shared.opts.seed, index);
-        // A guided case starts from the corpus as the cases before `index - WINDOW` left it.
+        // A guided case that is a mutation starts from the corpus as the cases before
+        // `index - WINDOW` left it; every other case is the uniform schedule of its seed.
         let parents = match &shared.guide {
-            Some(g) => match g.parents_for(index) {
-                Some(p) => Some(p),
+            Some(g) if index % MUTATE_OF == MUTATE_OF - 1 => match g.parents_for(index) {
+                Some(p) => p,
                 None => return,
             },
-            None => None,
+            _ => Vec::new(),
         };
         // A panic (in a workload's handler, say) is this case's error, handed over in case
         // order like any other, so that the run stops there rather than waiting for it.
         let ran = guarded(&format!("case {index} (case seed {seed})"), || {
             let mut runner = runner_for(seed);
-            let schedule = match &parents {
-                Some(p) if !p.is_empty() && index % MUTATE_OF == MUTATE_OF - 1 => {
-                    let refs: Vec<&Schedule> = p.iter().collect();
-                    crate::schedule::mutate(&menu, &refs, &mut runner).0
-                }
-                _ => strategy.new_tree(&mut runner).map_err(|e| anyhow!("{e}"))?.current(),
+            let schedule = match parents.is_empty() {
+                false => crate::schedule::mutate(&menu, &parents, &mut runner),
+                true => strategy.new_tree(&mut runner).map_err(|e| anyhow!("{e}"))?.current(),
             };
             let outcome = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
-            let signal = match shared.guide {
-                Some(_) => super::signal::signal(&outcome.history, &roles),
-                None => Default::default(),
-            };
+            let signal = super::signal::signal(&outcome.history, &roles);
             let divergence = match shared.opts.check_determinism {
                 true => first_divergence(&outcome.trace, &run_scenario(endpoints, system.clone(), s, Some(&schedule))?.trace),
                 false => None,

@@ -64,9 +64,6 @@ pub struct Stats {
     pub faults: BTreeMap<String, u64>,
     /// The workload's crash points, in pipeline order (the rows of the coverage table).
     pub points: Vec<CrashPoint>,
-    /// Call boundaries the menu held beside the declared crash points
-    /// (`[explore] call_boundaries`), over every role.
-    pub calls_on_menu: usize,
     /// The abstract coverage signal reached so far: the distinct elements of every
     /// schedule's [`super::signal::signal`].
     pub signal: std::collections::BTreeSet<String>,
@@ -122,8 +119,15 @@ impl Stats {
 
     /// Adds one schedule's outcome.
     pub fn record(&mut self, o: &ScenarioOutcome) {
+        let signal = super::signal::signal(&o.history, &self.roles);
+        self.record_with(o, signal);
+    }
+
+    /// Adds one schedule's outcome whose abstract coverage signal was computed already (a
+    /// slot computes it beside the run, for a guided exploration's corpus too).
+    pub(super) fn record_with(&mut self, o: &ScenarioOutcome, signal: std::collections::BTreeSet<String>) {
         self.schedules += 1;
-        self.signal.extend(super::signal::signal(&o.history, &self.roles));
+        self.signal.extend(signal);
         if self.schedules % SIGNAL_EVERY == 0 {
             self.signal_growth.push(self.signal.len());
         }

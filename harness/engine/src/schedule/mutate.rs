@@ -22,7 +22,7 @@ fn fresh(menu: &Menu, runner: &mut TestRunner) -> Option<super::Decision> {
     decision(menu).new_tree(runner).ok().map(|t| t.current())
 }
 
-/// A mutation of `parents[0]` (and, for a splice, of another parent): one of
+/// A mutation of one of `parents` (and, for a splice, of another): one of
 /// - `insert`: a fresh decision at a random place;
 /// - `delete`: one decision removed;
 /// - `replace`: one decision replaced by a fresh one;
@@ -30,37 +30,32 @@ fn fresh(menu: &Menu, runner: &mut TestRunner) -> Option<super::Decision> {
 /// - `extend`: the first part of the parent, then up to four fresh decisions.
 ///
 /// Returns the schedule, at most `menu.decisions_max` decisions with its ticks capped as a
-/// generated one's, and the mutation's name. `parents` must not be empty.
-pub fn mutate(menu: &Menu, parents: &[&Schedule], runner: &mut TestRunner) -> (Schedule, &'static str) {
-    let parent = &parents[below(runner, parents.len())].decisions;
-    let mut d = parent.clone();
+/// generated one's. `parents` must not be empty.
+pub fn mutate<P: std::borrow::Borrow<Schedule>>(menu: &Menu, parents: &[P], runner: &mut TestRunner) -> Schedule {
+    let mut d = parents[below(runner, parents.len())].borrow().decisions.clone();
     let at = |runner: &mut TestRunner, len: usize| below(runner, len + 1);
-    let name = match below(runner, 5) {
+    match below(runner, 5) {
         0 => {
             let i = at(runner, d.len());
             if let Some(x) = fresh(menu, runner) {
                 d.insert(i, x);
             }
-            "insert"
         }
         1 if !d.is_empty() => {
             d.remove(below(runner, d.len()));
-            "delete"
         }
         2 if !d.is_empty() => {
             let i = below(runner, d.len());
             if let Some(x) = fresh(menu, runner) {
                 d[i] = x;
             }
-            "replace"
         }
         3 if parents.len() > 1 => {
-            let other = &parents[below(runner, parents.len())].decisions;
+            let other = &parents[below(runner, parents.len())].borrow().decisions;
             let cut = at(runner, d.len());
             let from = at(runner, other.len());
             d.truncate(cut);
             d.extend(other[from..].iter().cloned());
-            "splice"
         }
         _ => {
             let cut = at(runner, d.len());
@@ -70,9 +65,8 @@ pub fn mutate(menu: &Menu, parents: &[&Schedule], runner: &mut TestRunner) -> (S
                     d.push(x);
                 }
             }
-            "extend"
         }
-    };
+    }
     d.truncate(menu.decisions_max);
-    (Schedule { decisions: cap_ticks(d, menu.clock_max_ms) }, name)
+    Schedule { decisions: cap_ticks(d, menu.clock_max_ms) }
 }
