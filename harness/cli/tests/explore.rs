@@ -100,7 +100,9 @@ fn case_seeds_are_distinct_and_stable() {
 }
 
 /// A guided exploration (`[explore] strategy = "guided"`) takes its feedback in case order:
-/// the same cases, schedules and coverage on one slot and on four.
+/// the same cases, schedules and coverage on one slot, on four, and on one slot that idle
+/// slots help (as in `crashpoint catalogue`, where the slot's thread also takes the helpers'
+/// results in while a mutated case waits for feedback).
 #[test]
 fn a_guided_exploration_is_the_same_on_one_slot_and_on_four() {
     let mut s = common::scenario("payout/explore");
@@ -113,6 +115,15 @@ fn a_guided_exploration_is_the_same_on_one_slot_and_on_four() {
     assert!(one.failure.is_none() && four.failure.is_none());
     assert_eq!(one.stats.cases, four.stats.cases, "the guided cases differ with the number of slots");
     assert_eq!(one.stats.signal, four.stats.signal);
+    let mut helped = None;
+    let job = explore::Job { system: "reference", scenario: &s, options: Options { schedules: Some(40), seed: 5, ..Options::default() } };
+    explore::explore_each(&testkit::endpoints(), &[job], 4, |_, r| {
+        helped = Some(r?);
+        Ok(())
+    })
+    .unwrap();
+    let helped = helped.expect("explore_each reported the job");
+    assert_eq!(one.stats.cases, helped.stats.cases, "idle slots helping changed the guided cases");
     // Guidance changed what ran: some case is not the uniform schedule of its seed.
     let uniform: Vec<_> = (0..40).map(|i| explore::generate(&s, &Default::default(), explore::case_seed(5, i)).unwrap()).collect();
     let ids: Vec<_> = uniform.iter().map(explore::schedule_id).collect();

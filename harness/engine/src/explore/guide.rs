@@ -6,7 +6,9 @@
 //! was taken in (in case order, as outcomes are): the same corpus whatever `--jobs` says, so
 //! the same schedules, traces and verdicts. A slot about to mutate that gets ahead of the
 //! consumer by more than the window waits; with fewer slots than `WINDOW`, the wait never
-//! starves them. The other cases depend on their seed alone and never wait.
+//! starves them. The other cases depend on their seed alone and never wait. A slot whose
+//! thread is also the consumer (an exploration that idle slots help, in `crashpoint
+//! catalogue`) takes the other slots' results in while it waits.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex};
@@ -18,10 +20,11 @@ use crate::schedule::Schedule;
 pub(super) const WINDOW: u64 = 8;
 
 /// Guided case `i` is a mutation when `i % MUTATE_OF == MUTATE_OF - 1`, and otherwise the
-/// fresh schedule uniform generation gives case `i` (the same seed, the same schedule): a
-/// window that uniform generation reaches at case `k` is reached by case `k` or `k + 1`, so
-/// guidance costs at most about 1.5× the schedules there, and the third of the budget that
-/// is mutated searches around what reached new coverage.
+/// fresh schedule uniform generation gives case `i` (the same seed, the same schedule): every
+/// case where uniform generation meets a window is run as it, unless it is one of the mutated
+/// third, and that third searches around what reached new coverage instead. A window that
+/// uniform generation meets at one case in `n` is met about 1.5 times later when mutations
+/// never meet it.
 pub(super) const MUTATE_OF: u64 = 3;
 
 #[derive(Default)]
@@ -47,11 +50,18 @@ impl Guide {
     /// The schedules of the corpus that case `index` may start from: those of cases before
     /// `index - WINDOW`, once all of those were taken in. `None` when the exploration stopped
     /// meanwhile.
-    pub(super) fn parents_for(&self, index: u64) -> Option<Vec<Arc<Schedule>>> {
+    /// While it waits it calls `pump` now and then, without the corpus locked: a slot whose
+    /// thread also takes other slots' results in takes them there.
+    pub(super) fn parents_for(&self, index: u64, pump: &mut dyn FnMut()) -> Option<Vec<Arc<Schedule>>> {
         let horizon = index.saturating_sub(WINDOW);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while st.taken < horizon && !st.stopped {
-            st = self.moved.wait_timeout(st, Duration::from_millis(200)).unwrap_or_else(|e| e.into_inner()).0;
+            drop(st);
+            pump();
+            st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if st.taken < horizon && !st.stopped {
+                st = self.moved.wait_timeout(st, Duration::from_millis(10)).unwrap_or_else(|e| e.into_inner()).0;
+            }
         }
         if st.stopped && st.taken < horizon {
             return None;

@@ -47,6 +47,13 @@ impl Ran {
     }
 }
 
+/// What a slot hands its sink: the result of a case, or word that it waits for the feedback
+/// of cases that other slots run (a sink that takes their results in takes them now).
+enum Handed {
+    Ran(u64, Result<Ran>),
+    Waiting,
+}
+
 /// What the slots share: the next index to take, and the lowest index at which the run stops
 /// (a failure or an error found there; later indices need not run).
 struct Shared {
@@ -80,8 +87,9 @@ impl Shared {
 }
 
 /// One slot: runs the cases it takes until none is left, handing each result to `sink`
-/// (which returns `false` when nobody listens any more).
-fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Shared, mut sink: impl FnMut(u64, Result<Ran>) -> bool) {
+/// (which returns `false` when nobody listens any more), and calling it with
+/// [`Handed::Waiting`] while a guided case waits for feedback.
+fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Shared, mut sink: impl FnMut(Handed) -> bool) {
     let menu = menu(s, &shared.calls);
     let strategy = schedules(&menu);
     let roles = s.workload.roles();
@@ -90,7 +98,9 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
         // A guided case that is a mutation starts from the corpus as the cases before
         // `index - WINDOW` left it; every other case is the uniform schedule of its seed.
         let parents = match &shared.guide {
-            Some(g) if index % MUTATE_OF == MUTATE_OF - 1 => match g.parents_for(index) {
+            Some(g) if index % MUTATE_OF == MUTATE_OF - 1 => match g.parents_for(index, &mut || {
+                sink(Handed::Waiting);
+            }) {
                 Some(p) => p,
                 None => return,
             },
@@ -115,7 +125,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
         if ran.as_ref().map_or(true, Ran::stops) {
             shared.stop_at.fetch_min(index, Ordering::Relaxed);
         }
-        if !sink(index, ran) {
+        if !sink(Handed::Ran(index, ran)) {
             return;
         }
     }
@@ -185,9 +195,7 @@ pub(super) fn run_cases<'e>(
     let mut order = Consumer { order: InOrder::new(), done: None, shared: &shared, each };
     let name = system.name().to_string();
     let parallel = parallel_ok(system.as_ref(), s);
-    // A guided exploration is not offered to idle threads: its main slot would wait for
-    // feedback that only it takes in.
-    match (parallel, opts.jobs <= 1, board.filter(|_| !guided)) {
+    match (parallel, opts.jobs <= 1, board) {
         (true, true, Some(board)) => helped(endpoints, system, s, &shared, board, &mut order),
         (true, false, _) => {
             let (tx, rx) = mpsc::channel();
@@ -205,7 +213,11 @@ pub(super) fn run_cases<'e>(
                 });
             });
         }
-        _ => slot(endpoints, system.clone(), s, &shared, |i, r| order.feed(i, r)),
+        // One slot: every case before a guided case's horizon has been taken in; it never waits.
+        _ => slot(endpoints, system.clone(), s, &shared, |h| match h {
+            Handed::Ran(i, r) => order.feed(i, r),
+            Handed::Waiting => true,
+        }),
     }
     order.done.unwrap_or(Ok(()))
 }
@@ -215,9 +227,13 @@ pub(super) fn run_cases<'e>(
 fn sending_slot(endpoints: &Endpoints, s: &Scenario, name: &str, shared: &Shared, tx: &mpsc::Sender<(u64, Result<Ran>)>) -> usize {
     let system = instance(s, name).expect("parallel_ok checked that the workload has the system");
     let mut ran = 0;
-    slot(endpoints, system, s, shared, |i, r| {
-        ran += 1;
-        tx.send((i, r)).is_ok()
+    slot(endpoints, system, s, shared, |h| match h {
+        Handed::Ran(i, r) => {
+            ran += 1;
+            tx.send((i, r)).is_ok()
+        }
+        // The consumer, on another thread, takes the results in.
+        Handed::Waiting => true,
     });
     ran
 }
@@ -247,8 +263,13 @@ fn helped<'e, F: FnMut(Ran) -> Result<bool>>(
     };
     let ticket = board.offer(work);
     let fed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        slot(endpoints, system.clone(), s, shared, |i, r| {
-            let more = order.feed(i, r);
+        // While a guided case of this slot waits for feedback, the helpers' results are taken
+        // in here: nobody else takes them.
+        slot(endpoints, system.clone(), s, shared, |h| {
+            let more = match h {
+                Handed::Ran(i, r) => order.feed(i, r),
+                Handed::Waiting => true,
+            };
             while let Ok((i, r)) = rx.try_recv() {
                 order.feed(i, r);
             }
