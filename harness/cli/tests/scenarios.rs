@@ -234,6 +234,26 @@ fn stale_delete_noop_leaves_the_message_to_the_latest_handle() {
     window("aws/stale-delete-noop", &["c1   delete                                  → ok, but m1 is not deleted"]);
 }
 
+/// A redelivered copy (`sqs:redeliver-after-delete`) is a new SQS message under the deleted
+/// one's label: a worker that still holds a handle of the deleted message deletes nothing
+/// with it, and the copy, in flight with a crashed worker, comes back when its visibility
+/// timeout expires. The harness once took that delete for the copy's, never expired it, and
+/// reported a correct handler not quiescent (the harmless `inbox-lookup-first`, catalogue
+/// seed 10, schedule 228).
+#[test]
+fn a_delete_with_a_handle_of_the_deleted_message_leaves_its_redelivered_copy() {
+    let schedule = "c2:crash@after_commit p:crash@after_send sqs:redeliver-after-delete c2 tick:901s c2 c2:fail@after_receive";
+    for system in ["inbox-lookup-first", "reference"] {
+        let o = run(system, "payout/catalogue", Some(schedule));
+        let failed: Vec<_> = o.verdicts.iter().filter(|v| !v.holds).collect();
+        assert!(failed.is_empty(), "{system}: {failed:?}\n{}", o.trace);
+        if system == "inbox-lookup-first" {
+            assert!(o.trace.contains("m1 delivered once more after its delete"), "{}", o.trace);
+            assert!(o.trace.contains("c1   delete                                  → ok, but m1 is not deleted"), "{}", o.trace);
+        }
+    }
+}
+
 #[test]
 fn skip_without_delete_loses_liveness_when_a_stale_delete_keeps_the_message() {
     let o = run("skip-without-delete", "aws/stale-delete-noop", None);

@@ -124,6 +124,15 @@ pub struct SqsNemesis {
     pub bodies: BTreeMap<String, (&'static str, String)>,
     /// Messages deleted since their last receive, by label.
     pub deleted: std::collections::BTreeSet<String>,
+    /// The receipt handles of the SQS message each label names now, by label.
+    pub receipts: BTreeMap<String, Vec<String>>,
+    /// Receipt handles of SQS messages that are gone and whose label now names a redelivered
+    /// copy (`sqs:redeliver-after-delete` sends a new SQS message under the deleted one's
+    /// label): a DeleteMessage with one of them answers OK and deletes nothing, on every
+    /// endpoint, since the message it names was deleted already and the copy has handles of
+    /// its own (a receipt handle is "associated with a specific instance of receiving a
+    /// message", DeleteMessage API reference).
+    pub gone: std::collections::BTreeSet<String>,
 }
 
 impl SqsNemesis {
@@ -155,6 +164,7 @@ impl SqsNemesis {
     /// Records that `msg` was received with `receipt` (one message of a receive).
     pub fn note_received(&mut self, queue: &'static str, msg: &str, receipt: &str, body: &str) {
         self.latest_receipt.insert(msg.to_string(), receipt.to_string());
+        self.receipts.entry(msg.to_string()).or_default().push(receipt.to_string());
         self.deleted.remove(msg);
         self.bodies.insert(msg.to_string(), (queue, body.to_string()));
     }
@@ -199,9 +209,22 @@ impl SqsNemesis {
     }
 
     /// Whether a DeleteMessage of `msg` with `receipt` decides the message's fate on a
-    /// behaviour endpoints differ on: the handle is stale and the message not yet deleted.
+    /// behaviour endpoints differ on: the handle is stale, not [`SqsNemesis::is_gone`], and the
+    /// message not yet deleted.
     pub fn depends_on_stale_delete(&self, msg: &str, receipt: &str) -> bool {
-        self.is_stale(msg, receipt) && !self.deleted.contains(msg)
+        self.is_stale(msg, receipt) && !self.is_gone(receipt) && !self.deleted.contains(msg)
+    }
+
+    /// Whether `receipt` names an SQS message that a redelivery replaced: deleting with it
+    /// deletes nothing ([`SqsNemesis::gone`]).
+    pub fn is_gone(&self, receipt: &str) -> bool {
+        self.gone.contains(receipt)
+    }
+
+    /// Records that label `msg` now names a new SQS message (a redelivered copy): the handles
+    /// of the one before are [`SqsNemesis::gone`].
+    pub fn replaced(&mut self, msg: &str) {
+        self.gone.extend(self.receipts.remove(msg).unwrap_or_default());
     }
 
     /// Records a DeleteMessage that deleted `msg`.
@@ -240,6 +263,25 @@ mod tests {
         }
         let e = SqsFault::parse("drop").unwrap_err();
         assert!(e.contains("sqs:receive-lost"), "{e}");
+    }
+
+    /// A redelivery makes the handles of the deleted message gone: a delete with one of them
+    /// deletes nothing, whatever the endpoint, so it depends on no endpoint behaviour; the
+    /// copy's own handles are not gone.
+    #[test]
+    fn handles_of_a_replaced_message_are_gone() {
+        let mut n = SqsNemesis::default();
+        n.received("q", "m1", "h1", "{}");
+        n.received("q", "m1", "h2", "{}");
+        assert!(!n.is_gone("h1") && !n.is_gone("h2"));
+        n.deleted("m1");
+        n.replaced("m1");
+        assert!(n.is_gone("h1") && n.is_gone("h2"));
+        n.received("q", "m1", "h3", "{}");
+        assert!(!n.is_gone("h3"));
+        assert!(n.is_stale("m1", "h2") && !n.depends_on_stale_delete("m1", "h2"), "a gone handle decides nothing");
+        n.received("q", "m1", "h4", "{}");
+        assert!(n.depends_on_stale_delete("m1", "h3"), "a stale handle of the copy still depends on the endpoint");
     }
 
     #[test]

@@ -119,7 +119,8 @@ pub enum Outcome {
     /// DeleteMessage deleted `msg`; `stale` when the receipt handle was not the latest (AWS
     /// may keep the message then).
     Deleted { msg: String, stale: bool },
-    /// DeleteMessage returned OK with a stale handle and deleted nothing (`sqs:stale-delete-noop`).
+    /// DeleteMessage returned OK with a stale handle and deleted nothing (`sqs:stale-delete-noop`,
+    /// or a handle of a message that `sqs:redeliver-after-delete` replaced by a copy).
     NotDeleted { msg: String },
     /// DeleteMessageBatch returned HTTP 200: `deleted` were deleted, `failed` were not (their
     /// entries came back in `Failed`, each with its code), `kept` succeeded and deleted nothing

@@ -56,7 +56,7 @@ pub fn outcome_text(s: &Step) -> String {
         }
         Outcome::BatchDeleted { deleted, kept, failed } => {
             let mut parts: Vec<String> = deleted.iter().map(|m| format!("{m} deleted")).collect();
-            parts.extend(kept.iter().map(|m| format!("{m} not deleted: stale receipt handle (sqs:stale-delete-noop)")));
+            parts.extend(kept.iter().map(|m| format!("{m} not deleted: stale receipt handle")));
             parts.extend(failed.iter().map(|(m, code)| format!("{m} failed ({code})")));
             parts.join(", ")
         }
@@ -79,7 +79,7 @@ pub fn outcome_text(s: &Step) -> String {
         ),
         Outcome::Deleted { msg, stale: false } => format!("{msg} deleted"),
         Outcome::Deleted { msg, stale: true } => format!("{msg} deleted with a stale receipt handle (AWS may keep it)"),
-        Outcome::NotDeleted { msg } => format!("ok, but {msg} is not deleted: stale receipt handle (sqs:stale-delete-noop)"),
+        Outcome::NotDeleted { msg } => format!("ok, but {msg} is not deleted: stale receipt handle"),
         Outcome::Hidden { msg, secs } => format!("{msg} visible again in {secs}s"),
         Outcome::Locked { taken: true } => "acquired".into(),
         Outcome::Locked { taken: false } => "held elsewhere".into(),

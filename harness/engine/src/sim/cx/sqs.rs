@@ -167,12 +167,15 @@ impl Cx {
     /// With a stale handle (the message was received again since), AWS may return OK without
     /// deleting (DeleteMessage API reference). Under `sqs:stale-delete-noop` that is what
     /// happens, and no call is made; otherwise the endpoint decides (LocalStack deletes), and
-    /// the step records that its outcome depends on the `stale-receipt-handle` behaviour.
+    /// the step records that its outcome depends on the `stale-receipt-handle` behaviour. A
+    /// handle of a message that a redelivery replaced (`sqs:redeliver-after-delete`) deletes
+    /// nothing: the call is made, and the copy stays.
     pub async fn delete(&mut self, d: &Delivery) -> Result<(), CallError> {
         self.gate("delete").await?;
-        let (depends, noop) = {
+        let (depends, noop, gone) = {
             let w = self.world.borrow();
-            (w.sqs.depends_on_stale_delete(&d.msg, &d.receipt), w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop)
+            let gone = w.sqs.is_gone(&d.receipt);
+            (w.sqs.depends_on_stale_delete(&d.msg, &d.receipt), w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop, gone)
         };
         if noop {
             self.complete("delete", Service::Sqs, Outcome::NotDeleted { msg: d.msg.clone() }, vec![]);
@@ -181,6 +184,10 @@ impl Cx {
         self.count(0, 1, 0);
         let r = on_io(self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send()).await;
         match r {
+            Ok(_) if gone => {
+                self.complete("delete", Service::Sqs, Outcome::NotDeleted { msg: d.msg.clone() }, vec![]);
+                Ok(())
+            }
             Ok(_) => {
                 self.world.borrow_mut().sqs.deleted(&d.msg);
                 let mut facts = vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }];
@@ -226,7 +233,7 @@ impl Cx {
         let rejected = ids.windows(2).any(|p| p[0] == p[1]) || !ids.iter().all(|id| well_formed(id));
         let keys: Vec<(&str, &str)> = entries.iter().map(|(_, d)| (d.msg.as_str(), d.receipt.as_str())).collect();
         let plan = self.world.borrow_mut().sqs.plan_batch_delete(&keys, rejected);
-        let kept: Vec<String> = plan.kept.iter().map(|i| entries[*i].1.msg.clone()).collect();
+        let mut kept: Vec<String> = plan.kept.iter().map(|i| entries[*i].1.msg.clone()).collect();
         let send: Vec<(String, &Delivery)> = plan.send.iter().map(|i| (entries[*i].0.clone(), entries[*i].1)).collect();
         if let Some(i) = plan.failed {
             failed.push(FailedEntry { delivery: entries[i].1.clone(), code: "InternalError".into() });
@@ -256,6 +263,11 @@ impl Cx {
             let of = |id: &str| send.iter().find(|(i, _)| i == id).map(|(_, d)| *d);
             for ok in &out.successful {
                 if let Some(d) = of(&ok.id) {
+                    // A handle of a message a redelivery replaced: answered OK, nothing deleted.
+                    if self.world.borrow().sqs.is_gone(&d.receipt) {
+                        kept.push(d.msg.clone());
+                        continue;
+                    }
                     self.world.borrow_mut().sqs.deleted(&d.msg);
                     facts.push(Fact::Deleted { queue, msg: d.msg.clone() });
                     deleted.push(d.msg.clone());

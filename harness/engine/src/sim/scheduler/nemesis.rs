@@ -17,6 +17,7 @@ impl Run<'_> {
         for (msg, queue, body) in std::mem::take(&mut self.redeliveries) {
             let message_id = self.admin.send(queue, &body, None)?;
             self.world.borrow_mut().names.set(&message_id, &msg);
+            self.world.borrow_mut().sqs.replaced(&msg);
             // Sent whatever the body: the drain's and the generator's view of what is visible
             // must include it (nil identity when the workload reads none, as for a replay).
             let facts = vec![Fact::Sent { queue, msg: msg.clone(), identity: self.identity_of(&body) }];

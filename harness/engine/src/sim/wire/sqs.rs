@@ -865,11 +865,12 @@ async fn delete(
         );
         return forward_or_502(p, parts, body).await;
     };
-    let (depends, noop) = {
+    let (depends, noop, gone) = {
         let w = p.worker.world.borrow();
         (
             w.sqs.depends_on_stale_delete(&msg, &receipt),
             w.sqs.is_stale(&msg, &receipt) && w.sqs.stale_delete_noop,
+            w.sqs.is_gone(&receipt),
         )
     };
     if noop {
@@ -881,6 +882,11 @@ async fn delete(
         Ok(r) => r,
         Err(resp) => return resp,
     };
+    // A handle of a message a redelivery replaced: the copy stays.
+    if gone {
+        p.worker.complete(Service::Sqs, Outcome::NotDeleted { msg }, vec![]);
+        return passthrough(status, headers, rbody);
+    }
     p.worker.world.borrow_mut().sqs.deleted(&msg);
     let mut facts = vec![Fact::Deleted {
         queue,
@@ -992,10 +998,15 @@ async fn delete_batch(
     }
     successful.sort_unstable();
     failed.sort_unstable();
-    let mut deleted = Vec::new();
+    let (mut deleted, mut kept) = (Vec::new(), plan.kept.clone());
     {
         let mut w = p.worker.world.borrow_mut();
         for i in successful.iter().filter(|i| !plan.kept.contains(i)) {
+            // A handle of a message a redelivery replaced: answered OK, nothing deleted.
+            if w.sqs.is_gone(&entries[*i].1) {
+                kept.push(*i);
+                continue;
+            }
             if p.worker.message_of(&entries[*i].1).is_some() {
                 w.sqs.deleted(&msgs[*i]);
                 facts.push(Fact::Deleted {
@@ -1012,7 +1023,7 @@ async fn delete_batch(
     }));
     let outcome = Outcome::BatchDeleted {
         deleted,
-        kept: plan.kept.iter().map(|i| msgs[*i].clone()).collect(),
+        kept: kept.iter().map(|i| msgs[*i].clone()).collect(),
         failed: failed
             .iter()
             .map(|(i, code)| (msgs[*i].clone(), code.clone()))
