@@ -716,7 +716,12 @@ fn a_second_call_of_a_one_call_worker_names_the_calls_the_client_and_the_setting
     let out = crashpoint_in(dir.path(), &["run", "invoices/batch-same-order", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("was sent while") && t.contains("was held"), "the two calls are not named:\n{t}");
+    // Which of the two is caught depends on when the second connection opens: the second call
+    // comes while the first is held at the gate, or while it is in flight.
+    assert!(
+        t.contains("was sent while") && (t.contains("was held") || t.contains("was in flight")),
+        "the two calls are not named:\n{t}"
+    );
     assert!(t.contains("Set `concurrent = true` in") && t.contains("[roles.c]"), "the setting is not named:\n{t}");
     assert!(t.contains("its clients:"), "no client library named:\n{t}");
 }

@@ -196,11 +196,13 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -
         let _pending = (!gated).then(|| worker.pending_guard());
         server.write_all(&bytes).await?;
         let (reply, out) = read_one(&mut server, &mut from_server, worker).await?;
-        client.write_all(&out).await?;
+        // Recorded before the worker hears the reply, as the other proxies do: a one-call
+        // worker's next call then never finds this one in flight.
         if gated {
             let (outcome, facts) = outcome(&name, &args, &reply);
             worker.complete(Service::Redis, outcome, facts);
         }
+        client.write_all(&out).await?;
     }
 }
 

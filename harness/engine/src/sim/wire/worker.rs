@@ -194,7 +194,9 @@ impl WireWorker {
             ..
         } = call;
         if let Some(other) = self.holding.replace(Some(op)) {
-            self.fatal(self.one_at_a_time(op, other));
+            self.fatal(self.one_at_a_time(op, other, "was held"));
+        } else if let Some(other) = self.in_flight_elsewhere() {
+            self.fatal(self.one_at_a_time(op, other, "was in flight, its reply not back yet"));
         }
         if cycle_start {
             self.world.borrow_mut().mailbox(&self.me).at_cycle_start = true;
@@ -224,9 +226,24 @@ impl WireWorker {
         granted
     }
 
-    /// The error for a second call of a one-call-at-a-time worker: the calls, the client
-    /// libraries the wire named, and the settings that change it.
-    fn one_at_a_time(&self, op: &str, other: &str) -> String {
+    /// A call of this one-call-at-a-time worker that another proxy task (another connection)
+    /// was granted and has not completed: its label. A call completes before its reply reaches
+    /// the worker (each proxy records the outcome, then answers), so a worker that awaits each
+    /// call never has one here when it makes the next; a crash drops the whole host, and with
+    /// it these records.
+    fn in_flight_elsewhere(&self) -> Option<&'static str> {
+        let me = tokio::task::try_id();
+        self.current
+            .borrow()
+            .iter()
+            .find(|(task, _)| **task != me)
+            .map(|(_, c)| c.op)
+    }
+
+    /// The error for a second call of a one-call-at-a-time worker: the calls (`how`: what the
+    /// other one was doing, held at the gate or in flight), the client libraries the wire
+    /// named, and the settings that change it.
+    fn one_at_a_time(&self, op: &str, other: &str, how: &str) -> String {
         let clients = self.clients.borrow();
         let libs = match clients.is_empty() {
             true => String::new(),
@@ -241,7 +258,7 @@ impl WireWorker {
             .clone()
             .unwrap_or_else(|| format!("[external.{}]", self.ext.role));
         format!(
-            "{}: `{op}` was sent while `{other}` was held{libs}: this worker is declared to make one call at a time. \
+            "{}: `{op}` was sent while `{other}` {how}{libs}: this worker is declared to make one call at a time. \
              Set `concurrent = true` in {origin} to test it with several calls in flight (a batch handled in parallel, a \
              heartbeat, a pool's connections), or make the worker sequential (sqs-consumer `batchSize: 1` and no \
              `heartbeatInterval`, one connection, each call awaited in turn)",
