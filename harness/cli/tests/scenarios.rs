@@ -254,6 +254,25 @@ fn a_delete_with_a_handle_of_the_deleted_message_leaves_its_redelivered_copy() {
     }
 }
 
+/// Issue 44: `c1:lag` holds c1 before its COMMIT in the drain until the others settle. With
+/// c1's outbox row inserted and not committed, c2 commits a newer row, r1 publishes it, and only
+/// then does c1 commit: the reference relay publishes c1's row too, the watermark relay never
+/// does (the window of `payout/watermark-relay`, reached from a schedule of steps and one lag).
+#[test]
+fn a_lagging_consumer_commits_last_and_only_the_watermark_relay_loses_its_row() {
+    let schedule = "p p p p c1 c1 c1 c1 c1 c1:lag";
+    let o = run("reference", "payout/catalogue", Some(schedule));
+    assert!(o.passed(), "{}", o.trace);
+    let lag = o.trace.find("c1 falls behind").expect("no lag in the trace");
+    let caught_up = o.trace.find("drain: the others settled; c1 catch(es) up").expect("c1 never caught up");
+    let c1_commit = o.trace[caught_up..].find("c1   commit").map(|i| i + caught_up).expect("c1 never committed");
+    let r1_commit = o.trace[lag..].find("r1   commit").map(|i| i + lag).expect("r1 never committed");
+    assert!(r1_commit < c1_commit, "the relay did not publish before c1 committed:\n{}", o.trace);
+    let o = run("relay-watermark", "payout/catalogue", Some(schedule));
+    let failed: Vec<_> = o.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
+    assert!(failed.contains(&"every outbox event published at least once"), "{failed:?}\n{}", o.trace);
+}
+
 #[test]
 fn skip_without_delete_loses_liveness_when_a_stale_delete_keeps_the_message() {
     let o = run("skip-without-delete", "aws/stale-delete-noop", None);

@@ -19,13 +19,19 @@ use crate::schedule::Schedule;
 /// How far generation runs ahead of the feedback, cases.
 pub(super) const WINDOW: u64 = 8;
 
-/// Guided case `i` is a mutation when `i % MUTATE_OF == MUTATE_OF - 1`, and otherwise the
-/// fresh schedule uniform generation gives case `i` (the same seed, the same schedule): every
-/// case where uniform generation meets a window is run as it, unless it is one of the mutated
-/// third, and that third searches around what reached new coverage instead. A window that
-/// uniform generation meets at one case in `n` is met about 1.5 times later when mutations
-/// never meet it.
+/// Guided case `i` is a mutation when `i % MUTATE_OF == MUTATE_OF - 1`; the others are the
+/// uniform cases in their order ([`uniform_case`]): uniform case `u` is guided case
+/// `u + u / 2`. A window that uniform generation meets at its `k`-th schedule is met by
+/// guided generation at its `⌊1.5 k⌋`-th at the latest, or earlier when a mutation meets it:
+/// the mutated third searches around what reached new coverage, and never takes a uniform
+/// case's place.
 pub(super) const MUTATE_OF: u64 = 3;
+
+/// The uniform case that guided case `index` runs, `None` for a mutation: the cases that are
+/// not mutations, counted.
+pub(super) fn uniform_case(index: u64) -> Option<u64> {
+    (index % MUTATE_OF != MUTATE_OF - 1).then(|| index - index / MUTATE_OF)
+}
 
 #[derive(Default)]
 struct State {
@@ -91,5 +97,23 @@ impl Guide {
     pub(super) fn stop(&self) {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).stopped = true;
         self.moved.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guided_cases_run_every_uniform_case_in_order_and_at_most_half_again_later() {
+        let runs: Vec<(u64, u64)> = (0..3000).filter_map(|g| uniform_case(g).map(|u| (g, u))).collect();
+        // Every uniform case, once, in order.
+        assert!(runs.iter().enumerate().all(|(k, (_, u))| *u == k as u64), "{:?}", &runs[..10]);
+        // The k-th schedule (1-based) of uniform generation is at most the ⌊1.5 k⌋-th of guided.
+        for (g, u) in &runs {
+            assert!(2 * (g + 1) <= 3 * (u + 1), "uniform case {u} runs as guided case {g}");
+        }
+        // The others, one case in MUTATE_OF, are mutations.
+        assert_eq!((0..3000).filter(|g| uniform_case(*g).is_none()).count() as u64, 3000 / MUTATE_OF);
     }
 }

@@ -16,7 +16,7 @@ use anyhow::{anyhow, Result};
 use proptest::strategy::{Strategy, ValueTree};
 
 use super::board::{Board, Work};
-use super::guide::{Guide, MUTATE_OF};
+use super::guide::{uniform_case, Guide};
 use super::reorder::InOrder;
 use super::{case_seed, first_divergence, menu, runner_for, Calls, Options};
 use crate::scenario::{run_scenario, Scenario, ScenarioOutcome};
@@ -94,11 +94,17 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
     let strategy = schedules(&menu);
     let roles = s.workload.roles();
     while let Some(index) = shared.take() {
-        let seed = case_seed(shared.opts.seed, index);
         // A guided case that is a mutation starts from the corpus as the cases before
-        // `index - WINDOW` left it; every other case is the uniform schedule of its seed.
-        let parents = match &shared.guide {
-            Some(g) if index % MUTATE_OF == MUTATE_OF - 1 => match g.parents_for(index, &mut || {
+        // `index - WINDOW` left it, with a case seed of its own; every other case is a uniform
+        // case, with its seed and schedule.
+        let mutation = shared.guide.as_ref().filter(|_| uniform_case(index).is_none());
+        let seed = match (&shared.guide, uniform_case(index)) {
+            (None, _) => case_seed(shared.opts.seed, index),
+            (Some(_), Some(u)) => case_seed(shared.opts.seed, u),
+            (Some(_), None) => case_seed(!shared.opts.seed, index),
+        };
+        let parents = match mutation {
+            Some(g) => match g.parents_for(index, &mut || {
                 sink(Handed::Waiting);
             }) {
                 Some(p) => p,

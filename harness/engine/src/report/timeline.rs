@@ -114,6 +114,7 @@ fn fault_label(f: &FaultEvent) -> String {
     match f {
         FaultEvent::DrainStart | FaultEvent::DrainPending { .. } | FaultEvent::Clock { drain: true, .. } => "drain".into(),
         FaultEvent::UpstreamRetry { .. } => "retry".into(),
+        FaultEvent::Lag { .. } | FaultEvent::CatchUp { .. } => "lag".into(),
         FaultEvent::Clock { .. } => "tick".into(),
         FaultEvent::Pause { .. } => "pause".into(),
         FaultEvent::Skipped { .. } => "skip".into(),

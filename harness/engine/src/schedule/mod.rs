@@ -13,6 +13,7 @@
 //! | `c1:fail@after_claim` | run `c1` until it passes `after_claim`, where an error is thrown |
 //! | `c1:restart` | start a killed `c1` again, with fresh software |
 //! | `c1:stop` | stop `c1` gracefully: it finishes its current message and exits before its next receive |
+//! | `c1:lag` | in the drain, `c1` waits before its next COMMIT until every other worker has settled |
 //! | `tick:31s` | advance the logical clock (`ms`, `s`, `m`, `h`); due expiries fire |
 //! | `pause:1500ms` | let real time pass for the workers' own timers (a heartbeat); the logical clock does not move |
 //! | `replay` (a name the workload declares) | a fault of the workload's own, e.g. replaying its failure transport |
@@ -67,6 +68,12 @@ pub enum Decision {
     /// is handling, releases or acknowledges what it holds as its code decides, and exits
     /// before its next receive. `c1:restart` starts it again.
     Stop { worker: String },
+    /// `worker` falls behind: in the drain it runs to its next COMMIT and waits there until a
+    /// round in which no worker stepped (every other one settled, or blocked on its locks),
+    /// then it catches up. An ordering, not a fault: a transaction that began first commits
+    /// last (a pod descheduled, a GC pause, a slow node), the priority change of PCT
+    /// (Burckhardt et al., ASPLOS 2010). Steps of `worker` the schedule names later still run.
+    Lag { worker: String },
     /// Advance the logical clock by `ms`.
     Tick { ms: u64 },
     /// Let `ms` of real time pass with every worker settled in turn, the logical clock
@@ -99,6 +106,7 @@ impl Decision {
             Decision::Fail { .. } => "fail@".into(),
             Decision::Restart { .. } => "restart".into(),
             Decision::Stop { .. } => "stop".into(),
+            Decision::Lag { .. } => "lag".into(),
             Decision::Tick { .. } => "tick".into(),
             Decision::Pause { .. } => "pause".into(),
             Decision::Fault(name) => name.to_string(),
@@ -136,6 +144,7 @@ impl fmt::Display for Decision {
             Decision::Fail { worker, at } => write!(f, "{worker}:fail@{at}"),
             Decision::Restart { worker } => write!(f, "{worker}:restart"),
             Decision::Stop { worker } => write!(f, "{worker}:stop"),
+            Decision::Lag { worker } => write!(f, "{worker}:lag"),
             Decision::Tick { ms } => write!(f, "tick:{}", format_duration_ms(*ms)),
             Decision::Pause { ms } => write!(f, "pause:{}", format_duration_ms(*ms)),
             Decision::Fault(name) => write!(f, "{name}"),
@@ -160,7 +169,8 @@ impl Schedule {
                 | Decision::CrashApplied { worker, .. }
                 | Decision::Fail { worker, .. }
                 | Decision::Restart { worker }
-                | Decision::Stop { worker } => Some(worker),
+                | Decision::Stop { worker }
+                | Decision::Lag { worker } => Some(worker),
                 _ => None,
             };
             if let Some(w) = worker.filter(|w| !workers.contains(w)) {

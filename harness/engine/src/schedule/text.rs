@@ -264,6 +264,7 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
         ("fail", None) => Err("expected `fail@<crash point>`, e.g. `c1:fail@after_claim`".into()),
         ("restart", None) => Ok(Decision::Restart { worker }),
         ("stop", None) => Ok(Decision::Stop { worker }),
+        ("lag", None) => Ok(Decision::Lag { worker }),
         (op, None) if !op.is_empty() && op.chars().all(|c| c.is_ascii_lowercase() || c == '_') => {
             Ok(Decision::Step {
                 worker,
@@ -271,7 +272,7 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
             })
         }
         (op, _) => Err(format!(
-            "`{op}` is not a call name, `crash`, `fail@…`, `restart` or `stop`"
+            "`{op}` is not a call name, `crash`, `fail@…`, `restart`, `stop` or `lag`"
         )),
     }
 }
@@ -312,7 +313,7 @@ pub(crate) mod tests {
     #[test]
     fn parses_every_form_and_prints_it_back() {
         let text = "p:lock c1 c2:recv c1:crash@after_commit c1:crash c1:restart \
-                    c2:fail@after_claim tick:31s tick:1500ms replay dispatch:e1 ret:purge redis:restart \
+                    c2:fail@after_claim c2:lag tick:31s tick:1500ms replay dispatch:e1 ret:purge redis:restart \
                     net:drop-response@gateway net:delay@gateway:40s provider:5xx-after@gateway";
         let s = parse(text).unwrap();
         assert_eq!(
@@ -322,7 +323,8 @@ pub(crate) mod tests {
                 at: Some("after_commit")
             }
         );
-        assert_eq!(s.decisions[7], Decision::Tick { ms: 31_000 });
+        assert_eq!(s.decisions[7], Decision::Lag { worker: "c2".into() });
+        assert_eq!(s.decisions[8], Decision::Tick { ms: 31_000 });
         assert_eq!(
             s.to_string(),
             text.split_whitespace().collect::<Vec<_>>().join(" ")

@@ -249,8 +249,13 @@ pub enum FaultEvent {
     Net { name: String, text: String },
     /// A fault of the workload's own (`name`), worded by the workload.
     Workload { name: String, text: String },
+    /// `worker` falls behind (`c1:lag`): in the drain it waits before its next COMMIT until
+    /// the others settle.
+    Lag { worker: String },
     /// The drain phase started.
     DrainStart,
+    /// No other worker stepped in a drain round: the workers that fell behind catch up.
+    CatchUp { workers: Vec<String> },
     /// The drain found work pending (`left`, e.g. `1 unpublished outbox row(s)`) and polls again.
     DrainPending { left: String },
     /// The drain dispatches `events` again: they were dispatched and never sent, and the

@@ -132,6 +132,10 @@ pub fn fault_text(f: &FaultEvent) -> String {
         FaultEvent::Sqs { text, .. } | FaultEvent::Pg { text, .. } | FaultEvent::Workload { text, .. } => text.clone(),
         FaultEvent::Net { name, text } => format!("{name}: {text}"),
         FaultEvent::Redelivered { msg } => format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"),
+        FaultEvent::Lag { worker } => {
+            format!("{worker} falls behind: in the drain it waits before its next commit until the others settle")
+        }
+        FaultEvent::CatchUp { workers } => format!("drain: the others settled; {} catch(es) up", workers.join(", ")),
         FaultEvent::DrainStart => "drain: restart crashed workers, run everyone until quiescent".into(),
         FaultEvent::DrainPending { left } => format!("drain: {left}; polling again"),
         FaultEvent::UpstreamRetry { events } => {

@@ -152,6 +152,9 @@ impl Run<'_> {
     /// nothing else moves an operator redrives the dead-letter queues, as a team's runbook does:
     /// [`REDRIVES_MAX`] times, then again only while each redrive is followed by a one-shot
     /// fault firing; messages still on a dead-letter queue after that are a liveness violation.
+    /// A worker that fell behind (`c1:lag`) runs to its next COMMIT and sits out the rounds
+    /// there until one in which no worker stepped (one blocked on its locks takes no step),
+    /// then catches up.
     pub fn drain(&mut self) -> Result<Option<String>> {
         self.fault(FaultEvent::DrainStart, vec![]);
         self.heal_all()?;
@@ -164,17 +167,22 @@ impl Run<'_> {
         // pending rounds in a row changed neither.
         let (mut last, mut stalled) = ((String::new(), usize::MAX), 0u32);
         for _ in 0..DRAIN_ROUNDS_MAX {
-            let mut moved = false;
+            // `moved`: something happened or is under way; `stepped`: a worker restarted or
+            // made a call (one blocked on a lag's lock is under way, and takes no step).
+            let (mut moved, mut stepped) = (false, false);
             for w in &drainers {
+                if self.lagging.contains(w) && matches!(self.status(w), Status::Parked { op: "commit", .. }) {
+                    continue;
+                }
                 // The orchestrator restarts a crashed pod (an armed crash may fire here).
                 if self.status(w) == Status::Crashed {
                     self.restart(w)?;
-                    moved = true;
+                    (moved, stepped) = (true, true);
                 }
                 match self.status(w) {
                     Status::Parked { .. } if !self.poll_is_stale(w) => {
                         self.step(w, None)?;
-                        moved = true;
+                        (moved, stepped) = (true, true);
                         if self.with_slot(w, |s| s.idle) {
                             if let Some(c) = self.kind(w).and_then(|k| self.polls.counter(k)) {
                                 self.polls.seen.insert(w.clone(), c);
@@ -187,6 +195,11 @@ impl Run<'_> {
                     Status::Running { .. } => moved = true,
                     _ => {}
                 }
+            }
+            if !stepped && !self.lagging.is_empty() {
+                let workers: Vec<String> = std::mem::take(&mut self.lagging).into_iter().collect();
+                self.fault(FaultEvent::CatchUp { workers }, vec![]);
+                continue;
             }
             if moved {
                 continue;

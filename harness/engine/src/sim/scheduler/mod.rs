@@ -157,6 +157,8 @@ pub struct Run<'a> {
     cuts: Vec<crate::sim::net::Cut>,
     /// Simulation steps taken so far.
     steps: u64,
+    /// Workers that fell behind (`c1:lag`) and have not caught up in the drain yet.
+    lagging: BTreeSet<String>,
     /// The queues with a dead-letter queue, and their redrive policies.
     dead_letters: Vec<(&'static str, crate::spec::DeadLetter)>,
     /// Messages to move to a dead-letter queue at the next receive from their queue, in the
@@ -300,6 +302,7 @@ impl<'a> Run<'a> {
             providers: setup.providers,
             cuts: Vec::new(),
             steps: 0,
+            lagging: BTreeSet::new(),
             dead_letters: setup
                 .queues
                 .iter()
@@ -428,6 +431,13 @@ impl<'a> Run<'a> {
             Decision::Stop { worker } => {
                 self.check_worker(worker)?;
                 self.stop(worker)
+            }
+            Decision::Lag { worker } => {
+                self.check_worker(worker)?;
+                if self.lagging.insert(worker.clone()) {
+                    self.fault(FaultEvent::Lag { worker: worker.clone() }, vec![]);
+                }
+                Ok(())
             }
             Decision::Tick { ms } => self.tick(*ms),
             Decision::Pause { ms } => self.pause(*ms),
