@@ -67,8 +67,8 @@ pub enum Strategy {
     #[default]
     Uniform,
     /// Schedules that reached new coverage are kept and mutated (insert, delete, replace one
-    /// decision, splice two, extend a prefix) every third case; the others are the schedules
-    /// uniform generation gives them.
+    /// decision, splice two, extend a prefix, let one worker lag) every third case; the others
+    /// are uniform generation's cases, in their order ([`crate::schedule::mutate`]).
     Guided,
 }
 
