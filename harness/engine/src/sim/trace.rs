@@ -135,7 +135,9 @@ pub fn fault_text(f: &FaultEvent) -> String {
         FaultEvent::Lag { worker } => {
             format!("{worker} falls behind: in the drain it waits before its next commit until the others settle")
         }
-        FaultEvent::CatchUp { workers } => format!("drain: the others settled; {} catch(es) up", workers.join(", ")),
+        FaultEvent::CatchUp { workers } => {
+            format!("drain: the others settled; {} {}", workers.join(", "), if workers.len() == 1 { "catches up" } else { "catch up" })
+        }
         FaultEvent::DrainStart => "drain: restart crashed workers, run everyone until quiescent".into(),
         FaultEvent::DrainPending { left } => format!("drain: {left}; polling again"),
         FaultEvent::UpstreamRetry { events } => {
