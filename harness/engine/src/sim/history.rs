@@ -254,8 +254,10 @@ pub enum FaultEvent {
     Lag { worker: String },
     /// The drain phase started.
     DrainStart,
-    /// No other worker stepped in a drain round: the workers that fell behind catch up.
-    CatchUp { workers: Vec<String> },
+    /// No worker stepped in a drain round: the workers that fell behind and waited at a
+    /// COMMIT (`workers`) catch up; those that reached none (`idle`: a producer, a worker with
+    /// nothing to do) held nothing.
+    CatchUp { workers: Vec<String>, idle: Vec<String> },
     /// The drain found work pending (`left`, e.g. `1 unpublished outbox row(s)`) and polls again.
     DrainPending { left: String },
     /// The drain dispatches `events` again: they were dispatched and never sent, and the

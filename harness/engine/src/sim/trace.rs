@@ -133,10 +133,18 @@ pub fn fault_text(f: &FaultEvent) -> String {
         FaultEvent::Net { name, text } => format!("{name}: {text}"),
         FaultEvent::Redelivered { msg } => format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"),
         FaultEvent::Lag { worker } => {
-            format!("{worker} falls behind: in the drain it waits before its next commit until the others settle")
+            format!("{worker} falls behind: in the drain it waits before its next commit until no other worker can step")
         }
-        FaultEvent::CatchUp { workers } => {
-            format!("drain: the others settled; {} {}", workers.join(", "), if workers.len() == 1 { "catches up" } else { "catch up" })
+        FaultEvent::CatchUp { workers, idle } => {
+            let mut parts = Vec::new();
+            if !workers.is_empty() {
+                let verb = if workers.len() == 1 { "catches up" } else { "catch up" };
+                parts.push(format!("{} {verb}", workers.join(", ")));
+            }
+            if !idle.is_empty() {
+                parts.push(format!("{} reached no commit: the lag held nothing", idle.join(", ")));
+            }
+            format!("drain: no other worker can step; {}", parts.join("; "))
         }
         FaultEvent::DrainStart => "drain: restart crashed workers, run everyone until quiescent".into(),
         FaultEvent::DrainPending { left } => format!("drain: {left}; polling again"),

@@ -166,12 +166,15 @@ impl Run<'_> {
         // The pending work and the count of busy steps at the last pending round, and how many
         // pending rounds in a row changed neither.
         let (mut last, mut stalled) = ((String::new(), usize::MAX), 0u32);
+        // Lagging workers that have waited at a COMMIT.
+        let mut waited: BTreeSet<String> = BTreeSet::new();
         for _ in 0..DRAIN_ROUNDS_MAX {
             // `moved`: something happened or is under way; `stepped`: a worker restarted or
             // made a call (one blocked on a lag's lock is under way, and takes no step).
             let (mut moved, mut stepped) = (false, false);
             for w in &drainers {
                 if self.lagging.contains(w) && matches!(self.status(w), Status::Parked { op: "commit", .. }) {
+                    waited.insert(w.clone());
                     continue;
                 }
                 // The orchestrator restarts a crashed pod (an armed crash may fire here).
@@ -197,8 +200,9 @@ impl Run<'_> {
                 }
             }
             if !stepped && !self.lagging.is_empty() {
-                let workers: Vec<String> = std::mem::take(&mut self.lagging).into_iter().collect();
-                self.fault(FaultEvent::CatchUp { workers }, vec![]);
+                let (workers, idle): (Vec<String>, Vec<String>) =
+                    std::mem::take(&mut self.lagging).into_iter().partition(|w| waited.contains(w));
+                self.fault(FaultEvent::CatchUp { workers, idle }, vec![]);
                 continue;
             }
             if moved {
