@@ -97,11 +97,10 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
         // A guided case that is a mutation starts from the corpus as the cases before
         // `index - WINDOW` left it, with a case seed of its own; every other case is a uniform
         // case, with its seed and schedule.
-        let mutation = shared.guide.as_ref().filter(|_| uniform_case(index).is_none());
-        let seed = match (&shared.guide, uniform_case(index)) {
-            (None, _) => case_seed(shared.opts.seed, index),
-            (Some(_), Some(u)) => case_seed(shared.opts.seed, u),
-            (Some(_), None) => case_seed(!shared.opts.seed, index),
+        let (seed, mutation) = match (&shared.guide, uniform_case(index)) {
+            (None, _) => (case_seed(shared.opts.seed, index), None),
+            (Some(_), Some(u)) => (case_seed(shared.opts.seed, u), None),
+            (Some(g), None) => (case_seed(!shared.opts.seed, index), Some(g)),
         };
         let parents = match mutation {
             Some(g) => match g.parents_for(index, &mut || {

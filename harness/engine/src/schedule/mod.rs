@@ -95,6 +95,21 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// The worker the decision names (a step, a crash or failure of it, its restart, stop or
+    /// lag), `None` for one that names no worker.
+    pub fn worker(&self) -> Option<&str> {
+        match self {
+            Decision::Step { worker, .. }
+            | Decision::Crash { worker, .. }
+            | Decision::CrashApplied { worker, .. }
+            | Decision::Fail { worker, .. }
+            | Decision::Restart { worker }
+            | Decision::Stop { worker }
+            | Decision::Lag { worker } => Some(worker),
+            _ => None,
+        }
+    }
+
     /// The fault kind of a nemesis decision (`crash`, `crash@`, `fail@`, `restart`, `tick`,
     /// `replay`, `dispatch`, `redis:restart`, `sqs:<fault>`), `None` for a worker step.
     pub fn fault_kind(&self) -> Option<String> {
@@ -163,17 +178,7 @@ impl Schedule {
     pub fn unknown_names(&self, workers: &[String], events: &[String]) -> Vec<String> {
         let mut out = Vec::new();
         for d in &self.decisions {
-            let worker = match d {
-                Decision::Step { worker, .. }
-                | Decision::Crash { worker, .. }
-                | Decision::CrashApplied { worker, .. }
-                | Decision::Fail { worker, .. }
-                | Decision::Restart { worker }
-                | Decision::Stop { worker }
-                | Decision::Lag { worker } => Some(worker),
-                _ => None,
-            };
-            if let Some(w) = worker.filter(|w| !workers.contains(w)) {
+            if let Some(w) = d.worker().filter(|w| !workers.iter().any(|k| k == w)) {
                 out.push(format!(
                     "`{d}`: no worker `{w}` (workers: {})",
                     workers.join(" ")

@@ -30,13 +30,9 @@ fn lag(d: &mut Vec<super::Decision>, runner: &mut TestRunner) -> bool {
     let Decision::Step { worker, .. } = d[i].clone() else {
         return false;
     };
-    let moves = |x: &Decision| match x {
-        Decision::Step { worker: w, .. }
-        | Decision::Crash { worker: w, .. }
-        | Decision::CrashApplied { worker: w, .. }
-        | Decision::Fail { worker: w, .. }
-        | Decision::Stop { worker: w } => *w == worker,
-        _ => false,
+    // A restart or another lag does not move it.
+    let moves = |x: &Decision| {
+        x.worker() == Some(worker.as_str()) && !matches!(x, Decision::Restart { .. } | Decision::Lag { .. })
     };
     let rest: Vec<Decision> = d.drain(i + 1..).filter(|x| !moves(x)).collect();
     d.push(Decision::Lag { worker });
