@@ -15,8 +15,12 @@ fn catalogue_scenario(name: &str) -> String {
     crashpoint_payout::Payout.catalogue_scenario_of(name)
 }
 
-/// Each mutant, the schedules it may take to be caught with seed 1 (the catalogue's default),
-/// and the start of the invariant its own defect breaks, which must be among those violated.
+/// Each mutant, the schedules it may take to be caught with seed 1 (the catalogue's default)
+/// under uniform generation, and the start of the invariant its own defect breaks, which must
+/// be among those violated. Guided generation, the default, runs uniform case `u` as its case
+/// `u + u/2` (the `guide` unit test), so these budgets bound it at 1.5× without running it
+/// here, where it would add about a sixth to this test's time; its own figures over seeds 1–10
+/// are in `data/detection/`.
 /// Measured first-failure indexes (2026-12-01, with the AWS-only SQS faults on the menu since
 /// the batch mutants need `sqs:batch-delete-partial`) are in the comments; the budgets leave room.
 const BUDGETS: &[(&str, u64, &str)] = &[
@@ -71,7 +75,11 @@ fn budgets_cover_the_whole_catalogue() {
 #[test]
 #[ignore = "full tier: the whole payout catalogue, about 440 schedules and their shrinks; `cargo test -- --include-ignored` runs it"]
 fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
-    let scenarios: Vec<_> = BUDGETS.iter().map(|(name, _, _)| common::scenario(&catalogue_scenario(name))).collect();
+    let uniform = |mut s: crashpoint::scenario::Scenario| {
+        s.explore.as_mut().expect("an exploration scenario").strategy = crashpoint::scenario::Strategy::Uniform;
+        s
+    };
+    let scenarios: Vec<_> = BUDGETS.iter().map(|(name, _, _)| uniform(common::scenario(&catalogue_scenario(name)))).collect();
     let mutants: Vec<_> = BUDGETS.iter().zip(&scenarios).map(|((name, budget, _), s)| (*name, *budget, s)).collect();
     let mut missed = Vec::new();
     for ((name, budget, invariant), r) in BUDGETS.iter().zip(common::explore_mutants(&mutants)) {

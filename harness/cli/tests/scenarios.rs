@@ -273,6 +273,30 @@ fn a_lagging_consumer_commits_last_and_only_the_watermark_relay_loses_its_row() 
     assert!(failed.contains(&"every outbox event published at least once"), "{failed:?}\n{}", o.trace);
 }
 
+/// Issue 44: `c:lag@recv` holds every handler of role `c` before its next receive in the drain
+/// until the others settle. With the dispatch lock of e1 lost (`redis:restart`) and e1 dispatched again,
+/// the producer sends both copies before any consumer receives, and c1 receives all four
+/// messages in one batch: the batch reference numbers its DeleteMessageBatch entries by
+/// position and deletes both copies; `batch-entry-id-identity` gives both the event id and
+/// SQS rejects the whole batch, every time the two come back together (the window of
+/// `payout/batch-duplicate-delivery`, reached without a clock jump).
+#[test]
+fn handlers_that_lag_before_their_receive_take_two_copies_in_one_batch() {
+    let schedule = "dispatch:e1 p redis:restart c:lag@recv";
+    let o = run("batch-entry-id-identity", "payout/catalogue", Some(schedule));
+    assert!(o.trace.contains("c3 falls behind: in the drain it waits before its next recv"), "{}", o.trace);
+    assert!(o.trace.contains("drain: no other worker can step; c1, c2, c3 catch up"), "{}", o.trace);
+    let caught_up = o.trace.find("catch up").unwrap();
+    assert!(!o.trace[..caught_up].contains("recv  "), "a consumer received before it caught up:\n{}", o.trace);
+    assert!(o.trace.contains("c1   recv                                    → m1 (receive 1), m2 (receive 1), m3 (receive 1), m4 (receive 1)"), "{}", o.trace);
+    assert!(o.trace.contains("BatchEntryIdsNotDistinct"), "{}", o.trace);
+    let failed: Vec<_> = o.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
+    assert!(failed.iter().any(|f| f.starts_with("quiescence")), "{failed:?}\n{}", o.trace);
+    let o = run("reference", "payout/explore-batches", Some(schedule));
+    assert!(o.trace.contains("c1   recv                                    → m1 (receive 1), m2 (receive 1)"), "{}", o.trace);
+    assert!(o.passed(), "{:?}\n{}", o.verdicts.iter().filter(|v| !v.holds).collect::<Vec<_>>(), o.trace);
+}
+
 #[test]
 fn skip_without_delete_loses_liveness_when_a_stale_delete_keeps_the_message() {
     let o = run("skip-without-delete", "aws/stale-delete-noop", None);

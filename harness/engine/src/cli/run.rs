@@ -417,11 +417,6 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
             }
             Ok(schedule)
         }
-        (None, Some(_)) if s.explore.as_ref().is_some_and(|e| e.strategy == crate::scenario::Strategy::Guided) => bail!(
-            "{} explores guided: a case is a mutation of earlier cases, which --seed alone cannot rebuild; \
-             use the `--schedule` line printed with the failure (and in report.json)",
-            s.name
-        ),
         (None, Some(seed)) if s.explore.is_some() => Err(seed),
         (None, Some(_)) => bail!("--seed regenerates schedules of exploration scenarios; {} is scripted", s.name),
         (None, None) => Ok(s.schedule.clone()),

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::schedule::Schedule;
+use crate::schedule::{Parents, Schedule};
 
 /// How far generation runs ahead of the feedback, cases.
 pub(super) const WINDOW: u64 = 8;
@@ -39,6 +39,9 @@ struct State {
     taken: u64,
     /// (case index, schedule) of each case that added coverage, in case order.
     corpus: Vec<(u64, Arc<Schedule>)>,
+    /// (case index, queue, schedule) of each case whose run had twins on a queue (the signal's
+    /// `twins <queue>`), in case order, whether or not it added coverage.
+    twins: Vec<(u64, String, Arc<Schedule>)>,
     /// Every signal element reached so far.
     seen: BTreeSet<String>,
     /// Set when the exploration stops: nobody waits any more.
@@ -53,12 +56,12 @@ pub(super) struct Guide {
 }
 
 impl Guide {
-    /// The schedules of the corpus that case `index` may start from: those of cases before
-    /// `index - WINDOW`, once all of those were taken in. `None` when the exploration stopped
-    /// meanwhile.
+    /// The schedules of the corpus (and of the twins) that case `index` may start from: those
+    /// of cases before `index - WINDOW`, once all of those were taken in. `None` when the
+    /// exploration stopped meanwhile.
     /// While it waits it calls `pump` now and then, without the corpus locked: a slot whose
     /// thread also takes other slots' results in takes them there.
-    pub(super) fn parents_for(&self, index: u64, pump: &mut dyn FnMut()) -> Option<Vec<Arc<Schedule>>> {
+    pub(super) fn parents_for(&self, index: u64, pump: &mut dyn FnMut()) -> Option<Parents> {
         let horizon = index.saturating_sub(WINDOW);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while st.taken < horizon && !st.stopped {
@@ -72,17 +75,25 @@ impl Guide {
         if st.stopped && st.taken < horizon {
             return None;
         }
-        Some(st.corpus.iter().take_while(|(i, _)| *i < horizon).map(|(_, s)| s.clone()).collect())
+        Some(Parents {
+            corpus: st.corpus.iter().take_while(|(i, _)| *i < horizon).map(|(_, s)| s.clone()).collect(),
+            twins: st.twins.iter().take_while(|(i, _, _)| *i < horizon).map(|(_, q, s)| (q.clone(), s.clone())).collect(),
+        })
     }
 
     /// Takes in case `index` (in case order): its schedule joins the corpus when its signal
-    /// has an element no earlier case reached.
+    /// has an element no earlier case reached, and the twins of each queue its signal names
+    /// in a `twins <queue>`.
     pub(super) fn take_in(&self, index: u64, schedule: &Schedule, signal: &BTreeSet<String>) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let before = st.seen.len();
         st.seen.extend(signal.iter().cloned());
+        let schedule = Arc::new(schedule.clone());
         if st.seen.len() > before {
-            st.corpus.push((index, Arc::new(schedule.clone())));
+            st.corpus.push((index, schedule.clone()));
+        }
+        for queue in signal.iter().filter_map(|e| e.strip_prefix("twins ")) {
+            st.twins.push((index, queue.to_string(), schedule.clone()));
         }
     }
 

@@ -64,6 +64,9 @@ pub struct Options {
 pub struct Failure {
     /// Case seed of the generated schedule (`None` for a regression re-tried from file).
     pub case_seed: Option<u64>,
+    /// Whether the case was a mutation of earlier cases (guided exploration): its case seed
+    /// drew the mutation, and `repro --seed`, which generates afresh, cannot rebuild it.
+    pub mutation: bool,
     /// Schedules run before this one failed (1-based index of the failing schedule).
     pub schedules_until: u64,
     /// The schedule as first found.
@@ -224,6 +227,7 @@ fn explore_on<'e>(
             ex.stats.wall = started.elapsed();
             let failure = Failure {
                 case_seed: None,
+                mutation: false,
                 schedules_until: ex.stats.schedules,
                 original: schedule,
                 minimal: o,
@@ -254,8 +258,8 @@ fn explore_on<'e>(
         if persist && ran.divergence.is_none() {
             regressions::save(s, "reference", &minimal)?;
         }
-        let (case_seed, original, divergence) = (Some(ran.seed), ran.schedule, ran.divergence);
-        failure = Some(Failure { case_seed, schedules_until, original, minimal, shrink_runs, divergence, found_after });
+        let (case_seed, mutation, original, divergence) = (Some(ran.seed), ran.mutation, ran.schedule, ran.divergence);
+        failure = Some(Failure { case_seed, mutation, schedules_until, original, minimal, shrink_runs, divergence, found_after });
         Ok(false)
     })?;
     ex.stats.wall = started.elapsed();

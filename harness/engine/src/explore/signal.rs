@@ -13,13 +13,18 @@
 //! - `blocked <role>.<call> <role>`: a call that waited on another worker's lock;
 //! - `fault <kind>`: something the nemesis or the drain did (a clock jump, an expiry, a
 //!   redelivery);
-//! - `redelivered <role>`: a worker received a message for the second time or more.
+//! - `redelivered <role>`: a worker received a message for the second time or more;
+//! - `twins <queue>`: two messages of one identity were on `queue` at once, neither deleted
+//!   (a dispatch again past an expired lock, a copy `sqs:redeliver-after-delete` made): what
+//!   a batch receive needs to take both together.
 //!
 //! A role is named by its prefix (`c`, not `c1`): workers of one role are interchangeable.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::sim::history::{Entry, Fact, History, Outcome, Service};
+use uuid::Uuid;
+
+use crate::sim::history::{Entry, Fact, History, Outcome, Service, Step};
 use crate::spec::{role_of, RoleSpec};
 
 /// What one worker holds at a point of the history.
@@ -45,12 +50,52 @@ fn result_of(o: &Outcome) -> &'static str {
     }
 }
 
+/// The messages on each queue sent and not deleted, by identity.
+#[derive(Default)]
+struct Live {
+    /// (queue, identity) → the labels of its messages not deleted.
+    on: BTreeMap<(&'static str, Uuid), BTreeSet<String>>,
+    /// Each message's queue and identity.
+    of: BTreeMap<String, (&'static str, Uuid)>,
+}
+
+impl Live {
+    /// Takes `f` in; `Some(queue)` when a message was sent to `queue` while another of its
+    /// identity was there, not deleted. A nil identity (a body the workload reads none from)
+    /// has no twins.
+    fn take(&mut self, f: &Fact) -> Option<&'static str> {
+        match f {
+            Fact::Sent { queue, msg, identity } if !identity.is_nil() => {
+                self.of.insert(msg.clone(), (queue, *identity));
+                let on = self.on.entry((queue, *identity)).or_default();
+                on.insert(msg.clone());
+                (on.len() > 1).then_some(*queue)
+            }
+            Fact::Deleted { msg, .. } => {
+                if let Some(key) = self.of.get(msg) {
+                    self.on.entry(*key).or_default().remove(msg);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The signal elements of `history`, for a workload with `roles`.
 pub fn signal(history: &History, roles: &[RoleSpec]) -> BTreeSet<String> {
     let role = |w: &str| role_of(roles, w).map_or_else(|| w.to_string(), |r| r.prefix.to_string());
     let mut out = BTreeSet::new();
     let mut held: BTreeMap<String, Held> = BTreeMap::new();
+    let mut live = Live::default();
     for e in &history.entries {
+        if let Entry::Step(Step { facts, .. }) | Entry::Fault { facts, .. } = e {
+            for f in facts {
+                if let Some(queue) = live.take(f) {
+                    out.insert(format!("twins {queue}"));
+                }
+            }
+        }
         match e {
             Entry::Step(s) => {
                 let r = role(&s.worker);

@@ -30,6 +30,9 @@ pub(super) struct Ran {
     pub index: u64,
     /// Its case seed.
     pub seed: u64,
+    /// Whether its schedule is a mutation of earlier cases (a guided case made from a corpus
+    /// that was not empty), which its seed alone does not give.
+    pub mutation: bool,
     /// The schedule generated for it.
     pub schedule: Schedule,
     /// Its outcome.
@@ -109,13 +112,13 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
                 Some(p) => p,
                 None => return,
             },
-            _ => Vec::new(),
+            _ => Default::default(),
         };
         // A panic (in a workload's handler, say) is this case's error, handed over in case
         // order like any other, so that the run stops there rather than waiting for it.
         let ran = guarded(&format!("case {index} (case seed {seed})"), || {
             let mut runner = runner_for(seed);
-            let schedule = match parents.is_empty() {
+            let schedule = match parents.corpus.is_empty() {
                 false => crate::schedule::mutate(&menu, &parents, &mut runner),
                 true => strategy.new_tree(&mut runner).map_err(|e| anyhow!("{e}"))?.current(),
             };
@@ -125,7 +128,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
                 true => first_divergence(&outcome.trace, &run_scenario(endpoints, system.clone(), s, Some(&schedule))?.trace),
                 false => None,
             };
-            Ok(Ran { index, seed, schedule, outcome, divergence, signal })
+            Ok(Ran { index, seed, mutation: !parents.corpus.is_empty(), schedule, outcome, divergence, signal })
         });
         if ran.as_ref().map_or(true, Ran::stops) {
             shared.stop_at.fetch_min(index, Ordering::Relaxed);

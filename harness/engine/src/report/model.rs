@@ -247,19 +247,20 @@ fn all_hold(s: &Scenario) -> Vec<InvariantResult> {
         .collect()
 }
 
-/// The commands that reproduce `schedule` of scenario `s` on `system` (and, with a case seed,
-/// the schedule as generated before shrinking: `--seed`, with `--all-faults` when the run had
-/// it, since the menu, and so the generated schedule, depends on it). A guided exploration's
-/// case is a mutation of earlier cases, which `--seed` alone cannot rebuild: its schedule
-/// before shrinking, `original`, is given as text instead.
+/// The commands that reproduce `schedule` of scenario `s` on `system` (and, with a case seed
+/// that generates it, the schedule as generated before shrinking: `--seed`, with
+/// `--all-faults` when the run had it, since the menu, and so the generated schedule, depends
+/// on it). A guided exploration's mutation is made from earlier cases, which `--seed` alone
+/// cannot rebuild: without `case_seed`, its schedule before shrinking, `original`, is given as
+/// text instead.
 pub fn repro_commands(s: &Scenario, system: &str, schedule: &Schedule, case_seed: Option<u64>, original: Option<&Schedule>) -> Vec<String> {
     let scenario = &s.name;
     let sys = if system == "reference" { String::new() } else { format!(" --system {system}") };
     let mut out = vec![format!("crashpoint repro {scenario}{sys} --schedule '{schedule}'")];
     let guided = s.explore.as_ref().is_some_and(|e| e.strategy == crate::scenario::Strategy::Guided);
     match (case_seed, original) {
-        (Some(_), Some(o)) if guided => out.push(format!("crashpoint repro {scenario}{sys} --schedule '{o}'")),
-        (Some(c), _) if !guided => {
+        (None, Some(o)) if guided && o != schedule => out.push(format!("crashpoint repro {scenario}{sys} --schedule '{o}'")),
+        (Some(c), _) => {
             let all = if s.explore.as_ref().is_some_and(|e| e.all_faults) { " --all-faults" } else { "" };
             out.push(format!("crashpoint repro {scenario}{sys}{all} --seed {c}"));
         }
@@ -333,6 +334,7 @@ impl ScenarioReport {
             r.invariants = invariants(&f.minimal.verdicts);
             r.depends_on = f.minimal.history.depends_on().into_iter().collect();
             let mut fr = failure_of(s, system, &f.minimal, &f.original, f.case_seed);
+            fr.repro = repro_commands(s, system, &f.minimal.schedule, f.case_seed.filter(|_| !f.mutation), Some(&f.original));
             fr.schedules_until = f.schedules_until;
             fr.shrink_runs = f.shrink_runs as u64;
             fr.divergence = f.divergence.clone();

@@ -48,9 +48,10 @@ pub struct ExploreSpec {
     /// no decision (the drain alone), found once per exploration and for `repro --seed`.
     #[serde(default)]
     pub call_boundaries: bool,
-    /// How schedules are generated: `"uniform"` (default), each drawn afresh from the menu,
-    /// or `"guided"`, most of them mutations of earlier schedules that reached new coverage
-    /// (the abstract signal of `explore/signal.rs`), mixed with fresh ones.
+    /// How schedules are generated: `"guided"` (default), every third one a mutation of
+    /// earlier schedules that reached new coverage (the abstract signal of
+    /// `explore/signal.rs`) between the uniform ones, or `"uniform"`, each drawn afresh from
+    /// the menu.
     #[serde(default)]
     pub strategy: Strategy,
     /// Set by `--all-faults` ([`Scenario::with_all_faults`]), never by the file: every engine
@@ -64,11 +65,14 @@ pub struct ExploreSpec {
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// Every schedule drawn afresh from the menu.
-    #[default]
     Uniform,
     /// Schedules that reached new coverage are kept and mutated (insert, delete, replace one
-    /// decision, splice two, extend a prefix, let one worker lag) every third case; the others
-    /// are uniform generation's cases, in their order ([`crate::schedule::mutate`]).
+    /// decision, splice two, extend a prefix, let one worker lag, let a queue's handlers gather
+    /// two copies of a message) every third case; the others are uniform generation's cases,
+    /// in their order ([`crate::schedule::mutate`]). The default: over seeds 1–10 at the
+    /// default budget it caught every mutant of the in-tree catalogues on every seed, where
+    /// uniform generation missed two windows on some (`data/detection/`).
+    #[default]
     Guided,
 }
 

@@ -33,7 +33,7 @@ mod mutate;
 mod strategy;
 pub(crate) mod text;
 
-pub use mutate::mutate;
+pub use mutate::{mutate, Parents};
 pub use strategy::{clock_max_ms, schedules, Menu, WORKER_WEIGHT_MAX};
 pub use text::{format_duration_ms, parse, Vocabulary};
 
@@ -68,12 +68,16 @@ pub enum Decision {
     /// is handling, releases or acknowledges what it holds as its code decides, and exits
     /// before its next receive. `c1:restart` starts it again.
     Stop { worker: String },
-    /// `worker` falls behind: in the drain it runs to its next COMMIT and waits there until a
-    /// round in which no worker stepped (every other one settled, or blocked on its locks),
-    /// then it catches up. An ordering, not a fault: a transaction that began first commits
-    /// last (a pod descheduled, a GC pause, a slow node), the priority change of PCT
-    /// (Burckhardt et al., ASPLOS 2010). Steps of `worker` the schedule names later still run.
-    Lag { worker: String },
+    /// `worker` falls behind: in the drain it runs to its next call `before` (a call name as
+    /// the trace shows it: `commit` for `c1:lag`, `recv` for `c1:lag@recv`) and waits there
+    /// until a round in which no worker stepped (every other one settled, or blocked on its
+    /// locks), then it catches up. An ordering, not a fault (a pod descheduled, a GC pause, a
+    /// slow node), the priority change of PCT (Burckhardt et al., ASPLOS 2010): before
+    /// `commit`, a transaction that began first commits last; before `recv`, a handler takes
+    /// its next receive once the others have sent what they will, and receives it together.
+    /// Steps of `worker` the schedule names later still run. `worker` may be a role's prefix
+    /// (`c:lag@recv`): every worker of the role falls behind ([`Decision::names`]).
+    Lag { worker: String, before: String },
     /// Advance the logical clock by `ms`.
     Tick { ms: u64 },
     /// Let `ms` of real time pass with every worker settled in turn, the logical clock
@@ -94,6 +98,15 @@ pub enum Decision {
     Net(NetFault),
 }
 
+/// The call a plain `c1:lag` waits before: COMMIT.
+pub const LAG_BEFORE: &str = "commit";
+
+/// Whether `worker` is a worker of the role with prefix `prefix`: the prefix followed by a
+/// number (`c1` of `c`), as [`crate::spec::role_of`] reads a worker's name.
+pub fn member_of(worker: &str, prefix: &str) -> bool {
+    worker.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
 impl Decision {
     /// The worker the decision names (a step, a crash or failure of it, its restart, stop or
     /// lag), `None` for one that names no worker.
@@ -105,8 +118,17 @@ impl Decision {
             | Decision::Fail { worker, .. }
             | Decision::Restart { worker }
             | Decision::Stop { worker }
-            | Decision::Lag { worker } => Some(worker),
+            | Decision::Lag { worker, .. } => Some(worker),
             _ => None,
+        }
+    }
+
+    /// Whether the decision names `worker`: as its worker, or, for a lag, as a worker of the
+    /// role whose prefix it names (`c:lag@recv` names `c1`, `c2`, …).
+    pub fn names(&self, worker: &str) -> bool {
+        match self {
+            Decision::Lag { worker: w, .. } => w == worker || member_of(worker, w),
+            d => d.worker() == Some(worker),
         }
     }
 
@@ -159,7 +181,8 @@ impl fmt::Display for Decision {
             Decision::Fail { worker, at } => write!(f, "{worker}:fail@{at}"),
             Decision::Restart { worker } => write!(f, "{worker}:restart"),
             Decision::Stop { worker } => write!(f, "{worker}:stop"),
-            Decision::Lag { worker } => write!(f, "{worker}:lag"),
+            Decision::Lag { worker, before } if before == LAG_BEFORE => write!(f, "{worker}:lag"),
+            Decision::Lag { worker, before } => write!(f, "{worker}:lag@{before}"),
             Decision::Tick { ms } => write!(f, "tick:{}", format_duration_ms(*ms)),
             Decision::Pause { ms } => write!(f, "pause:{}", format_duration_ms(*ms)),
             Decision::Fault(name) => write!(f, "{name}"),
@@ -178,7 +201,7 @@ impl Schedule {
     pub fn unknown_names(&self, workers: &[String], events: &[String]) -> Vec<String> {
         let mut out = Vec::new();
         for d in &self.decisions {
-            if let Some(w) = d.worker().filter(|w| !workers.iter().any(|k| k == w)) {
+            if let Some(w) = d.worker().filter(|_| !workers.iter().any(|k| d.names(k))) {
                 out.push(format!(
                     "`{d}`: no worker `{w}` (workers: {})",
                     workers.join(" ")

@@ -291,11 +291,12 @@ pub(super) fn cap_ticks(decisions: Vec<Decision>, clock_max_ms: u64) -> Vec<Deci
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::test_runner::TestRunner;
 
-    fn menu() -> Menu {
+    /// A menu over the engine's own test vocabulary (`text::tests::vocabulary`).
+    pub(crate) fn menu() -> Menu {
         Menu {
             workers: "p c1 c2 c3 r1 r2 d1 ret"
                 .split(' ')

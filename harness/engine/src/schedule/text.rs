@@ -250,10 +250,16 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
             op: op.to_string(),
         });
     }
+    if let Some(before) = rest.strip_prefix("lag@") {
+        if before.is_empty() || !before.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            return Err(format!("expected `lag@<call>`, e.g. `c1:lag@recv`; `{before}` is not a call name"));
+        }
+        return Ok(Decision::Lag { worker, before: before.to_string() });
+    }
     let (action, at) =
         match rest.split_once('@') {
             Some((a, _)) if a != "crash" && a != "fail" => return Err(format!(
-                "`{a}@…` is not a fault: expected `crash@<crash point>` or `fail@<crash point>`"
+                "`{a}@…` is not a fault: expected `crash@<crash point>`, `fail@<crash point>` or `lag@<call>`"
             )),
             Some((a, p)) => (a, Some(vocabulary.point(p)?)),
             None => (rest, None),
@@ -264,7 +270,7 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
         ("fail", None) => Err("expected `fail@<crash point>`, e.g. `c1:fail@after_claim`".into()),
         ("restart", None) => Ok(Decision::Restart { worker }),
         ("stop", None) => Ok(Decision::Stop { worker }),
-        ("lag", None) => Ok(Decision::Lag { worker }),
+        ("lag", None) => Ok(Decision::Lag { worker, before: super::LAG_BEFORE.into() }),
         (op, None) if !op.is_empty() && op.chars().all(|c| c.is_ascii_lowercase() || c == '_') => {
             Ok(Decision::Step {
                 worker,
@@ -314,7 +320,7 @@ pub(crate) mod tests {
     fn parses_every_form_and_prints_it_back() {
         let text = "p:lock c1 c2:recv c1:crash@after_commit c1:crash c1:restart \
                     c2:fail@after_claim c2:lag tick:31s tick:1500ms replay dispatch:e1 ret:purge redis:restart \
-                    net:drop-response@gateway net:delay@gateway:40s provider:5xx-after@gateway";
+                    net:drop-response@gateway net:delay@gateway:40s provider:5xx-after@gateway c1:lag@recv";
         let s = parse(text).unwrap();
         assert_eq!(
             s.decisions[3],
@@ -323,7 +329,19 @@ pub(crate) mod tests {
                 at: Some("after_commit")
             }
         );
-        assert_eq!(s.decisions[7], Decision::Lag { worker: "c2".into() });
+        assert_eq!(s.decisions[7], Decision::Lag { worker: "c2".into(), before: "commit".into() });
+        assert_eq!(s.decisions.last(), Some(&Decision::Lag { worker: "c1".into(), before: "recv".into() }));
+        // `lag@commit` is the plain lag, and prints as one.
+        assert_eq!(parse("c2:lag@commit").unwrap().to_string(), "c2:lag");
+        assert!(parse("c2:lag@").unwrap_err().message.contains("`lag@<call>`"));
+        // A role's prefix names every worker of the role, in a lag only.
+        let workers = ["p".to_string(), "c1".into(), "c2".into()];
+        let role_lag = parse("c:lag@recv").unwrap();
+        assert_eq!(role_lag.to_string(), "c:lag@recv");
+        assert!(role_lag.unknown_names(&workers, &[]).is_empty());
+        assert!(role_lag.decisions[0].names("c2") && !role_lag.decisions[0].names("p"));
+        assert_eq!(parse("c:crash").unwrap().unknown_names(&workers, &[]).len(), 1, "only a lag names a role");
+        assert_eq!(parse("d:lag@recv").unwrap().unknown_names(&workers, &[]).len(), 1, "a role with no worker here");
         assert_eq!(s.decisions[8], Decision::Tick { ms: 31_000 });
         assert_eq!(
             s.to_string(),

@@ -249,15 +249,16 @@ pub enum FaultEvent {
     Net { name: String, text: String },
     /// A fault of the workload's own (`name`), worded by the workload.
     Workload { name: String, text: String },
-    /// `worker` falls behind (`c1:lag`): in the drain it waits before its next COMMIT until
-    /// the others settle.
-    Lag { worker: String },
+    /// `worker` falls behind (`c1:lag`, `c1:lag@recv`): in the drain it waits before its next
+    /// call `before` (`commit`, `recv`) until the others settle.
+    Lag { worker: String, before: String },
     /// The drain phase started.
     DrainStart,
-    /// No worker stepped in a drain round: the workers that fell behind and waited at a
-    /// COMMIT (`workers`) catch up; those that reached none (`idle`: a producer, a worker with
-    /// nothing to do) held nothing.
-    CatchUp { workers: Vec<String>, idle: Vec<String> },
+    /// No worker stepped in a drain round: the workers that fell behind and waited before
+    /// their call (`workers`) catch up; those that reached none (`idle`, each with the call it
+    /// would have waited before: a producer at `commit`, a worker with nothing to do) held
+    /// nothing.
+    CatchUp { workers: Vec<String>, idle: Vec<(String, String)> },
     /// The drain found work pending (`left`, e.g. `1 unpublished outbox row(s)`) and polls again.
     DrainPending { left: String },
     /// The drain dispatches `events` again: they were dispatched and never sent, and the

@@ -132,8 +132,8 @@ pub fn fault_text(f: &FaultEvent) -> String {
         FaultEvent::Sqs { text, .. } | FaultEvent::Pg { text, .. } | FaultEvent::Workload { text, .. } => text.clone(),
         FaultEvent::Net { name, text } => format!("{name}: {text}"),
         FaultEvent::Redelivered { msg } => format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"),
-        FaultEvent::Lag { worker } => {
-            format!("{worker} falls behind: in the drain it waits before its next commit until no other worker can step")
+        FaultEvent::Lag { worker, before } => {
+            format!("{worker} falls behind: in the drain it waits before its next {before} until no other worker can step")
         }
         FaultEvent::CatchUp { workers, idle } => {
             let mut parts = Vec::new();
@@ -142,7 +142,8 @@ pub fn fault_text(f: &FaultEvent) -> String {
                 parts.push(format!("{} {verb}", workers.join(", ")));
             }
             if !idle.is_empty() {
-                parts.push(format!("{} reached no commit: the lag held nothing", idle.join(", ")));
+                let reached: Vec<String> = idle.iter().map(|(w, before)| format!("{w} reached no {before}")).collect();
+                parts.push(format!("{}: the lag held nothing", reached.join(", ")));
             }
             format!("drain: no other worker can step; {}", parts.join("; "))
         }

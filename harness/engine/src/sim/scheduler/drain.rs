@@ -152,9 +152,9 @@ impl Run<'_> {
     /// nothing else moves an operator redrives the dead-letter queues, as a team's runbook does:
     /// [`REDRIVES_MAX`] times, then again only while each redrive is followed by a one-shot
     /// fault firing; messages still on a dead-letter queue after that are a liveness violation.
-    /// A worker that fell behind (`c1:lag`) runs to its next COMMIT and sits out the rounds
-    /// there until one in which no worker stepped (one blocked on its locks takes no step),
-    /// then catches up.
+    /// A worker that fell behind (`c1:lag`, `c1:lag@recv`) runs to its next COMMIT (receive)
+    /// and sits out the rounds there until one in which no worker stepped (one blocked on its
+    /// locks takes no step), then catches up.
     pub fn drain(&mut self) -> Result<Option<String>> {
         self.fault(FaultEvent::DrainStart, vec![]);
         self.heal_all()?;
@@ -166,14 +166,14 @@ impl Run<'_> {
         // The pending work and the count of busy steps at the last pending round, and how many
         // pending rounds in a row changed neither.
         let (mut last, mut stalled) = ((String::new(), usize::MAX), 0u32);
-        // Lagging workers that have waited at a COMMIT.
+        // Lagging workers that have waited before their call.
         let mut waited: BTreeSet<String> = BTreeSet::new();
         for _ in 0..DRAIN_ROUNDS_MAX {
             // `moved`: something happened or is under way; `stepped`: a worker restarted or
             // made a call (one blocked on a lag's lock is under way, and takes no step).
             let (mut moved, mut stepped) = (false, false);
             for w in &drainers {
-                if self.lagging.contains(w) && matches!(self.status(w), Status::Parked { op: "commit", .. }) {
+                if self.lagging.get(w).is_some_and(|before| matches!(self.status(w), Status::Parked { op, .. } if op == before)) {
                     waited.insert(w.clone());
                     continue;
                 }
@@ -200,8 +200,9 @@ impl Run<'_> {
                 }
             }
             if !stepped && !self.lagging.is_empty() {
-                let (workers, idle): (Vec<String>, Vec<String>) =
-                    std::mem::take(&mut self.lagging).into_iter().partition(|w| waited.contains(w));
+                let (waiting, idle): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut self.lagging).into_iter().partition(|(w, _)| waited.contains(w));
+                let workers = waiting.into_iter().map(|(w, _)| w).collect();
                 self.fault(FaultEvent::CatchUp { workers, idle }, vec![]);
                 continue;
             }

@@ -8,7 +8,7 @@
 //! fixed order (the granted worker first, then by name), so the same schedule gives the same
 //! history.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -157,8 +157,9 @@ pub struct Run<'a> {
     cuts: Vec<crate::sim::net::Cut>,
     /// Simulation steps taken so far.
     steps: u64,
-    /// Workers that fell behind (`c1:lag`) and have not caught up in the drain yet.
-    lagging: BTreeSet<String>,
+    /// Workers that fell behind (`c1:lag`, `c1:lag@recv`) and have not caught up in the drain
+    /// yet, each with the call it waits before.
+    lagging: BTreeMap<String, String>,
     /// The queues with a dead-letter queue, and their redrive policies.
     dead_letters: Vec<(&'static str, crate::spec::DeadLetter)>,
     /// Messages to move to a dead-letter queue at the next receive from their queue, in the
@@ -302,7 +303,7 @@ impl<'a> Run<'a> {
             providers: setup.providers,
             cuts: Vec::new(),
             steps: 0,
-            lagging: BTreeSet::new(),
+            lagging: BTreeMap::new(),
             dead_letters: setup
                 .queues
                 .iter()
@@ -432,10 +433,15 @@ impl<'a> Run<'a> {
                 self.check_worker(worker)?;
                 self.stop(worker)
             }
-            Decision::Lag { worker } => {
-                self.check_worker(worker)?;
-                if self.lagging.insert(worker.clone()) {
-                    self.fault(FaultEvent::Lag { worker: worker.clone() }, vec![]);
+            Decision::Lag { worker, before } => {
+                let named: Vec<String> = self.workers.iter().filter(|w| d.names(w)).cloned().collect();
+                if named.is_empty() {
+                    self.check_worker(worker)?;
+                }
+                for w in named {
+                    if self.lagging.insert(w.clone(), before.clone()).as_ref() != Some(before) {
+                        self.fault(FaultEvent::Lag { worker: w, before: before.clone() }, vec![]);
+                    }
                 }
                 Ok(())
             }
