@@ -87,7 +87,7 @@ pub fn exploration(s: &Scenario, system: &str, r: &Report) {
     if let Some(b) = breaking_line(&f.minimal) {
         println!("breaks at: {}", b.trim());
     }
-    let cmds = repro_commands(s, system, &f.minimal.schedule, f.case_seed.filter(|_| !f.mutation), Some(&f.original));
+    let cmds = repro_commands(s, system, &f.minimal.schedule, f.repro_seed(), Some(&f.original));
     println!("reproduce: {}", cmds[0]);
     if let Some(c) = cmds.get(1) {
         println!("           {c}    (the schedule before shrinking)");

@@ -82,6 +82,14 @@ pub struct Failure {
     pub found_after: Duration,
 }
 
+impl Failure {
+    /// The case seed that `repro --seed` rebuilds the schedule as found from: the case seed,
+    /// unless the case was a mutation (or a saved regression, which has none).
+    pub fn repro_seed(&self) -> Option<u64> {
+        self.case_seed.filter(|_| !self.mutation)
+    }
+}
+
 /// The result of an exploration.
 #[derive(Debug)]
 pub struct Report {

@@ -100,12 +100,12 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
         // A guided case that is a mutation starts from the corpus as the cases before
         // `index - WINDOW` left it, with a case seed of its own; every other case is a uniform
         // case, with its seed and schedule.
-        let (seed, mutation) = match (&shared.guide, uniform_case(index)) {
+        let (seed, feedback) = match (&shared.guide, uniform_case(index)) {
             (None, _) => (case_seed(shared.opts.seed, index), None),
             (Some(_), Some(u)) => (case_seed(shared.opts.seed, u), None),
             (Some(g), None) => (case_seed(!shared.opts.seed, index), Some(g)),
         };
-        let parents = match mutation {
+        let parents = match feedback {
             Some(g) => match g.parents_for(index, &mut || {
                 sink(Handed::Waiting);
             }) {
@@ -116,11 +116,12 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
         };
         // A panic (in a workload's handler, say) is this case's error, handed over in case
         // order like any other, so that the run stops there rather than waiting for it.
+        let mutation = !parents.corpus.is_empty();
         let ran = guarded(&format!("case {index} (case seed {seed})"), || {
             let mut runner = runner_for(seed);
-            let schedule = match parents.corpus.is_empty() {
-                false => crate::schedule::mutate(&menu, &parents, &mut runner),
-                true => strategy.new_tree(&mut runner).map_err(|e| anyhow!("{e}"))?.current(),
+            let schedule = match mutation {
+                true => crate::schedule::mutate(&menu, &parents, &mut runner),
+                false => strategy.new_tree(&mut runner).map_err(|e| anyhow!("{e}"))?.current(),
             };
             let outcome = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
             let signal = super::signal::signal(&outcome.history, &roles);
@@ -128,7 +129,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
                 true => first_divergence(&outcome.trace, &run_scenario(endpoints, system.clone(), s, Some(&schedule))?.trace),
                 false => None,
             };
-            Ok(Ran { index, seed, mutation: !parents.corpus.is_empty(), schedule, outcome, divergence, signal })
+            Ok(Ran { index, seed, mutation, schedule, outcome, divergence, signal })
         });
         if ran.as_ref().map_or(true, Ran::stops) {
             shared.stop_at.fetch_min(index, Ordering::Relaxed);

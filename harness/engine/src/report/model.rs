@@ -333,8 +333,9 @@ impl ScenarioReport {
         if let Some(f) = &rep.failure {
             r.invariants = invariants(&f.minimal.verdicts);
             r.depends_on = f.minimal.history.depends_on().into_iter().collect();
-            let mut fr = failure_of(s, system, &f.minimal, &f.original, f.case_seed);
-            fr.repro = repro_commands(s, system, &f.minimal.schedule, f.case_seed.filter(|_| !f.mutation), Some(&f.original));
+            // The repro lines from the seed that rebuilds the case; the record keeps its seed.
+            let mut fr = failure_of(s, system, &f.minimal, &f.original, f.repro_seed());
+            fr.case_seed = f.case_seed;
             fr.schedules_until = f.schedules_until;
             fr.shrink_runs = f.shrink_runs as u64;
             fr.divergence = f.divergence.clone();
