@@ -6,7 +6,9 @@
  * sqs-consumer and writes the invoice in PostgreSQL with node-postgres, in the configuration a
  * team runs in production: ten messages per receive handled in parallel (`batchSize: 10`), a
  * receive-time `visibilityTimeout` kept alive by a `heartbeatInterval`, a pg.Pool, and ioredis
- * with its default options (a metrics counter per invoice issued). crashpoint runs it behind
+ * with its default options (a metrics counter per invoice issued). Each invoice issued is
+ * published as InvoiceIssued to a second queue, invoice-events, which another team consumes.
+ * crashpoint runs it behind
  * gating proxies that hold every PostgreSQL statement, SQS request and Redis command until its
  * scheduler grants it, and may SIGKILL it between two calls; the workload file declares the role
  * `concurrent = true`, so that each call in flight is a choice of the scheduler's. The worker:
@@ -14,7 +16,7 @@
  * - never reads its own clock or randomness in SQL: `now()` follows crashpoint's logical clock.
  *
  * CRASHPOINT_SYSTEM picks the variant: reference, ack-before-commit, check-then-insert,
- * batch-check-then-insert or batch-delete-all (README.md). CRASHPOINT_CONFIG (the scenario's [config], JSON) may set
+ * batch-check-then-insert, batch-delete-all or publish-once (README.md). CRASHPOINT_CONFIG (the scenario's [config], JSON) may set
  * batchSize, visibilityTimeout and heartbeatInterval (s); the defaults are the production ones.
  * Each statement but BEGIN/COMMIT/ROLLBACK starts with `/* crashpoint:<label> *\/`, the name
  * crashpoint's trace gives it.
@@ -25,12 +27,12 @@ if (process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED === undefined) 
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = 'true';
 }
 const { Consumer } = require('sqs-consumer');
-const { SQSClient, DeleteMessageCommand } = require('@aws-sdk/client-sqs');
+const { SQSClient, DeleteMessageCommand, SendMessageCommand } = require('@aws-sdk/client-sqs');
 const { NodeHttpHandler } = require('@smithy/node-http-handler');
 const pg = require('pg');
 const Redis = require('ioredis');
 
-const SYSTEMS = ['reference', 'ack-before-commit', 'check-then-insert', 'batch-check-then-insert', 'batch-delete-all'];
+const SYSTEMS = ['reference', 'ack-before-commit', 'check-then-insert', 'batch-check-then-insert', 'batch-delete-all', 'publish-once'];
 
 /** The production settings; CRASHPOINT_CONFIG may override each. */
 const PRODUCTION = { batchSize: 10, visibilityTimeout: 30, heartbeatInterval: 10 };
@@ -63,11 +65,22 @@ function parseOrderCompleted(body) {
  * messages of a batch run in ten transactions at once); `sqs` needs only `send(command)`;
  * `redis` needs only `incr(key)`; `log(line)` prints one line.
  */
-function createWorker({ system, name, pool, queueUrl, sqs, redis, log = (line) => console.log(line) }) {
+function createWorker({ system, name, pool, queueUrl, eventsUrl, sqs, redis, log = (line) => console.log(line) }) {
   if (!SYSTEMS.includes(system)) throw new Error(`unknown CRASHPOINT_SYSTEM ${JSON.stringify(system)}`);
 
   async function deleteMessage(message) {
     await sqs.send(new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle }));
+  }
+
+  /**
+   * Publishes InvoiceIssued to the invoice-events queue, which the accounting team consumes
+   * (crashpoint declares it `outbound = true`). At least once: after the COMMIT that issued the
+   * invoice, and again whenever a redelivered event finds it issued (the first publish may have
+   * been lost to a crash between COMMIT and SendMessage); consumers deduplicate by orderId.
+   */
+  async function publishIssued(ev) {
+    const body = JSON.stringify({ type: 'InvoiceIssued', orderId: ev.orderId, eventId: ev.eventId });
+    await sqs.send(new SendMessageCommand({ QueueUrl: eventsUrl, MessageBody: body }));
   }
 
   /** reference and ack-before-commit: claim the event in the inbox, then the order's invoice. */
@@ -75,6 +88,8 @@ function createWorker({ system, name, pool, queueUrl, sqs, redis, log = (line) =
     const claimed = (await db.query(CLAIM, [ev.eventId])).rowCount === 1;
     if (!claimed) {
       await db.query('COMMIT');
+      // Again: the first publish may have been lost. publish-once's defect: it trusts the first.
+      if (system !== 'publish-once') await publishIssued(ev);
       if (system === 'ack-before-commit') await deleteMessage(message); // sqs-consumer does not delete here
       return 'duplicate, no effect';
     }
@@ -84,9 +99,11 @@ function createWorker({ system, name, pool, queueUrl, sqs, redis, log = (line) =
       // between loses the event (no invoice, no redelivery).
       await deleteMessage(message);
       await db.query('COMMIT');
+      await publishIssued(ev);
       return 'invoice issued (deleted before commit)';
     }
     await db.query('COMMIT');
+    await publishIssued(ev);
     return inserted ? 'invoice issued' : 'order already invoiced (another event of it), no effect';
   }
 
@@ -98,14 +115,17 @@ function createWorker({ system, name, pool, queueUrl, sqs, redis, log = (line) =
   async function checkThenInsert(db, ev) {
     if (system === 'batch-check-then-insert' && (await db.query(CLAIM, [ev.eventId])).rowCount === 0) {
       await db.query('COMMIT');
+      await publishIssued(ev);
       return 'duplicate, no effect';
     }
     if ((await db.query(CHECK, [ev.orderId])).rowCount > 0) {
       await db.query('COMMIT');
+      await publishIssued(ev);
       return 'invoice exists, no effect';
     }
     await db.query(INSERT_INVOICE, [ev.orderId, ev.amountMinor, ev.currency]);
     await db.query('COMMIT');
+    await publishIssued(ev);
     return 'invoice issued';
   }
 
@@ -179,6 +199,7 @@ async function main() {
     process.exit(2);
   }
   const queueUrl = env('CRASHPOINT_QUEUE_URL');
+  const eventsUrl = env('CRASHPOINT_QUEUE_URL_INVOICE_EVENTS'); // the outbound queue invoice-events
   const sqs = new SQSClient({
     // Region and credentials come from AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY.
     endpoint: env('AWS_ENDPOINT_URL_SQS'),
@@ -197,7 +218,7 @@ async function main() {
   pool.on('error', (e) => console.error(`${name}: idle postgres connection error: ${e.message}`));
   const redis = new Redis(env('REDIS_URL')); // ioredis, default options
   redis.on('error', (e) => console.error(`${name}: redis error: ${e.message}`));
-  const worker = createWorker({ system, name, pool, queueUrl, sqs, redis });
+  const worker = createWorker({ system, name, pool, queueUrl, eventsUrl, sqs, redis });
 
   const consumer = Consumer.create({
     queueUrl,

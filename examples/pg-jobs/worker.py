@@ -19,6 +19,10 @@ The variants, chosen by CRASHPOINT_SYSTEM:
                       its idempotency key: a second request for the same job is not applied.
   no-idempotency-key  the charge carries no key (NULL), a real team's bug: every request is
                       applied, so a redelivered job charges the order twice.
+  exits-on-error      the poll loop catches only a lost connection: any other database error
+                      (a claim that fails, a deadlock, a statement timeout) ends the process,
+                      a pod in a crash loop (crashpoint reports "workers survive the faults
+                      injected").
 
 Per job, each step is one statement in autocommit on one connection (crashpoint holds each
 statement at its gating proxy until its scheduler grants it, and may SIGKILL the worker between
@@ -28,7 +32,8 @@ any two of them):
   3. ack     DELETE FROM messenger_messages WHERE id = ...
 An empty claim is followed at once by the next one (no sleep: crashpoint decides when the next
 poll runs). A charge that fails leaves the job claimed, to be redelivered after the timeout. A
-dropped connection is closed and opened again; the worker never exits by itself.
+dropped connection is closed and opened again; the worker never exits by itself (but the
+exits-on-error variant).
 
 The worker reads no clock and draws no random number: all time is the database's now(), which
 crashpoint makes follow its logical clock, and every id comes from the job. Its configuration is
@@ -43,7 +48,7 @@ import uuid
 
 import psycopg
 
-SYSTEMS = ("reference", "no-idempotency-key")
+SYSTEMS = ("reference", "no-idempotency-key", "exits-on-error")
 SYSTEM = os.environ.get("CRASHPOINT_SYSTEM") or "reference"
 WORKER = os.environ.get("CRASHPOINT_WORKER") or "pg-jobs"
 CONFIG = json.loads(os.environ.get("CRASHPOINT_CONFIG") or "{}")
@@ -141,6 +146,8 @@ def main():
                 say(handle(conn, job_id, body))
             except psycopg.Error as e:
                 if not dropped(conn, e):
+                    if SYSTEM == "exits-on-error":
+                        raise  # the bug: only a lost connection was expected here
                     say(f"error: {describe(e)}")  # e.g. a failed claim or ack: go on
                     continue
                 say(f"connection lost ({describe(e)}), reconnecting")

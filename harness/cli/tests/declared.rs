@@ -279,14 +279,102 @@ fn the_node_invoice_catalogue_catches_every_variant() {
             "check-then-insert",
             "batch-check-then-insert",
             "batch-delete-all",
+            "publish-once",
         ],
     );
 }
 
 #[test]
 #[ignore = "full tier: the catalogue of the job queue; `cargo test -- --include-ignored` runs it"]
-fn the_job_queue_catalogue_catches_its_variant() {
-    catalogue_passes(&example("pg-jobs"), "jobs", &["no-idempotency-key"]);
+fn the_job_queue_catalogue_catches_its_variants() {
+    catalogue_passes(&example("pg-jobs"), "jobs", &["no-idempotency-key", "exits-on-error"]);
+}
+
+/// A worker whose process exits by itself on an injected error is a finding (exit 1) on the
+/// engine's invariant, shrunk to the fault that killed it, with its log's last lines, and its
+/// repro fails again.
+#[test]
+fn a_worker_that_exits_on_an_injected_error_is_caught_shrunk_and_reproduced() {
+    let dir = example("pg-jobs");
+    caught_shrunk_and_reproduced_with_seed(&dir, "jobs/explore", "exits-on-error", "workers survive the faults injected", "1");
+    let out = crashpoint_in(&dir, &["repro", "jobs/explore", "--system", "exits-on-error", "--schedule", "w1:fail@after_claim"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("w1   ✗ EXITED by itself (exit status: 1)")
+            && t.contains("FAIL workers survive the faults injected: w1 exited by itself (exit status: 1) at 0.000s, after its call `claim` → ✗ service error injected at after_claim")
+            && t.contains("w1 exited by itself (exit status: 1); the last lines of its log:")
+            && t.contains("crashpoint: service error injected on claim (fail@after_claim)"),
+        "{t}"
+    );
+}
+
+/// Redis expiry follows the command, on the logical clock: a key set with `PX` expires when a
+/// tick passes its deadline (traced `key … expired`); a key set with no expiry (`SET … NX`
+/// alone) survives any number of clock moves.
+#[test]
+fn a_redis_key_without_an_expiry_survives_the_clock_and_one_with_px_expires_on_it() {
+    let dir = bad_dir(&WORKLOAD, &one_event("p:send w1:claim w1:lock w1:set tick:10s tick:86400s tick:864000s"));
+    std::fs::write(dir.path().join("schema.sql"), "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n").unwrap();
+    std::fs::write(
+        dir.path().join("worker.py"),
+        "import os, psycopg, redis\n\
+         c = psycopg.connect(os.environ['DATABASE_URL'], autocommit=True)\n\
+         r = redis.Redis.from_url(os.environ['REDIS_URL'], lib_name=None, lib_version=None)\n\
+         while True:\n\
+         \x20   row = c.execute('/* crashpoint:claim */ UPDATE jobs SET done = true WHERE NOT done RETURNING body').fetchone()\n\
+         \x20   if row:\n\
+         \x20       r.set('dedup:' + row[0]['id'], 1, nx=True)\n\
+         \x20       r.set('ttl:' + row[0]['id'], 1, px=5000)\n",
+    )
+    .unwrap();
+    let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("w1   lock ") && t.contains("→ acquired") && t.contains("w1   set "), "{t}");
+    assert!(t.contains("10.000s  ~    key ttl:e1 expired"), "the PX key expires at the first tick past 5 s:\n{t}");
+    assert!(!t.contains("dedup:e1 expired"), "a key without an expiry never expires:\n{t}");
+}
+
+/// A violating row with UUIDs the worker generated (random on every run), a `numeric` sum, a
+/// `timestamptz`, an `interval`, `jsonb` and an array prints the same FAIL line in the run and
+/// in its repro: the worker's UUIDs get `k<n>` labels, the values print as values.
+#[test]
+fn a_repros_fail_line_is_the_runs_byte_for_byte_with_worker_generated_ids_and_typed_values() {
+    let workload = WORKLOAD.replace(
+        "sql = \"SELECT 1 WHERE false\"",
+        "sql = \"\"\"SELECT o.id, o.amount, sum(o.amount) OVER () AS credited, o.at, interval '90 s' AS waited, \
+         jsonb_build_object('id', o.id) AS doc, ARRAY[o.id] AS ids, date '2026-01-02' AS day FROM outbox o\"\"\"",
+    );
+    let dir = bad_dir(&workload, &one_event("p:send tick:90s w1:claim w1:emit"));
+    std::fs::write(
+        dir.path().join("schema.sql"),
+        "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n\
+         CREATE TABLE outbox (id uuid PRIMARY KEY, amount numeric NOT NULL, at timestamptz NOT NULL DEFAULT now());\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("worker.py"),
+        "import os, uuid, psycopg\n\
+         c = psycopg.connect(os.environ['DATABASE_URL'], autocommit=True)\n\
+         while True:\n\
+         \x20   if c.execute('/* crashpoint:claim */ UPDATE jobs SET done = true WHERE NOT done RETURNING body').fetchone():\n\
+         \x20       c.execute('/* crashpoint:emit */ INSERT INTO outbox (id, amount) VALUES (%s, 7.25), (%s, 2.50)', (uuid.uuid4(), uuid.uuid4()))\n",
+    )
+    .unwrap();
+    let fail_line = |out: &std::process::Output| -> String {
+        let t = text(out);
+        assert_eq!(out.status.code(), Some(1), "{t}");
+        t.lines().find(|l| l.trim_start().starts_with("FAIL clocks:")).unwrap_or_else(|| panic!("no FAIL line:\n{t}")).trim().to_string()
+    };
+    let run = fail_line(&crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]));
+    let repro = fail_line(&crashpoint_in(dir.path(), &["repro", "t/clocks", "--schedule", "p:send tick:90s w1:claim w1:emit"]));
+    assert_eq!(run, repro, "the repro printed another FAIL line");
+    assert_eq!(
+        run,
+        "FAIL clocks: row id=k1 amount=2.5 credited=9.75 at=90.000s waited=90s doc={\"id\":\"k1\"} ids={k1} day=2026-01-02; \
+         row id=k2 amount=7.25 credited=9.75 at=90.000s waited=90s doc={\"id\":\"k2\"} ids={k2} day=2026-01-02"
+    );
 }
 
 #[test]

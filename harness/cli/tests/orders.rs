@@ -69,7 +69,7 @@ fn orders_reference_passes_1000_generated_schedules_with_network_faults() {
         assert!(r.stats.faults.get(kind).is_some_and(|n| *n > 0), "no schedule used {kind}: {:?}", r.stats.faults);
     }
     assert!(r.stats.calls.net > 0, "no request reached a provider");
-    let never: Vec<&str> = r.stats.points.iter().copied().filter(|p| r.stats.coverage.get(p).is_none_or(|c| c.passed == 0)).collect();
+    let never: Vec<String> = r.stats.coverage_rows().into_iter().filter(|(_, c)| c.passed == 0).map(|((role, p), _)| format!("{role} {p}")).collect();
     assert!(never.is_empty(), "crash points never reached: {never:?}");
 }
 
@@ -117,4 +117,7 @@ fn generated_schedules_with_network_faults_run_twice_identically() {
     }
     let net: u64 = r.stats.faults.iter().filter(|(k, _)| k.starts_with("net:") || k.starts_with("provider:")).map(|(_, n)| n).sum();
     assert!(net > 0, "no schedule had a network or provider fault: {:?}", r.stats.faults);
+    let d = r.stats.determinism.expect("the check is counted");
+    assert_eq!((d.ran_twice, d.identical), (r.stats.schedules, r.stats.schedules), "every schedule ran twice, identically");
+    assert_eq!(d.line(), format!("determinism: {} schedule(s) ran twice, every trace the same byte for byte", r.stats.schedules));
 }

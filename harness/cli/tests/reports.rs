@@ -75,6 +75,8 @@ fn a_failing_mutant_writes_every_report_kind() {
     assert_eq!(sc["name"], "payout/catalogue");
     assert_eq!(sc["verdict"], "fail");
     assert_eq!(sc["coverage"].as_object().unwrap().len(), 10, "{sc}");
+    assert!(sc["coverage"].as_object().unwrap().contains_key("c after_claim"), "coverage is keyed by role and point: {sc}");
+    assert!(sc.get("determinism").is_none(), "no determinism check was asked for: {sc}");
     assert!(sc["calls"]["pg"].as_u64().unwrap() > 0 && sc["calls"]["sqs"].as_u64().unwrap() > 0);
     assert!(sc["invariants"].as_array().unwrap().iter().any(|i| i["holds"] == false));
     let failure = &sc["failure"];

@@ -53,6 +53,8 @@ struct QueueRaw {
     fifo: bool,
     #[serde(default)]
     dead_letter: Option<DeadLetterRaw>,
+    #[serde(default)]
+    outbound: bool,
 }
 
 fn default_label() -> String {
@@ -201,6 +203,12 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
         if q.fifo {
             spec = spec.fifo();
         }
+        if q.outbound {
+            if q.dead_letter.is_some() {
+                bail!("{}: an outbound queue is consumed elsewhere: its redrive policy is the consumer's; expected no `dead_letter`", here("dead_letter"));
+            }
+            spec = spec.outbound();
+        }
         if let Some(dl) = &q.dead_letter {
             if !(1..=1000).contains(&dl.max_receive_count) {
                 bail!("{}: expected 1 to 1000 (SQS's maxReceiveCount), found {}", here("dead_letter.max_receive_count"), dl.max_receive_count);
@@ -225,6 +233,9 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
     // Events.
     let template = Template::new(raw.events.body.clone(), raw.events.defaults.clone()).map_err(|e| anyhow!("{}: {e}", at("events.body")))?;
     let dispatch = match (&raw.events.queue, &raw.events.insert) {
+        (Some(q), None) if queues.iter().any(|x| x.name == q && x.outbound) => {
+            bail!("{}: `{q}` is an outbound queue (`outbound = true`): no role of this file handles it; expected the queue the team's worker receives from", at("events.queue"))
+        }
         (Some(q), None) => match queues.iter().find(|x| x.name == q) {
             Some(x) => Dispatch::Queue(x.name),
             None => bail!("{}: expected one of the file's queues ({}), found `{q}`", at("events.queue"), queue_names()),
@@ -286,6 +297,10 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
             }
             (Some(other), _, _) => bail!("{}: expected \"producer\" (the one built-in role), found `{other}`", here("builtin")),
             (None, Some(q), None | Some("handler")) => match queues.iter().find(|x| x.name == q) {
+                Some(x) if x.outbound => bail!(
+                    "{}: `{q}` is declared `outbound = true` (another service consumes it); remove `outbound` to have this role handle it",
+                    here("handles")
+                ),
                 Some(x) => RoleKind::Handler { queue: x.name },
                 None => bail!("{}: expected one of the file's queues ({}), found `{q}`", here("handles"), queue_names()),
             },

@@ -131,7 +131,7 @@ macro_rules! internal_modules {
     )*};
 }
 
-internal_modules!(checker, cli, duration, error, explore, nemesis, provider, report, scenario, schedule, services, sim, spec, workload);
+internal_modules!(checker, cli, duration, error, explore, model, nemesis, provider, report, scenario, schedule, services, sim, spec, workload);
 
 pub mod files;
 pub mod testkit;
@@ -142,7 +142,7 @@ pub use async_trait::async_trait;
 pub use checker::{
     decide, CheckCx, CopiesBounded, Culprit, CulpritKind, FailedAcksHandled, Invariant, NoReplaySuppressed, NothingExpired, Problem,
     Quiescence, ReleasedByHolder, SqlInvariant, StoppedHoldsNothing, Verdict, COPIES_BOUNDED, FAILED_ACKS_HANDLED, NOTHING_EXPIRED,
-    NO_REPLAY_SUPPRESSED, QUIESCENCE, RELEASED_BY_HOLDER, STOPPED_HOLDS_NOTHING,
+    NO_REPLAY_SUPPRESSED, QUIESCENCE, RELEASED_BY_HOLDER, STOPPED_HOLDS_NOTHING, WORKERS_SURVIVE, WorkersSurvive,
 };
 pub use cli::{main, main_with, Declarations};
 pub use provider::{Effect, Handled, Provider, Reply, Request};

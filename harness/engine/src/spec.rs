@@ -78,6 +78,11 @@ pub struct QueueSpec {
     /// Its dead-letter queue, if it has one ([`DeadLetter`]). A scenario's
     /// `[config] dead_letter = { queue = "<name>", max_receive_count = n }` sets it.
     pub dead_letter: Option<DeadLetter>,
+    /// An outbound queue: the system only publishes to it, and another team's service consumes
+    /// it. The drain does not wait for it to empty, quiescence does not count its messages and
+    /// its retention deletes nothing; what was published stays in the history (and in
+    /// `crashpoint_messages` for SQL invariants). The harness empties it between schedules.
+    pub outbound: bool,
 }
 
 /// A source queue's redrive policy (`RedrivePolicy`: `deadLetterTargetArn`,
@@ -101,7 +106,13 @@ impl QueueSpec {
     /// Queue `name` with message label prefix `label`, SQS's defaults: a 30 s visibility
     /// timeout and a 4-day retention ([`DEFAULT_RETENTION_S`]), both logical.
     pub const fn new(name: &'static str, label: &'static str) -> QueueSpec {
-        QueueSpec { name, label, visibility_timeout_s: 30, retention_s: DEFAULT_RETENTION_S, fifo: false, dead_letter: None }
+        QueueSpec { name, label, visibility_timeout_s: 30, retention_s: DEFAULT_RETENTION_S, fifo: false, dead_letter: None, outbound: false }
+    }
+
+    /// The same queue as an outbound one ([`QueueSpec::outbound`]): consumed elsewhere.
+    pub const fn outbound(mut self) -> QueueSpec {
+        self.outbound = true;
+        self
     }
 
     /// The same queue with a visibility timeout of `s` logical seconds.

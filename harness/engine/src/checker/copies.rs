@@ -211,12 +211,12 @@ mod tests {
         let base = || vec![sent("p", "m1", 1), recv("c1", "m1"), sent("c1", "m2", 1)];
         let with = |more: Vec<Entry>| found(base().into_iter().chain(more).collect());
         assert_eq!(with(vec![recv("c1", "m3")]), vec![("c1 m1→m2".into(), "before its next receive")]);
-        let stop = Entry::Crash { t_ms: 0, worker: "c1".into(), at: None, op: None, graceful: true };
+        let stop = Entry::Crash { t_ms: 0, worker: "c1".into(), at: None, op: None, graceful: true, exited: None };
         assert_eq!(with(vec![stop]), vec![("c1 m1→m2".into(), "before it stopped")]);
         assert_eq!(with(vec![]), vec![("c1 m1→m2".into(), "by the end")]);
         // Messenger-style retry: the copy, then the original's delete.
         assert!(with(vec![delete("c1", "m1"), recv("c1", "m2")]).is_empty());
-        let crash = Entry::Crash { t_ms: 0, worker: "c1".into(), at: None, op: None, graceful: false };
+        let crash = Entry::Crash { t_ms: 0, worker: "c1".into(), at: None, op: None, graceful: false, exited: None };
         assert!(with(vec![crash, recv("c1", "m2")]).is_empty());
         let failed = step("c1", "delete", Outcome::Error { message: "DeleteMessage: boom".into() }, vec![]);
         assert!(with(vec![failed, recv("c1", "m3")]).is_empty());

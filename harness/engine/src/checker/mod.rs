@@ -9,11 +9,12 @@
 //! Reusable invariants: [`Quiescence`] (the drain's liveness finding), [`NothingExpired`]
 //! (no message lost to its queue's retention), [`ReleasedByHolder`] (no lock deleted by a worker
 //! that did not hold it), [`FailedAcksHandled`] (no failed batch delete ignored), [`StoppedHoldsNothing`] (a graceful stop
-//! leaves nothing in flight), [`CopiesBounded`] (a handler that requeues a copy deletes the original), [`NoReplaySuppressed`] (no replay dropped by FIFO deduplication) and [`SqlInvariant`] (a query that returns the
+//! leaves nothing in flight), [`WorkersSurvive`] (no worker process exits by itself), [`CopiesBounded`] (a handler that requeues a copy deletes the original), [`NoReplaySuppressed`] (no replay dropped by FIFO deduplication) and [`SqlInvariant`] (a query that returns the
 //! violating rows). A workload writes the rest against [`CheckCx`].
 
 mod acks;
 mod copies;
+mod exits;
 mod expired;
 pub mod facts;
 mod locks;
@@ -23,6 +24,7 @@ mod suppressed;
 
 pub use acks::{FailedAcksHandled, FAILED_ACKS_HANDLED};
 pub use copies::{CopiesBounded, COPIES_BOUNDED};
+pub use exits::{WorkersSurvive, WORKERS_SURVIVE};
 pub use expired::{NothingExpired, NOTHING_EXPIRED};
 pub use locks::{ReleasedByHolder, RELEASED_BY_HOLDER};
 pub use sql::SqlInvariant;
@@ -135,6 +137,8 @@ pub struct CheckCx<'a> {
     /// read from their ledgers after the drain.
     pub effects: &'a [crate::provider::Effect],
     memo: RefCell<BTreeMap<&'static str, Box<dyn Any>>>,
+    /// Labels given to UUIDs first seen in violating rows ([`CheckCx::label_rows`]).
+    row_labels: RefCell<Labels>,
 }
 
 impl<'a> CheckCx<'a> {
@@ -156,6 +160,31 @@ impl<'a> CheckCx<'a> {
     /// The label of an id (`p1`, `ob2`), or its first 8 hex digits.
     pub fn label(&self, id: &Uuid) -> String {
         self.names.uuid(id)
+    }
+
+    /// `texts` (one per violating row) with every UUID in them replaced by its label: the
+    /// schedule's label, or for a UUID it never labelled (one the worker generated: an outbox
+    /// row's id) a `k<n>` label, numbered on from the trace's own. New labels are given in the
+    /// order of first sight in the rows sorted by their text with those UUIDs left out, so the
+    /// same schedule prints the same lines whatever ids the worker drew and whatever order the
+    /// rows came in; they are kept for the invariants checked after.
+    pub fn label_rows<'t>(&self, texts: impl Iterator<Item = &'t str>) -> Vec<String> {
+        let texts: Vec<&str> = texts.collect();
+        let mut labels = self.row_labels.borrow_mut();
+        let masked = |t: &str, labels: &Labels| {
+            let mut m = labels.relabel(&self.names.relabel(t));
+            for id in crate::sim::labels::uuids_in(&m.clone()) {
+                m = m.replace(id, "?");
+            }
+            m
+        };
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_cached_key(|&i| masked(texts[i], &labels));
+        for &i in &order {
+            let known = self.names.relabel(texts[i]);
+            labels.relabel_all_after(&known, self.names.unknown_count());
+        }
+        texts.iter().map(|t| labels.relabel(&self.names.relabel(t))).collect()
     }
 
     /// A value computed once per schedule and shared by the invariants that need it (e.g. the
@@ -197,15 +226,16 @@ impl Invariant for Quiescence {
 
 /// `invariants`, with each of the engine's own appended unless one of them is named like it:
 /// [`NothingExpired`], [`ReleasedByHolder`], [`FailedAcksHandled`], [`StoppedHoldsNothing`],
-/// [`CopiesBounded`], [`NoReplaySuppressed`], then [`Quiescence`].
+/// [`CopiesBounded`], [`NoReplaySuppressed`], [`WorkersSurvive`], then [`Quiescence`].
 pub fn with_engine_invariants(mut invariants: Vec<Box<dyn Invariant>>) -> Vec<Box<dyn Invariant>> {
-    let engine: [Box<dyn Invariant>; 7] = [
+    let engine: [Box<dyn Invariant>; 8] = [
         Box::new(NothingExpired),
         Box::new(ReleasedByHolder),
         Box::new(FailedAcksHandled),
         Box::new(StoppedHoldsNothing),
         Box::new(CopiesBounded),
         Box::new(NoReplaySuppressed),
+        Box::new(WorkersSurvive),
         Box::new(Quiescence),
     ];
     for own in engine {
@@ -238,7 +268,7 @@ pub fn check(
         let why = format!("PostgreSQL does not answer the checker: {e}");
         return invariants.iter().map(|i| Verdict::unknown(&i.name(), why.clone())).collect();
     }
-    let cx = CheckCx { admin, history, events, names, not_quiescent, effects, memo: RefCell::new(BTreeMap::new()) };
+    let cx = CheckCx { admin, history, events, names, not_quiescent, effects, memo: RefCell::new(BTreeMap::new()), row_labels: RefCell::default() };
     // PostgreSQL killed in the middle of the checks: once a verdict is unknown and the port
     // refuses, the rest are unknown at once.
     let mut gone = false;

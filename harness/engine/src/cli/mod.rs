@@ -40,11 +40,15 @@ pub struct ServiceArgs {
     /// keys) on non-loopback hosts.
     #[arg(long, global = true)]
     allow_remote: bool,
+    /// Skip the SQS calibration (about 2 s) that `run` makes first (see `doctor --calibrate`).
+    /// Every command accepts it; only `run` calibrates.
+    #[arg(long, global = true)]
+    no_calibrate: bool,
 }
 
 impl ServiceArgs {
     fn options(&self) -> ServiceOptions {
-        ServiceOptions { force: self.services, allow_remote: self.allow_remote }
+        ServiceOptions { force: self.services, allow_remote: self.allow_remote, no_calibrate: self.no_calibrate }
     }
 }
 
@@ -216,4 +220,31 @@ macro_rules! main {
             std::process::exit($crate::main(registry));
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    /// Every command's `--help` renders and lists the service flags (`--no-calibrate`,
+    /// `--services`, `--allow-remote`), and every command accepts `--no-calibrate`.
+    #[test]
+    fn every_command_takes_the_service_flags() {
+        let names: Vec<String> = Cli::command().get_subcommands().map(|c| c.get_name().to_string()).collect();
+        assert!(names.len() >= 10, "the commands: {names:?}");
+        for name in &names {
+            let help = Cli::try_parse_from(["crashpoint", name, "--help"]).expect_err("--help ends the parse");
+            assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp, "{name} --help");
+            let text = help.to_string();
+            for flag in ["--no-calibrate", "--services", "--allow-remote"] {
+                assert!(text.contains(flag), "`crashpoint {name} --help` lists no {flag}:\n{text}");
+            }
+        }
+        for args in [&["catalogue", "--no-calibrate"][..], &["repro", "payout/explore", "--no-calibrate"], &["bench", "--no-calibrate"], &["run", "--no-calibrate"]] {
+            let parsed = Cli::try_parse_from(std::iter::once("crashpoint").chain(args.iter().copied()));
+            assert!(parsed.as_ref().is_ok_and(|c| c.services.no_calibrate), "crashpoint {args:?}: {:?}", parsed.err());
+        }
+    }
 }

@@ -6,6 +6,19 @@ use crate::report::model::repro_commands;
 use crate::report::violation::breaking_line;
 use crate::scenario::{Scenario, ScenarioOutcome};
 
+/// Prints the last lines of the log of each worker process that exited by itself in `o`
+/// (what it said as it died: a traceback, an unhandled rejection).
+fn exit_logs(o: &ScenarioOutcome) {
+    for e in &o.history.entries {
+        if let crate::sim::history::Entry::Crash { worker, exited: Some(x), .. } = e {
+            println!("{worker} exited by itself ({}); the last lines of its log:", x.how);
+            for line in x.log_tail.lines() {
+                println!("  | {line}");
+            }
+        }
+    }
+}
+
 /// Prints one schedule's result: schedule, trace, invariants, where it broke, verdict.
 pub fn outcome(s: &Scenario, o: &ScenarioOutcome) {
     println!("schedule: {}", o.schedule);
@@ -28,6 +41,7 @@ pub fn outcome(s: &Scenario, o: &ScenarioOutcome) {
     if let Some(b) = breaking_line(o) {
         println!("breaks at: {}", b.trim());
     }
+    exit_logs(o);
     let net = if o.calls.net > 0 { format!(", {} http (simulated network)", o.calls.net) } else { String::new() };
     println!("calls: {} pg, {} sqs, {} redis{net}", o.calls.pg, o.calls.sqs, o.calls.redis);
     println!("{} {}\n", if o.passed() { "PASS" } else { "FAIL" }, s.name);
@@ -58,6 +72,9 @@ fn coverage(st: &Stats) {
 pub fn exploration(s: &Scenario, system: &str, r: &Report) {
     let st = &r.stats;
     println!("{} schedules {}", st.schedules, throughput(st));
+    if let Some(d) = &st.determinism {
+        println!("{}", d.line());
+    }
     coverage(st);
     let Some(f) = &r.failure else {
         println!("PASS {} ({system})\n", s.name);
@@ -87,6 +104,7 @@ pub fn exploration(s: &Scenario, system: &str, r: &Report) {
     if let Some(b) = breaking_line(&f.minimal) {
         println!("breaks at: {}", b.trim());
     }
+    exit_logs(&f.minimal);
     let cmds = repro_commands(s, system, &f.minimal.schedule, f.repro_seed(), Some(&f.original));
     println!("reproduce: {}", cmds[0]);
     if let Some(c) = cmds.get(1) {

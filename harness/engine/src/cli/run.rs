@@ -73,9 +73,6 @@ pub struct RunArgs {
     /// is named); without it, exhaustive scenarios run only when named.
     #[arg(long)]
     pub exhaustive: bool,
-    /// Skip the SQS calibration (about 2 s) that runs first otherwise (see `doctor --calibrate`).
-    #[arg(long)]
-    pub no_calibrate: bool,
     /// Explored schedules run at once, each in its own slot (thread, turmoil simulation,
     /// schema, queues). Default: two per core. Output and reports do not depend on it.
     #[arg(long, default_value_t = crate::explore::default_jobs())]
@@ -121,9 +118,6 @@ pub struct ReproArgs {
     /// With `--seed`: regenerate the schedule from the menu of a run that had `--all-faults`.
     #[arg(long)]
     pub all_faults: bool,
-    /// Accepted as `run` accepts it; a repro runs no SQS calibration anyway.
-    #[arg(long)]
-    pub no_calibrate: bool,
 }
 
 /// The scenario group that held the payout article's failure windows until it was renamed
@@ -259,7 +253,9 @@ impl Job<'_> {
         let mut r = ScenarioReport::scripted(s, system.name(), &o);
         if self.args.check_determinism {
             let again = run_scenario(self.endpoints, system.clone(), s, None)?;
-            match first_divergence(&o.trace, &again.trace) {
+            let divergence = first_divergence(&o.trace, &again.trace);
+            crate::explore::Determinism::count(&mut r.determinism, divergence.is_none());
+            match divergence {
                 Some(d) => {
                     println!("FAIL {}: not deterministic; first divergence at {d}\n", s.name);
                     r.verdict = Outcome::Fail;
@@ -352,7 +348,7 @@ pub fn run(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &RunArgs, 
     let mut report = new_report("run", seed, args.budget(), args.shard);
     let mut calibration = None;
     let result = with_services(rt, opts, |endpoints| {
-        if !args.no_calibrate {
+        if !opts.no_calibrate {
             calibration = Some(calibrate(rt, endpoints)?);
         }
         let mut job = Job { endpoints, system: system.clone(), args, dir: dir.clone(), failures: 0 };

@@ -29,7 +29,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 pub use each::{explore_each, Job};
 pub use shard::{for_shard, Shard};
 pub use slots::default_jobs;
-pub use stats::{Case, Coverage, Stats};
+pub use stats::{Case, Coverage, Determinism, Stats};
 #[cfg(feature = "internals")]
 pub use stats::schedule_id;
 
@@ -111,20 +111,26 @@ pub fn case_seed(seed: u64, index: u64) -> u64 {
 /// `[explore] call_boundaries` adds to the menu ([`Menu::calls`]).
 pub type Calls = std::collections::BTreeMap<String, Vec<crate::spec::CrashPoint>>;
 
-/// The call boundaries of scenario `s` on `system` when its `[explore]` table asks for them
-/// (`call_boundaries = true`; empty otherwise): per role that may crash (not a periodic one),
-/// `after_<label>` for each call its workers make when the scenario runs with no decision, the
-/// drain alone, in the order first made. Deterministic as every run is: the same for every
-/// slot, shard and `repro --seed`. Errors: the services'.
+/// The call boundaries of scenario `s` on `system`: per role that may crash (not a periodic
+/// one) that wants them, `after_<label>` for each call its workers make when the scenario runs
+/// with no decision, the drain alone, in the order first made. Every such role wants them when
+/// the `[explore]` table says `call_boundaries = true`; a team's process declared without a
+/// `points` list (an external role with no crash point) wants them always, so that crashes
+/// and failures reach the place after each of its calls. Empty when no role wants them.
+/// Deterministic as every run is: the same for every slot, shard and `repro --seed`. Errors:
+/// the services'.
 pub fn call_boundaries(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario) -> Result<Calls> {
     let mut calls = Calls::new();
-    if !s.explore.as_ref().is_some_and(|e| e.call_boundaries) {
+    let all = s.explore.as_ref().is_some_and(|e| e.call_boundaries);
+    let roles = s.workload.roles();
+    let external = |r: &crate::spec::RoleSpec| s.external.iter().any(|e| e.role == r.prefix);
+    let wants = |r: &crate::spec::RoleSpec| r.kind != crate::spec::RoleKind::Periodic && (all || r.points.is_empty() && external(r));
+    if !roles.iter().any(wants) {
         return Ok(calls);
     }
-    let roles = s.workload.roles();
     let o = run_scenario(endpoints, system, s, Some(&Schedule::default()))?;
     for step in o.history.steps() {
-        let Some(role) = crate::spec::role_of(&roles, &step.worker).filter(|r| r.kind != crate::spec::RoleKind::Periodic) else {
+        let Some(role) = crate::spec::role_of(&roles, &step.worker).filter(|r| wants(r)) else {
             continue;
         };
         let cp = crate::spec::after_call(&step.op);
@@ -252,6 +258,9 @@ fn explore_on<'e>(
     slots::run_cases(endpoints, &system, s, opts, &calls, started, board, |mut ran| {
         ex.stats.cases.push(Case { index: ran.index, case_seed: ran.seed, schedule: stats::schedule_id(&ran.schedule) });
         ex.stats.record_with(&ran.outcome, std::mem::take(&mut ran.signal));
+        if opts.check_determinism {
+            Determinism::count(&mut ex.stats.determinism, ran.divergence.is_none());
+        }
         progress(&ex.stats);
         if ran.outcome.passed() && ran.divergence.is_none() {
             return Ok(true);

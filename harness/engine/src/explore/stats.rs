@@ -50,8 +50,8 @@ pub struct Stats {
     pub sqs_calls: BTreeMap<String, u64>,
     /// Simulation steps, summed over those schedules.
     pub steps: u64,
-    /// Per crash point.
-    pub coverage: BTreeMap<CrashPoint, Coverage>,
+    /// Per crash point of each role: (role prefix, point).
+    pub coverage: BTreeMap<(&'static str, CrashPoint), Coverage>,
     /// Wall time of the exploration.
     pub wall: Duration,
     /// Generated cases run, in order (regressions and scripted schedules are not cases).
@@ -62,8 +62,9 @@ pub struct Stats {
     pub phases: Vec<crate::scenario::Phases>,
     /// Schedules that used each fault kind (see [`crate::schedule::Decision::fault_kind`]).
     pub faults: BTreeMap<String, u64>,
-    /// The workload's crash points, in pipeline order (the rows of the coverage table).
-    pub points: Vec<CrashPoint>,
+    /// The workload's crash points by role, in role order (the rows of the coverage table):
+    /// (role prefix, point).
+    pub points: Vec<(&'static str, CrashPoint)>,
     /// The abstract coverage signal reached so far: the distinct elements of every
     /// schedule's [`super::signal::signal`].
     pub signal: std::collections::BTreeSet<String>,
@@ -71,6 +72,36 @@ pub struct Stats {
     pub signal_growth: Vec<usize>,
     /// The workload's roles, for the signal's role names.
     pub roles: Vec<crate::spec::RoleSpec>,
+    /// With `--check-determinism`: schedules run a second time, and how many of those gave the
+    /// same trace byte for byte (the rest is a failure). `None` when not checked.
+    pub determinism: Option<Determinism>,
+}
+
+/// Schedules run twice to check determinism ([`Stats::determinism`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Determinism {
+    /// Schedules run a second time.
+    pub ran_twice: u64,
+    /// Of those, the ones whose second trace was the first's, byte for byte.
+    pub identical: u64,
+}
+
+impl Determinism {
+    /// Counts one schedule run twice; `same` when its traces were identical.
+    pub fn count(d: &mut Option<Determinism>, same: bool) {
+        let d = d.get_or_insert_with(Determinism::default);
+        d.ran_twice += 1;
+        d.identical += same as u64;
+    }
+
+    /// The summary line: `determinism: 100 schedules ran twice, every trace the same byte for
+    /// byte` (or how many differed).
+    pub fn line(&self) -> String {
+        match self.ran_twice - self.identical {
+            0 => format!("determinism: {} schedule(s) ran twice, every trace the same byte for byte", self.ran_twice),
+            n => format!("determinism: {} schedule(s) ran twice, {n} gave another trace", self.ran_twice),
+        }
+    }
 }
 
 /// Schedules between two samples of [`Stats::signal_growth`].
@@ -114,7 +145,9 @@ fn dispatch_sent_nothing(history: &crate::sim::history::History) -> bool {
 impl Stats {
     /// Empty counters for a scenario of `workload`.
     pub fn new(workload: &dyn crate::workload::Workload) -> Stats {
-        Stats { points: crate::schedule::Vocabulary::of(workload).points(), roles: workload.roles(), ..Stats::default() }
+        let roles = workload.roles();
+        let points = roles.iter().flat_map(|r| r.points.iter().map(move |p| (r.prefix, *p))).collect();
+        Stats { points, roles, ..Stats::default() }
     }
 
     /// Adds one schedule's outcome.
@@ -160,19 +193,21 @@ impl Stats {
         if happened(|f| matches!(f, FaultEvent::DeadLettered { .. })) {
             *self.faults.entry(DEAD_LETTERED.into()).or_default() += 1;
         }
-        let mut passed: Vec<CrashPoint> = o.passed.clone();
+        let roles = &self.roles;
+        let role = |w: &str| crate::spec::role_of(roles, w).map(|r| r.prefix).unwrap_or("?");
+        let mut passed: Vec<(&'static str, CrashPoint)> = o.passed.iter().map(|(w, cp)| (role(w), *cp)).collect();
         passed.sort();
         passed.dedup();
-        for cp in passed {
-            self.coverage.entry(cp).or_default().passed += 1;
+        for k in passed {
+            self.coverage.entry(k).or_default().passed += 1;
         }
         for e in &o.history.entries {
             match e {
-                Entry::Crash { at: Some(cp), op: None, .. } => self.coverage.entry(*cp).or_default().crashed += 1,
+                Entry::Crash { worker, at: Some(cp), op: None, .. } => self.coverage.entry((role(worker), *cp)).or_default().crashed += 1,
                 Entry::Step(s) => {
                     use crate::sim::history::Outcome;
                     if let Outcome::Injected { at } | Outcome::ServiceErrorInjected { at } = s.outcome {
-                        self.coverage.entry(at).or_default().failed += 1;
+                        self.coverage.entry((role(&s.worker), at)).or_default().failed += 1;
                     }
                 }
                 _ => {}
@@ -185,13 +220,27 @@ impl Stats {
         self.schedules as f64 / self.wall.as_secs_f64().max(1e-9)
     }
 
-    /// The coverage table: one row per crash point, never-reached points flagged.
+    /// The rows of the coverage table: each role's declared crash points in role order, then
+    /// the other points a schedule crashed or failed a role at (the boundaries after calls).
+    pub fn coverage_rows(&self) -> Vec<((&'static str, CrashPoint), Coverage)> {
+        let mut rows: Vec<((&'static str, CrashPoint), Coverage)> =
+            self.points.iter().map(|k| (*k, self.coverage.get(k).copied().unwrap_or_default())).collect();
+        rows.extend(self.coverage.iter().filter(|(k, _)| !self.points.contains(k)).map(|(k, c)| (*k, *c)));
+        rows
+    }
+
+    /// The coverage table: one row per crash point of each role (`c after_commit`), a point
+    /// never reached or never crashed flagged.
     pub fn coverage_table(&self) -> String {
-        let mut out = format!("{:<24} {:>10} {:>8} {:>7}\n", "crash point", "schedules", "crashed", "failed");
-        for &cp in &self.points {
-            let c = self.coverage.get(&cp).copied().unwrap_or_default();
-            let flag = if c.passed == 0 { "  ← never reached" } else { "" };
-            out.push_str(&format!("{:<24} {:>10} {:>8} {:>7}{flag}\n", cp, c.passed, c.crashed, c.failed));
+        let mut out = format!("{:<28} {:>10} {:>8} {:>7}\n", "role crash point", "schedules", "crashed", "failed");
+        for ((role, cp), c) in self.coverage_rows() {
+            let declared = self.points.contains(&(role, cp));
+            let flag = match (c.passed, c.crashed) {
+                (0, _) if declared => "  ← never reached",
+                (_, 0) if declared => "  ← never crashed",
+                _ => "",
+            };
+            out.push_str(&format!("{:<28} {:>10} {:>8} {:>7}{flag}\n", format!("{role} {cp}"), c.passed, c.crashed, c.failed));
         }
         if !self.faults.is_empty() {
             let used: Vec<String> = self.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();

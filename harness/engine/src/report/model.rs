@@ -202,6 +202,10 @@ pub struct ScenarioReport {
     /// retries seen on the wire. Empty (and left out of report.json) for in-process fleets.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub external_workers: Vec<crate::sim::wire::WorkerInfo>,
+    /// With `--check-determinism`: schedules run twice and how many gave the same trace byte
+    /// for byte. Left out of report.json when not checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub determinism: Option<crate::explore::Determinism>,
 }
 
 /// The coverage an exploration reached, as distinct elements of the abstract signal.
@@ -226,11 +230,9 @@ fn calls(st: &Stats) -> Calls {
     }
 }
 
+/// Per crash point of each role, keyed `<role> <point>` (`c after_commit`).
 fn coverage(st: &Stats) -> BTreeMap<String, Coverage> {
-    st.points
-        .iter()
-        .map(|cp| (cp.to_string(), st.coverage.get(cp).copied().unwrap_or_default()))
-        .collect()
+    st.coverage_rows().into_iter().map(|((role, cp), c)| (format!("{role} {cp}"), c)).collect()
 }
 
 fn invariants(verdicts: &[Verdict]) -> Vec<InvariantResult> {
@@ -309,6 +311,7 @@ impl ScenarioReport {
             caveats: Vec::new(),
             signal: None,
             external_workers: s.external.iter().map(|e| crate::sim::wire::info(e)).collect(),
+            determinism: st.determinism,
         }
     }
 

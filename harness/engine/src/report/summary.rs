@@ -46,6 +46,11 @@ pub fn render(run: &RunReport) -> String {
             if broken.is_empty() { "–" } else { &broken }
         );
     }
+    for s in &run.scenarios {
+        if let Some(d) = &s.determinism {
+            let _ = writeln!(md, "\n{} ({}): {}", s.name, s.system, d.line());
+        }
+    }
     if let Some(e) = &run.error {
         let _ = writeln!(md, "\n**Harness or services error** (exit 2; the scenarios above ran before it):\n\n```text\n{e}\n```");
     }

@@ -119,7 +119,7 @@ fn fault_label(f: &FaultEvent) -> String {
         FaultEvent::Pause { .. } => "pause".into(),
         FaultEvent::Skipped { .. } => "skip".into(),
         FaultEvent::Armed { .. } | FaultEvent::ArmedFires { .. } => "armed".into(),
-        FaultEvent::VisibilityExpired { .. } | FaultEvent::LockExpired { .. } => "expire".into(),
+        FaultEvent::VisibilityExpired { .. } | FaultEvent::LockExpired { .. } | FaultEvent::KeyExpired { .. } => "expire".into(),
         FaultEvent::Expired { .. } => "retention".into(),
         FaultEvent::DeadLettered { .. } => "dlq".into(),
         FaultEvent::Redriven { .. } => "redrive".into(),

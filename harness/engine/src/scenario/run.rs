@@ -35,8 +35,8 @@ pub struct ScenarioOutcome {
     pub sqs_calls: std::collections::BTreeMap<String, u64>,
     /// Simulation steps taken (not part of the trace: how many depends on real latencies).
     pub steps: u64,
-    /// Crash points passed (one entry per pass).
-    pub passed: Vec<CrashPoint>,
+    /// Crash points passed (one entry per pass): the worker and the point.
+    pub passed: Vec<(String, CrashPoint)>,
     /// Wall time of the schedule (not part of the trace).
     pub wall: Duration,
     /// Wall time by phase (not part of the trace).

@@ -135,6 +135,8 @@ pub struct ServiceOptions {
     /// Allow the destructive parts of a run (CREATE/DROP SCHEMA, DeleteQueue, DEL of the run's
     /// keys) on non-loopback hosts.
     pub allow_remote: bool,
+    /// Skip the SQS calibration that `run` makes first (`--no-calibrate`).
+    pub no_calibrate: bool,
 }
 
 /// The provider that will be used, and why.

@@ -57,13 +57,12 @@ pub const DESTRUCTIVE: &[(&str, &str, &str)] = &[
     ("sim/snapshot.rs", "TRUNCATE", "the pooled schema's tables, to reset it for the next schedule"),
     ("sim/admin.rs", ".create_queue()", "the schedule's queues, named from its namespace"),
     ("sim/admin.rs", ".delete_queue()", "the schedule's queues at teardown"),
-    ("sim/admin.rs", ".delete_message()", "a message past its queue's retention, on the schedule's queue"),
+    ("sim/admin.rs", ".delete_message()", "a message past its queue's retention, on the schedule's queue; what a schedule published to an outbound queue, before the namespace's next schedule"),
     ("sim/admin.rs", "cmd(\"DEL\")", "the schedule's Redis keys (lock expiry, reset, teardown)"),
     ("sim/cx/sqs.rs", ".delete_message()", "a worker's DeleteMessage of its delivery"),
     ("sim/cx/sqs.rs", ".delete_message_batch()", "a worker's DeleteMessageBatch of the deliveries of one receive"),
     ("sim/wire/sqs.rs", ".delete_message_batch()", "an external worker's DeleteMessageBatch, made for it on the schedule's queue with the receipt handles it received"),
-    ("sim/cx/mod.rs", "cmd(\"DEL\")", "a worker's plain unlock (`Cx::unlock_unchecked`): whoever holds the key"),
-    ("sim/cx/mod.rs", "cmd(\"EVAL\")", "a worker's compare-and-delete unlock of the key it holds (`Cx::unlock`)"),
+    ("sim/cx/mod.rs", "redis::cmd(&", "a worker's Redis command (`Cx::redis_call`): a lock's `SET … NX`, its compare-and-delete release (`Cx::unlock`) or a plain `DEL` of whoever holds the key (`Cx::unlock_unchecked`)"),
     ("services/calibrate/probes.rs", ".create_queue()", "the calibration's probe queues"),
     ("services/calibrate/probes.rs", ".delete_queue()", "the calibration's probe queues"),
     ("services/calibrate/probes.rs", ".delete_message()", "probe messages"),
@@ -74,7 +73,7 @@ pub const DESTRUCTIVE: &[(&str, &str, &str)] = &[
 pub const DESTRUCTIVE_PATTERNS: &[&str] = &[
     "CREATE SCHEMA", "DROP SCHEMA", "DROP TABLE", "DROP DATABASE", "TRUNCATE", "DELETE FROM",
     ".create_queue()", ".delete_queue()", ".purge_queue()", ".delete_message()", ".delete_message_batch()",
-    "cmd(\"DEL\")", "cmd(\"UNLINK\")", "cmd(\"EVAL\")", "cmd(\"EVALSHA\")", "Script::new(", "FLUSHALL", "FLUSHDB",
+    "cmd(\"DEL\")", "cmd(\"UNLINK\")", "cmd(\"EVAL\")", "cmd(\"EVALSHA\")", "redis::cmd(&", "Script::new(", "FLUSHALL", "FLUSHDB",
 ];
 
 #[cfg(test)]

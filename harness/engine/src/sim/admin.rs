@@ -169,9 +169,10 @@ impl Admin {
                 urls.push((q.name, out.queue_url.unwrap_or_default(), q.label));
             }
             let fifo = specs.iter().filter(|q| q.fifo).map(|q| q.name).collect();
+            let outbound = specs.iter().filter(|q| q.outbound).map(|q| q.name).collect();
             let redis = clients::redis_connect(&endpoints.redis_url).await?;
             let snapshot = snapshot::take(&pg, &schema).await.context("taking the schema's snapshot for its reset")?;
-            anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls, fifo }, snapshot))
+            anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls, fifo, outbound }, snapshot))
         })?;
         Ok(Admin { rt, pg, sqs, redis, endpoints: endpoints.clone(), schema, sql_clock, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default(), kept: Vec::new() })
     }
@@ -329,11 +330,12 @@ impl Admin {
     /// pending rows (`pending`), as text (empty when there is none), and the queues that hold
     /// visible messages. Errors: SQS or PostgreSQL failing (a `count_sql` naming a missing
     /// table, too).
+    /// (Outbound queues are left out: another service consumes them, [`QueueSpec::outbound`].)
     pub fn leftovers(&self, pending: &[Leftover]) -> Result<(String, Vec<&'static str>)> {
         use aws_sdk_sqs::types::QueueAttributeName as A;
         self.on_pg(async {
             let (mut parts, mut visible_on) = (Vec::new(), Vec::new());
-            for (name, url, _) in &self.queues.queues {
+            for (name, url, _) in self.queues.queues.iter().filter(|(n, _, _)| !self.queues.outbound.contains(n)) {
                 let out = self
                     .sqs
                     .get_queue_attributes()
@@ -392,10 +394,52 @@ impl Admin {
         })
     }
 
-    /// Deletes a Redis key (a lock whose logical TTL passed).
+    /// Empties the outbound queues ([`QueueSpec::outbound`]) for the namespace's next schedule:
+    /// receives and deletes what the schedule published until a receive returns nothing (no
+    /// PurgeQueue, which AWS allows once a minute per queue). Nobody else receives from them,
+    /// so every message is visible. Errors: SQS failing.
+    fn empty_outbound(&self) -> Result<()> {
+        let urls: Vec<&String> = self.queues.queues.iter().filter(|(n, _, _)| self.queues.outbound.contains(n)).map(|(_, u, _)| u).collect();
+        self.rt.block_on(async {
+            for url in urls {
+                loop {
+                    let got = self
+                        .sqs
+                        .receive_message()
+                        .queue_url(url)
+                        .max_number_of_messages(10)
+                        .send()
+                        .await
+                        .map_err(|e| anyhow::anyhow!("ReceiveMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                    let messages = got.messages.unwrap_or_default();
+                    if messages.is_empty() {
+                        break;
+                    }
+                    for m in messages {
+                        self.sqs
+                            .delete_message()
+                            .queue_url(url)
+                            .set_receipt_handle(m.receipt_handle)
+                            .send()
+                            .await
+                            .map_err(|e| anyhow::anyhow!("DeleteMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                    }
+                }
+            }
+            anyhow::Ok(())
+        })
+    }
+
+    /// Deletes a Redis key (a key whose logical expiry passed).
     pub fn expire_key(&self, key: &str) -> Result<()> {
+        self.forget_keys(&[key]).map(|_| ())
+    }
+
+    /// Deletes Redis keys with one `DEL` (Redis lost them: a restart without persistence) and
+    /// returns how many existed.
+    pub fn forget_keys<K: redis::ToRedisArgs>(&self, keys: &[K]) -> Result<u64> {
         let mut r = self.redis.clone();
-        self.rt.block_on(async { Ok(delete_keys(&mut r, &[key]).await?) })
+        self.rt.block_on(async { Ok(delete_keys(&mut r, keys).await?) })
     }
 
     /// Whether [`Admin::reset`] can put the schema back as the DDL left it.
@@ -419,6 +463,7 @@ impl Admin {
     /// after reading a table holds off); PostgreSQL's or Redis's.
     pub fn reset(&self, keys: &[String]) -> Result<()> {
         let snapshot = self.snapshot.as_ref().context("the schema cannot be restored by TRUNCATE and a copy")?;
+        self.empty_outbound()?;
         let tables = snapshot.tables(&self.schema);
         self.on_pg(async {
             let mut tx = self.pg.begin().await?;
@@ -445,7 +490,8 @@ impl Admin {
                 sqlx::raw_sql(&sql).execute(&mut *tx).await.with_context(|| format!("resetting schema {}", self.schema))?;
             }
             tx.commit().await?;
-            Ok(delete_keys(&mut self.redis.clone(), keys).await?)
+            delete_keys(&mut self.redis.clone(), keys).await?;
+            Ok(())
         })
     }
 
@@ -529,13 +575,12 @@ async fn refused_soon(pg: &PgPool) {
     }
 }
 
-/// Deletes `keys` with one `DEL` (none when there are no keys).
-async fn delete_keys<K: redis::ToRedisArgs>(redis: &mut redis::aio::MultiplexedConnection, keys: &[K]) -> redis::RedisResult<()> {
+/// Deletes `keys` with one `DEL` (none when there are no keys); returns how many existed.
+async fn delete_keys<K: redis::ToRedisArgs>(redis: &mut redis::aio::MultiplexedConnection, keys: &[K]) -> redis::RedisResult<u64> {
     if keys.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
-    let _: i64 = redis::cmd("DEL").arg(keys).query_async(redis).await?;
-    Ok(())
+    redis::cmd("DEL").arg(keys).query_async(redis).await
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! The logical clock: the one authority on time. It tracks visibility deadlines of in-flight
-//! messages, the retention of every message not yet deleted, and TTLs of Redis locks, in
-//! logical ms, and says which are due when time advances. Real services are configured with
-//! long timeouts; the scheduler forces each due expiry (ChangeMessageVisibility to 0,
-//! DeleteMessage of a message past its queue's retention, DEL of the key).
+//! messages, the retention of every message not yet deleted, and the expiry of Redis keys (a
+//! lock's TTL, any key's `EX`/`PX`/`EXPIRE`: [`crate::model::redis`]), in logical ms, and says
+//! which are due when time advances. Real services are configured with long timeouts; the
+//! scheduler forces each due expiry (ChangeMessageVisibility to 0, DeleteMessage of a message
+//! past its queue's retention, DEL of the key). A key without an expiry is never due.
 
 use std::collections::BTreeMap;
 
 use super::history::Fact;
+use crate::model::redis::Expiry;
 
 /// A message that was received and not yet deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,8 +30,8 @@ pub struct Clock {
     pub now_ms: u64,
     /// In-flight messages by label.
     pub in_flight: BTreeMap<String, InFlight>,
-    /// Lock expiry by key: (logical ms, order of registration).
-    pub locks: BTreeMap<String, (u64, u64)>,
+    /// Redis keys that are held locks or have an expiry, by key.
+    pub keys: BTreeMap<String, Key>,
     /// Visibility timeout applied at receive, ms, by queue.
     pub visibility_ms: BTreeMap<&'static str, u64>,
     /// Messages sent and not deleted, by label: their queue and when their queue's retention
@@ -42,13 +44,24 @@ pub struct Clock {
     seq: u64,
 }
 
+/// A Redis key the clock knows: a lock held ([`Fact::LockTaken`]), or a key with an expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    /// When it expires, logical ms; `None`: never (a lock taken without a TTL).
+    pub deadline_ms: Option<u64>,
+    /// Order of registration of its deadline.
+    pub seq: u64,
+    /// Whether it is a lock taken by `SET … NX` and not released since.
+    pub lock: bool,
+}
+
 /// Something due at the new logical time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Due {
     /// A message's visibility timeout expired.
     Visibility { msg: String, queue: &'static str, receipt: String },
-    /// A lock's TTL expired.
-    Lock { key: String },
+    /// A key's expiry passed; `lock` when it was a lock held.
+    Key { key: String, lock: bool },
     /// A message outlived its queue's retention: SQS deletes it. `receipt` is the latest
     /// receipt handle when it was in flight.
     Retention { msg: String, queue: &'static str, receipt: Option<String> },
@@ -99,10 +112,25 @@ impl Clock {
             }
             Fact::LockTaken { key, ttl_ms } => {
                 self.seq += 1;
-                self.locks.insert(key.clone(), (self.now_ms.saturating_add(*ttl_ms), self.seq));
+                let deadline_ms = ttl_ms.map(|t| self.now_ms.saturating_add(t));
+                self.keys.insert(key.clone(), Key { deadline_ms, seq: self.seq, lock: true });
             }
+            Fact::KeyWritten { key, expiry } => match expiry {
+                Expiry::Keep => {}
+                Expiry::Never => {
+                    // Overwritten, persisted or deleted: a lock's key that is deleted is no
+                    // lock any more (a release records LockReleased too).
+                    self.keys.remove(key);
+                }
+                Expiry::In(ms) => {
+                    self.seq += 1;
+                    let deadline_ms = Some(self.now_ms.saturating_add(*ms));
+                    let lock = self.keys.get(key).is_some_and(|k| k.lock);
+                    self.keys.insert(key.clone(), Key { deadline_ms, seq: self.seq, lock });
+                }
+            },
             Fact::LockReleased { key, .. } => {
-                self.locks.remove(key);
+                self.keys.remove(key);
             }
             Fact::DependsOn { .. } | Fact::Dispatched { .. } | Fact::DeleteFailed { .. } | Fact::Handling { .. } | Fact::Suppressed { .. } => {}
         }
@@ -122,8 +150,8 @@ impl Clock {
         for (msg, f) in take_due(&mut self.in_flight, |f| f.deadline_ms <= now) {
             due.push((f.deadline_ms, f.seq, Due::Visibility { msg, queue: f.queue, receipt: f.receipt }));
         }
-        for (key, (at, seq)) in take_due(&mut self.locks, |l| l.0 <= now) {
-            due.push((at, seq, Due::Lock { key }));
+        for (key, k) in take_due(&mut self.keys, |k| k.deadline_ms.is_some_and(|d| d <= now)) {
+            due.push((k.deadline_ms.unwrap_or(now), k.seq, Due::Key { key, lock: k.lock }));
         }
         due.sort_by_key(|(at, seq, _)| (*at, *seq));
         due.into_iter().map(|(_, _, d)| d).collect()
@@ -161,7 +189,13 @@ impl Clock {
 
     /// The latest expiry of a lock still held, if any (logical ms).
     pub fn last_lock_deadline(&self) -> Option<u64> {
-        self.locks.values().map(|(at, _)| *at).max()
+        self.keys.values().filter(|k| k.lock).filter_map(|k| k.deadline_ms).max()
+    }
+
+    /// Forgets every key (Redis restarted without persistence); returns how many were held
+    /// locks.
+    pub fn forget_keys(&mut self) -> usize {
+        std::mem::take(&mut self.keys).into_values().filter(|k| k.lock).count()
     }
 
     /// The earliest visibility deadline of an in-flight message, if any.
@@ -183,18 +217,46 @@ mod tests {
     #[test]
     fn equal_deadlines_come_due_in_registration_order_whatever_the_keys() {
         let mut c = Clock::new([("q", 30_000)].into(), BTreeMap::new());
-        c.apply(&Fact::LockTaken { key: "zzz".into(), ttl_ms: 10_000 });
-        c.apply(&Fact::LockTaken { key: "aaa".into(), ttl_ms: 10_000 });
-        assert_eq!(c.advance_to(10_000), vec![Due::Lock { key: "zzz".into() }, Due::Lock { key: "aaa".into() }]);
+        c.apply(&Fact::LockTaken { key: "zzz".into(), ttl_ms: Some(10_000) });
+        c.apply(&Fact::LockTaken { key: "aaa".into(), ttl_ms: Some(10_000) });
+        assert_eq!(c.advance_to(10_000), vec![Due::Key { key: "zzz".into(), lock: true }, Due::Key { key: "aaa".into(), lock: true }]);
+    }
+
+    #[test]
+    fn a_key_without_an_expiry_survives_any_number_of_clock_moves() {
+        let mut c = Clock::new([("q", 30_000)].into(), BTreeMap::new());
+        c.apply(&Fact::LockTaken { key: "dedup".into(), ttl_ms: None });
+        c.apply(&Fact::KeyWritten { key: "counter".into(), expiry: Expiry::Never });
+        c.apply(&Fact::KeyWritten { key: "hash".into(), expiry: Expiry::Keep });
+        for t in 1..=50u64 {
+            assert!(c.advance_to(t * t * 86_400_000).is_empty(), "nothing is due at day {}", t * t);
+        }
+        assert_eq!(c.last_lock_deadline(), None, "a lock without a TTL has no deadline");
+        assert_eq!(c.forget_keys(), 1, "the lock is still held");
+    }
+
+    #[test]
+    fn a_keys_expiry_follows_the_last_command_that_set_or_cleared_it() {
+        let mut c = Clock::new([("q", 30_000)].into(), BTreeMap::new());
+        c.apply(&Fact::KeyWritten { key: "k".into(), expiry: Expiry::In(5_000) });
+        c.apply(&Fact::KeyWritten { key: "k".into(), expiry: Expiry::Keep });
+        assert_eq!(c.advance_to(5_000), vec![Due::Key { key: "k".into(), lock: false }], "INCR keeps the expiry");
+        c.apply(&Fact::KeyWritten { key: "k".into(), expiry: Expiry::In(5_000) });
+        c.apply(&Fact::KeyWritten { key: "k".into(), expiry: Expiry::Never });
+        assert!(c.advance_to(100_000).is_empty(), "PERSIST or SET without an expiry clears it");
+        c.apply(&Fact::LockTaken { key: "l".into(), ttl_ms: None });
+        c.apply(&Fact::KeyWritten { key: "l".into(), expiry: Expiry::In(1_000) });
+        assert_eq!(c.last_lock_deadline(), Some(101_000), "EXPIRE on a lock gives the lock a TTL");
+        assert_eq!(c.advance_to(101_000), vec![Due::Key { key: "l".into(), lock: true }]);
     }
 
     #[test]
     fn expiries_come_due_in_deadline_order() {
         let mut c = Clock::new([("q", 30_000)].into(), BTreeMap::new());
-        c.apply(&Fact::LockTaken { key: "k".into(), ttl_ms: 10_000 });
+        c.apply(&Fact::LockTaken { key: "k".into(), ttl_ms: Some(10_000) });
         c.apply(&Fact::Received { queue: "q", msg: "m1".into(), receive_count: 1, receipt: "r".into() });
         assert!(c.advance_to(9_999).is_empty());
-        assert_eq!(c.advance_to(10_000), vec![Due::Lock { key: "k".into() }]);
+        assert_eq!(c.advance_to(10_000), vec![Due::Key { key: "k".into(), lock: true }]);
         c.apply(&Fact::VisibilityChanged { queue: "q", msg: "m1".into(), secs: 5 });
         assert_eq!(c.next_visibility_deadline(), Some(15_000));
         let due = c.advance_to(40_000);

@@ -35,8 +35,12 @@ pub enum Fact {
     Handling { msg: String },
     /// ChangeMessageVisibility set `msg` to become visible `secs` logical seconds from now.
     VisibilityChanged { queue: &'static str, msg: String, secs: u64 },
-    /// A Redis lock was taken with a TTL (logical ms).
-    LockTaken { key: String, ttl_ms: u64 },
+    /// A Redis lock was taken (`SET key value NX …`) with a TTL of `ttl_ms` logical ms, or
+    /// none (`None`: the key stays until deleted).
+    LockTaken { key: String, ttl_ms: Option<u64> },
+    /// A Redis command wrote `key` (any command but a lock's `SET … NX`) and left its expiry as
+    /// `expiry` says ([`crate::model::redis`]).
+    KeyWritten { key: String, expiry: crate::model::redis::Expiry },
     /// A Redis lock was deleted (recorded only when the call deleted it). `checked` when the
     /// release proved it held the lock (a compare-and-delete of its token, which deletes
     /// nothing otherwise); `false` for a plain `DEL`.
@@ -235,8 +239,12 @@ pub enum FaultEvent {
     Redriven { msg: String, from: &'static str, to: &'static str, copy: String },
     /// A lock's TTL expired (key with ids replaced by labels).
     LockExpired { key: String },
-    /// Redis restarted without persistence, losing `locks` locks.
-    RedisRestart { locks: usize },
+    /// A key's expiry passed (a key written with one that is not a lock: a dedup marker, a
+    /// cached value), with ids replaced by labels.
+    KeyExpired { key: String },
+    /// Redis restarted without persistence, losing `locks` locks held and `keys` other keys
+    /// the schedule wrote.
+    RedisRestart { locks: usize, keys: usize },
     /// The producer will dispatch `event` again.
     Dispatch { producer: String, event: String },
     /// An AWS-only SQS behaviour was armed (`sqs:<name>`), announced as `text`.
@@ -278,13 +286,33 @@ pub enum Entry {
     /// A worker was killed, at a crash point or in the middle of a call; or, when `graceful`,
     /// it stopped on its own after a `stop`, at its receive (`op` none, `at` the crash point it
     /// passed last).
-    Crash { t_ms: u64, worker: String, at: Option<CrashPoint>, op: Option<String>, graceful: bool },
+    /// `exited` when nobody killed it: its process exited by itself (an external worker).
+    Crash {
+        t_ms: u64,
+        worker: String,
+        at: Option<CrashPoint>,
+        op: Option<String>,
+        graceful: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        exited: Option<Exited>,
+    },
     /// A crashed worker was restarted with fresh software.
     Restart { t_ms: u64, worker: String },
     /// The nemesis did something to the world (expiry, replay, clock, …).
     Fault { t_ms: u64, fault: FaultEvent, facts: Vec<Fact> },
     /// A worker explained a decision (duplicate skipped, parked, …).
     Note { t_ms: u64, worker: String, text: String },
+}
+
+/// How a worker's process exited by itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Exited {
+    /// Its exit status as the OS gave it: `exit status: 1`, `signal: 6 (SIGABRT) (core dumped)`.
+    pub how: String,
+    /// The last lines of its log (stdout and stderr). Not compared between runs: a log may
+    /// carry times and ids of its own.
+    #[serde(skip)]
+    pub log_tail: String,
 }
 
 /// The role a worker of the history plays: its rank in the workload's role list (the order of

@@ -9,7 +9,7 @@ const UNKNOWN_PREFIX: &str = "k";
 
 /// The hyphenated UUIDs in `text` (8-4-4-4-12 hex digits, not inside a longer run of letters
 /// and digits: `lock-<uuid>` and `<uuid>-retry` hold one), in order of appearance.
-fn uuids_in(text: &str) -> Vec<&str> {
+pub fn uuids_in(text: &str) -> Vec<&str> {
     const LEN: usize = 36;
     let b = text.as_bytes();
     let is_part = |c: u8| c.is_ascii_alphanumeric();
@@ -75,6 +75,22 @@ impl Labels {
             }
         }
         self.relabel(text)
+    }
+
+    /// How many UUIDs [`Labels::relabel_all`] labelled `k<n>` so far.
+    pub fn unknown_count(&self) -> usize {
+        self.unknown.len()
+    }
+
+    /// [`Labels::relabel_all`] with its `k<n>` labels numbered after `before` others (those
+    /// of another [`Labels`], the trace's): labels every UUID of `text` not labelled yet.
+    pub fn relabel_all_after(&mut self, text: &str, before: usize) {
+        for id in uuids_in(text) {
+            if !self.labels.contains_key(id) && !self.unknown.contains_key(id) {
+                let n = before + self.unknown.len() + 1;
+                self.unknown.insert(id.to_string(), format!("{UNKNOWN_PREFIX}{n}"));
+            }
+        }
     }
 
     /// Registers a fixed label.

@@ -36,6 +36,19 @@ fn plural(n: u64, what: &str) -> String {
     if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
 }
 
+/// The longest subject a trace line gives a call (what it is about), characters.
+pub const SUBJECT_MAX: usize = 48;
+
+/// `s` on one line (line breaks and runs of white space as one space), cut to `max`
+/// characters with `…`.
+pub fn one_line(s: &str, max: usize) -> String {
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
 /// A step's outcome in words, e.g. `1 row`, `m1 (receive 2)`, `✗ injected failure at …`.
 pub fn outcome_text(s: &Step) -> String {
     match &s.outcome {
@@ -127,7 +140,9 @@ pub fn fault_text(f: &FaultEvent) -> String {
             format!("redrive: {msg} moved from {from} back to {to} as {copy}, a new message with a new enqueue time")
         }
         FaultEvent::LockExpired { key } => format!("lock {key} expired"),
-        FaultEvent::RedisRestart { locks } => format!("redis restarted: {locks} lock(s) lost"),
+        FaultEvent::KeyExpired { key } => format!("key {key} expired"),
+        FaultEvent::RedisRestart { locks, keys: 0 } => format!("redis restarted: {locks} lock(s) lost"),
+        FaultEvent::RedisRestart { locks, keys } => format!("redis restarted: {locks} lock(s) and {keys} other key(s) lost"),
         FaultEvent::Dispatch { producer, event } => format!("{producer} will dispatch {event} again"),
         FaultEvent::Sqs { text, .. } | FaultEvent::Pg { text, .. } | FaultEvent::Workload { text, .. } => text.clone(),
         FaultEvent::Net { name, text } => format!("{name}: {text}"),
@@ -215,6 +230,9 @@ fn line_with(e: &Entry, w: usize) -> String {
         }
         Entry::Crash { t_ms, worker, graceful: true, .. } => {
             format!("{}  {:<4} ■ STOPPED gracefully, before its next receive", t(*t_ms, w), worker)
+        }
+        Entry::Crash { t_ms, worker, exited: Some(e), .. } => {
+            format!("{}  {:<4} ✗ EXITED by itself ({})", t(*t_ms, w), worker, e.how)
         }
         Entry::Crash { t_ms, worker, at, op, .. } => {
             let place = match (at, op) {

@@ -109,6 +109,13 @@ pub struct Mailbox {
     pub pending: u32,
     /// A concurrent external worker's process id, for its CPU time (`/proc/<pid>/task/*/schedstat`).
     pub process_pid: Option<u32>,
+    /// Whether the worker made a call in this schedule (any of its processes): a process that
+    /// exits by itself before is one that cannot start (a setup error), after it is a finding.
+    pub made_calls: bool,
+    /// Set by an external worker's host when its process exited by itself after it made calls
+    /// (how: `exit status: 1`, `signal: 6 (SIGABRT)`), with the last lines of its log; the
+    /// scheduler takes it and ends the host as a crash the worker caused itself.
+    pub exited: Option<(String, String)>,
 }
 
 /// One held call of a concurrent external worker.
@@ -247,6 +254,8 @@ impl Mailbox {
             activity: 0,
             pending: 0,
             process_pid: None,
+            made_calls: false,
+            exited: None,
         }
     }
 }

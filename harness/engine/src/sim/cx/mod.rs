@@ -23,14 +23,13 @@ pub use program::{handle_one, handler_failed, Handler, Poller, Producer, Program
 
 use super::history::{Fact, Outcome, Service, Step};
 use super::world::{SharedWorld, Status};
+use crate::model::redis as model;
 use crate::nemesis::pg::PgFault;
 use crate::spec::CrashPoint;
 
 /// Real visibility timeout given to SQS, s. Long, so that only the logical clock expires
 /// messages (by ChangeMessageVisibility to 0).
 pub const REAL_VISIBILITY_S: i32 = 3600;
-/// Real TTL given to Redis locks, ms. Long, for the same reason.
-pub const REAL_LOCK_TTL_MS: u64 = 3_600_000;
 
 /// Compare-and-delete of a lock: `DEL` only when the key still holds the caller's token
 /// (Redis documentation, "Distributed locks with Redis": the release script). Returns the
@@ -113,6 +112,8 @@ pub struct QueueUrls {
     pub queues: Vec<(&'static str, String, &'static str)>,
     /// The names of the FIFO queues among them ([`crate::spec::QueueSpec::fifo`]).
     pub fifo: Vec<&'static str>,
+    /// The names of the outbound queues among them ([`crate::spec::QueueSpec::outbound`]).
+    pub outbound: Vec<&'static str>,
 }
 
 impl QueueUrls {
@@ -433,39 +434,21 @@ impl Cx {
 
     // ---- Redis ----
 
-    /// `SET key <token> NX PX` with a logical TTL of `ttl_ms` (the real TTL is long; the
-    /// logical clock expires it). A yield point named `op`. Returns the lock's token when it
-    /// was taken, `None` when the key was held: a value unique within the schedule
-    /// (`<worker>.<n>`), to be carried to whoever releases the lock (Symfony's DeduplicateStamp
-    /// carries its lock key with the token) and given to [`Cx::unlock`].
+    /// `SET key <token> NX PX ttl_ms`, on the logical clock ([`crate::model::redis`]: the real
+    /// server gets the TTL an hour longer, the logical clock expires the key). A yield point
+    /// named `op`. Returns the lock's token when it was taken, `None` when the key was held: a
+    /// value unique within the schedule (`<worker>.<n>`), to be carried to whoever releases the
+    /// lock (Symfony's DeduplicateStamp carries its lock key with the token) and given to
+    /// [`Cx::unlock`].
     pub async fn lock(&mut self, op: &'static str, key: &str, ttl_ms: u64) -> Result<Option<String>, CallError> {
-        self.gate(op).await?;
-        self.count(0, 0, 1);
         let token = {
             let mut w = self.world.borrow_mut();
             w.lock_tokens += 1;
             format!("{}.{}", self.me, w.lock_tokens)
         };
-        let r: redis::RedisResult<Option<String>> = redis::cmd("SET")
-            .arg(key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(REAL_LOCK_TTL_MS)
-            .query_async(&mut self.redis)
-            .await;
-        match r {
-            Ok(v) => {
-                let taken = v.is_some();
-                let facts = if taken { vec![Fact::LockTaken { key: key.to_string(), ttl_ms }] } else { vec![] };
-                self.complete(op, Service::Redis, Outcome::Locked { taken }, facts);
-                Ok(taken.then_some(token))
-            }
-            Err(e) => {
-                self.complete(op, Service::Redis, Outcome::Error { message: e.to_string() }, vec![]);
-                Err(CallError::Service(format!("redis SET NX: {e}")))
-            }
-        }
+        let args = ["SET", key, &token, "NX", "PX", &ttl_ms.to_string()].map(String::from).to_vec();
+        let reply = self.redis_call(op, args).await?;
+        Ok((reply == model::Reply::Ok).then_some(token))
     }
 
     /// Releases `key` only if it still holds `token` (compare-and-delete in one Lua script,
@@ -473,37 +456,44 @@ impl Cx {
     /// with Redis" and of Symfony's RedisStore). A worker whose lock expired and was taken by
     /// another deletes nothing. A yield point named `op`.
     pub async fn unlock(&mut self, op: &'static str, key: &str, token: &str) -> Result<(), CallError> {
-        self.gate(op).await?;
-        self.count(0, 0, 1);
-        let r: redis::RedisResult<i64> =
-            redis::cmd("EVAL").arg(COMPARE_AND_DELETE).arg(1).arg(key).arg(token).query_async(&mut self.redis).await;
-        self.unlocked(op, key, true, r)
+        let args = ["EVAL", COMPARE_AND_DELETE, "1", key, token].map(String::from).to_vec();
+        self.redis_call(op, args).await.map(|_| ())
     }
 
     /// `DEL key`, whoever holds it now: a worker whose lock expired deletes the lock another
     /// has taken since (what the invariant "a lock is released only by its holder" catches).
     /// A yield point named `op`.
     pub async fn unlock_unchecked(&mut self, op: &'static str, key: &str) -> Result<(), CallError> {
-        self.gate(op).await?;
-        self.count(0, 0, 1);
-        let r: redis::RedisResult<i64> = redis::cmd("DEL").arg(key).query_async(&mut self.redis).await;
-        self.unlocked(op, key, false, r)
+        self.redis_call(op, vec!["DEL".into(), key.into()]).await.map(|_| ())
     }
 
-    /// Completes an unlock (`checked`: a compare-and-delete) that deleted `n` keys:
-    /// [`Fact::LockReleased`] only when it deleted the lock, so that the logical clock keeps
-    /// expiring a lock that a refused compare-and-delete left in place.
-    fn unlocked(&mut self, op: &'static str, key: &str, checked: bool, r: redis::RedisResult<i64>) -> Result<(), CallError> {
-        match r {
-            Ok(n) => {
-                let facts = if n > 0 { vec![Fact::LockReleased { key: key.to_string(), checked }] } else { vec![] };
-                self.complete(op, Service::Redis, Outcome::Unlocked { held: n > 0 }, facts);
-                Ok(())
-            }
-            Err(e) => {
-                self.complete(op, Service::Redis, Outcome::Error { message: e.to_string() }, vec![]);
-                Err(CallError::Service(format!("redis unlock: {e}")))
-            }
+    /// One Redis command, `args` with its name first, as a yield point named `op`: sent with
+    /// the TTLs the model gives the real server, completed with the outcome and facts the
+    /// model reads from the reply (the same as for an external worker's command at the wire
+    /// proxy).
+    async fn redis_call(&mut self, op: &'static str, args: Vec<String>) -> Result<model::Reply, CallError> {
+        self.gate(op).await?;
+        self.count(0, 0, 1);
+        let mut real = args.clone();
+        for (i, v) in model::real_args(&args) {
+            real[i] = v;
+        }
+        let mut cmd = redis::cmd(&real[0]);
+        for a in &real[1..] {
+            cmd.arg(a);
+        }
+        let r: redis::RedisResult<redis::Value> = cmd.query_async(&mut self.redis).await;
+        let reply = match &r {
+            Ok(redis::Value::Nil) => model::Reply::Null,
+            Ok(redis::Value::Int(n)) => model::Reply::Int(*n),
+            Ok(_) => model::Reply::Ok,
+            Err(e) => model::Reply::Error(e.to_string()),
+        };
+        let (outcome, facts) = model::outcome(&args, &reply, 0);
+        self.complete(op, Service::Redis, outcome, facts);
+        match reply {
+            model::Reply::Error(e) => Err(CallError::Service(format!("redis {}: {e}", model::name(&args)))),
+            reply => Ok(reply),
         }
     }
 

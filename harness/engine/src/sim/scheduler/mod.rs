@@ -175,8 +175,8 @@ pub struct Finished {
     pub admin: Admin,
     /// Real calls made by workers.
     pub calls: CallCounts,
-    /// Crash points passed, one entry per pass.
-    pub passed: Vec<CrashPoint>,
+    /// Crash points passed, one entry per pass: the worker and the point.
+    pub passed: Vec<(String, CrashPoint)>,
     /// Redis keys the schedule used.
     pub keys: Vec<String>,
     /// Labels of the schedule's ids.
@@ -261,9 +261,12 @@ impl<'a> Run<'a> {
             .iter()
             .map(|q| (q.name, q.visibility_timeout_s * 1000))
             .collect();
+        // An outbound queue's messages are another service's to process: its retention is not
+        // this system's concern.
         let retention_ms = setup
             .queues
             .iter()
+            .filter(|q| !q.outbound)
             .map(|q| (q.name, q.retention_s.saturating_mul(1000)))
             .collect();
         let concurrent: Vec<String> = setup
@@ -726,11 +729,35 @@ impl<'a> Run<'a> {
 
     /// Ends worker `w`'s host: a crash, or a graceful stop between messages.
     fn kill(&mut self, w: &str, graceful: bool) -> Result<()> {
+        self.end_host(w, graceful, None)?;
+        self.settle(None)
+    }
+
+    /// Ends the host of the first worker whose process exited by itself
+    /// ([`crate::sim::world::Mailbox::exited`]), as a crash it caused itself; returns whether
+    /// there was one.
+    fn end_exited(&mut self) -> Result<bool> {
+        let exited = self.workers.iter().find_map(|w| self.with_slot(w, |s| s.exited.take()).map(|e| (w.clone(), e)));
+        let Some((w, (how, log_tail))) = exited else { return Ok(false) };
+        if self.status(&w) == Status::Crashed {
+            return Ok(true);
+        }
+        // What it did before it exited comes first in the history.
+        self.collect(None);
+        self.end_host(&w, false, Some(crate::sim::history::Exited { how, log_tail }))?;
+        Ok(true)
+    }
+
+    /// Ends worker `w`'s host and records it: killed (`graceful` false), stopped, or `exited`
+    /// by itself.
+    fn end_host(&mut self, w: &str, graceful: bool, exited: Option<crate::sim::history::Exited>) -> Result<()> {
         let status = self.status(w);
         let (at, op) = match &status {
+            Status::Crashed => return Err(inapplicable(format!("{w} is already crashed"))),
+            // A process that exited was at no crash point and in no call of its own choosing.
+            _ if exited.is_some() => (None, None),
             Status::Parked { at, .. } => (*at, None),
             Status::Running { op, at } => (*at, Some(op.to_string())),
-            Status::Crashed => return Err(inapplicable(format!("{w} is already crashed"))),
             _ => (None, None),
         };
         // The host's connection, if no call was under way, comes back reset as a fresh session
@@ -764,6 +791,7 @@ impl<'a> Run<'a> {
         });
         match graceful {
             true => tracing::info!(worker = w, t_ms = self.now(), "graceful stop"),
+            false if exited.is_some() => tracing::info!(worker = w, t_ms = self.now(), "exited by itself"),
             false => {
                 tracing::info!(worker = w, at = ?at, op = ?op, t_ms = self.now(), "crash injected")
             }
@@ -775,12 +803,13 @@ impl<'a> Run<'a> {
             at,
             op,
             graceful,
+            exited,
         });
         self.polls.db_changed();
         for pid in pids.into_iter().filter(|p| !recycled_pids.contains(p)) {
             self.admin.terminate_backend(pid)?;
         }
-        self.settle(None)
+        Ok(())
     }
 
     fn restart(&mut self, w: &str) -> Result<()> {
@@ -810,7 +839,7 @@ impl<'a> Run<'a> {
             let mut relabel = |t: &mut String| *t = w.names.relabel_all(t);
             match &mut fault {
                 FaultEvent::Skipped { why, .. } | FaultEvent::Armed { why, .. } => relabel(why),
-                FaultEvent::LockExpired { key } => relabel(key),
+                FaultEvent::LockExpired { key } | FaultEvent::KeyExpired { key } => relabel(key),
                 FaultEvent::Workload { text, .. } => relabel(text),
                 FaultEvent::DrainPending { left } => relabel(left),
                 _ => {}
@@ -848,6 +877,9 @@ impl<'a> Run<'a> {
         let mut spins = 0u32;
         self.world.borrow_mut().epoch += 1;
         loop {
+            if self.end_exited()? {
+                continue;
+            }
             let mut moving: Vec<String> = {
                 let w = self.world.borrow();
                 w.mailboxes
@@ -984,7 +1016,7 @@ impl<'a> Run<'a> {
         };
         self.clock.apply(f);
         match f {
-            Fact::LockTaken { key, .. } => {
+            Fact::LockTaken { key, .. } | Fact::KeyWritten { key, .. } => {
                 self.keys.insert(key.clone());
             }
             Fact::Sent { queue, msg, .. } => self.polls.message_visible(queue, msg),
@@ -1091,8 +1123,8 @@ impl<'a> Run<'a> {
         let mut w = world.borrow_mut();
         let passed = w
             .mailboxes
-            .values()
-            .flat_map(|s| s.passed.iter().copied())
+            .iter()
+            .flat_map(|(n, s)| s.passed.iter().map(move |cp| (n.clone(), *cp)))
             .collect();
         let names = std::mem::take(&mut w.names);
         Finished {

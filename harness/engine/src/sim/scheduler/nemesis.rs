@@ -26,13 +26,14 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Redis restarts without persistence: every lock of this schedule is lost.
+    /// Redis restarts without persistence: every key this schedule wrote is lost, its locks
+    /// and the rest (dedup markers, counters).
     pub(super) fn redis_restart(&mut self) -> Result<()> {
-        let keys: Vec<String> = std::mem::take(&mut self.clock.locks).into_keys().collect();
-        for k in &keys {
-            self.admin.expire_key(k)?;
-        }
-        self.fault(FaultEvent::RedisRestart { locks: keys.len() }, vec![]);
+        let locks = self.clock.forget_keys();
+        let keys: Vec<&String> = self.keys.iter().collect();
+        let gone = self.admin.forget_keys(&keys)? as usize;
+        let fault = FaultEvent::RedisRestart { locks, keys: gone.saturating_sub(locks) };
+        self.fault(fault, vec![]);
         Ok(())
     }
 
@@ -90,9 +91,10 @@ impl Run<'_> {
                     self.fault(FaultEvent::VisibilityExpired { msg, found: ok }, vec![]);
                 }
                 Due::Retention { msg, queue, receipt } => self.expire(msg, queue, receipt.as_deref())?,
-                Due::Lock { key } => {
+                Due::Key { key, lock } => {
                     self.admin.expire_key(&key)?;
-                    self.fault(FaultEvent::LockExpired { key }, vec![]);
+                    let fault = if lock { FaultEvent::LockExpired { key } } else { FaultEvent::KeyExpired { key } };
+                    self.fault(fault, vec![]);
                 }
             }
         }

@@ -16,7 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::worker::WireWorker;
-use crate::sim::history::{Fact, Outcome, Service};
+use crate::model::redis::{self as model, Reply};
+use crate::sim::history::{Outcome, Service};
 
 /// Commands that pass ungated.
 pub const PASS: &[&str] = &[
@@ -42,63 +43,76 @@ pub async fn serve(listener: TcpListener, upstream: String, worker: Rc<WireWorke
     }
 }
 
-/// A server reply, as far as the harness needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Reply {
-    Ok,
-    Null,
-    Int(i64),
-    Error(String),
-    Other,
-}
-
+/// One reply from `buf` with the length of its frame, `None` while it is incomplete. An array
+/// (an `EXEC`'s replies) is read one level deep.
 fn read_reply(buf: &[u8]) -> Result<Option<(Reply, usize)>> {
-    let v2 = redis_protocol::resp2::decode::decode(buf);
-    if let Ok(r) = v2 {
-        return Ok(r.map(|(f, n)| {
-            let reply = match f {
-                Resp2::SimpleString(_) | Resp2::BulkString(_) => Reply::Ok,
-                Resp2::Null => Reply::Null,
-                Resp2::Integer(i) => Reply::Int(i),
-                Resp2::Error(e) => Reply::Error(e),
-                Resp2::Array(_) => Reply::Other,
-            };
-            (reply, n)
-        }));
+    fn v2(f: Resp2) -> Reply {
+        match f {
+            Resp2::SimpleString(_) | Resp2::BulkString(_) => Reply::Ok,
+            Resp2::Null => Reply::Null,
+            Resp2::Integer(i) => Reply::Int(i),
+            Resp2::Error(e) => Reply::Error(e),
+            Resp2::Array(items) => Reply::Many(items.into_iter().map(v2).collect()),
+        }
     }
-    let r = redis_protocol::resp3::decode::complete::decode(buf)
-        .map_err(|e| anyhow!("malformed reply from Redis: {e:?}"))?;
-    Ok(r.map(|(f, n)| {
-        let reply = match f {
-            Resp3::SimpleString { .. } | Resp3::BlobString { .. } => Reply::Ok,
+    fn v3(f: Resp3) -> Reply {
+        match f {
+            Resp3::SimpleString { .. } | Resp3::BlobString { .. } | Resp3::VerbatimString { .. } => Reply::Ok,
             Resp3::Null => Reply::Null,
             Resp3::Number { data, .. } => Reply::Int(data),
             Resp3::SimpleError { data, .. } => Reply::Error(data),
-            Resp3::BlobError { data, .. } => {
-                Reply::Error(String::from_utf8_lossy(&data).into_owned())
-            }
+            Resp3::BlobError { data, .. } => Reply::Error(String::from_utf8_lossy(&data).into_owned()),
+            Resp3::Array { data, .. } => Reply::Many(data.into_iter().map(v3).collect()),
             _ => Reply::Other,
-        };
-        (reply, n)
-    }))
+        }
+    }
+    if let Ok(r) = redis_protocol::resp2::decode::decode(buf) {
+        return Ok(r.map(|(f, n)| (v2(f), n)));
+    }
+    let r = redis_protocol::resp3::decode::complete::decode(buf).map_err(|e| anyhow!("malformed reply from Redis: {e:?}"))?;
+    Ok(r.map(|(f, n)| (v3(f), n)))
 }
 
-/// A command from the client: its arguments (lossy UTF-8) and its bytes.
-fn read_command(buf: &[u8]) -> Result<Option<(Vec<String>, usize)>> {
+/// A command from the client: its arguments (lossy UTF-8), each argument's bytes, and the
+/// length of its frame.
+type Command = (Vec<String>, Vec<Vec<u8>>, usize);
+
+fn read_command(buf: &[u8]) -> Result<Option<Command>> {
     match redis_protocol::resp2::decode::decode(buf).map_err(|e| anyhow!("malformed command: {e:?}"))? {
         None => Ok(None),
         Some((Resp2::Array(parts), n)) => {
-            let args = parts
+            let raw: Vec<Vec<u8>> = parts
                 .into_iter()
                 .map(|p| match p {
-                    Resp2::BulkString(b) | Resp2::SimpleString(b) => String::from_utf8_lossy(&b).into_owned(),
-                    other => format!("{other:?}"),
+                    Resp2::BulkString(b) | Resp2::SimpleString(b) => b.to_vec(),
+                    other => format!("{other:?}").into_bytes(),
                 })
                 .collect();
-            Ok(Some((args, n)))
+            let args = raw.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
+            Ok(Some((args, raw, n)))
         }
         Some((other, _)) => bail!("expected a command (an array of bulk strings), got {other:?} (inline commands are not relayed)"),
     }
+}
+
+/// A command as an array of bulk strings (RESP2, which every server reads), `raw` with the
+/// arguments `replace` names by index replaced.
+fn encode(mut raw: Vec<Vec<u8>>, replace: Vec<(usize, String)>) -> Vec<u8> {
+    for (i, v) in replace {
+        raw[i] = v.into_bytes();
+    }
+    let mut out = format!("*{}\r\n", raw.len()).into_bytes();
+    for a in raw {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(&a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// The wall clock, ms since the Unix epoch (for `EXAT`/`PXAT`, which a worker computes from it).
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, worker: &WireWorker) -> Result<bool> {
@@ -113,8 +127,10 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -
     let mut server = TcpStream::connect(upstream).await?;
     let (mut from_client, mut from_server) = (Vec::new(), Vec::new());
     let mut in_multi = false;
+    // The commands queued in the current MULTI: EXEC's reply answers each in order.
+    let mut queued: Vec<Vec<String>> = Vec::new();
     loop {
-        let (args, n) = loop {
+        let (args, raw, n) = loop {
             if let Some(c) = read_command(&from_client)? {
                 break c;
             }
@@ -122,17 +138,20 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -
                 return Ok(()); // the worker closed (or died): drop the upstream at once
             }
         };
-        let bytes: Vec<u8> = from_client.drain(..n).collect();
-        let name = args
-            .first()
-            .map(|a| a.to_ascii_uppercase())
-            .unwrap_or_default();
+        let mut bytes: Vec<u8> = from_client.drain(..n).collect();
+        let name = model::name(&args);
         let gated = !PASS.contains(&name.as_str()) && !(in_multi && name != "EXEC");
+        if in_multi && !["EXEC", "DISCARD", "MULTI"].contains(&name.as_str()) {
+            queued.push(args.clone());
+        }
+        if name == "MULTI" || name == "DISCARD" {
+            queued.clear();
+        }
         in_multi = (in_multi || name == "MULTI") && name != "EXEC" && name != "DISCARD";
         let op = worker
             .ext
             .label_of(&name, false)
-            .unwrap_or_else(|| label(&name, &args));
+            .unwrap_or_else(|| model::label(&args));
         if name == "CLIENT"
             && args
                 .get(1)
@@ -149,7 +168,7 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -
                 let about = worker
                     .ext
                     .concurrent
-                    .then(|| args.get(1).cloned())
+                    .then(|| model::subject(&args))
                     .flatten();
                 let held = worker.hold(super::worker::Held {
                     op,
@@ -176,14 +195,14 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -
                     read_one(&mut server, &mut from_server, worker).await?;
                     client
                         .write_all(
-                            format!("-EXECABORT {}\r\n", super::worker::injected_error(cp))
+                            format!("-EXECABORT {}\r\n", super::worker::injected_error(op, cp))
                                 .as_bytes(),
                         )
                         .await?;
                 } else {
                     client
                         .write_all(
-                            format!("-ERR {}\r\n", super::worker::injected_error(cp)).as_bytes(),
+                            format!("-ERR {}\r\n", super::worker::injected_error(op, cp)).as_bytes(),
                         )
                         .await?;
                 }
@@ -194,12 +213,22 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -
             tracing::debug!(worker = %worker.me, command = %name, "redis proxy: passes ungated");
         }
         let _pending = (!gated).then(|| worker.pending_guard());
+        // Gated or queued in a MULTI: the real server gets each TTL padded, the logical clock
+        // expires the key.
+        let replace = model::real_args(&args);
+        if !replace.is_empty() {
+            bytes = encode(raw, replace);
+        }
+        let wall = wall_ms();
         server.write_all(&bytes).await?;
         let (reply, out) = read_one(&mut server, &mut from_server, worker).await?;
         // Recorded before the worker hears the reply, as the other proxies do: a one-call
         // worker's next call then never finds this one in flight.
         if gated {
-            let (outcome, facts) = outcome(&name, &args, &reply);
+            let (outcome, facts) = match name.as_str() {
+                "EXEC" => model::exec(&std::mem::take(&mut queued), &reply, wall),
+                _ => model::outcome(&args, &reply, wall),
+            };
             worker.complete(Service::Redis, outcome, facts);
         }
         client.write_all(&out).await?;
@@ -222,104 +251,13 @@ async fn read_one(
     }
 }
 
-/// Whether `EVAL script 1 key token` is a lock's compare-and-delete (its script reads the key
-/// and deletes it, as [`crate::sim::cx::COMPARE_AND_DELETE`] and Symfony's RedisStore do).
-fn is_compare_and_delete(name: &str, args: &[String]) -> bool {
-    let script = args
-        .get(1)
-        .map(|s| s.to_ascii_lowercase())
-        .unwrap_or_default();
-    let calls =
-        |cmd: &str| script.contains(&format!("'{cmd}'")) || script.contains(&format!("\"{cmd}\""));
-    name == "EVAL" && args.get(2).is_some_and(|n| n == "1") && calls("get") && calls("del")
-}
-
-fn label(name: &str, args: &[String]) -> &'static str {
-    match name {
-        "SET" if args.iter().any(|a| a.eq_ignore_ascii_case("NX")) => "lock",
-        "DEL" | "UNLINK" => "unlock",
-        "EVAL" if is_compare_and_delete(name, args) => "unlock",
-        other => super::spec::intern(&other.to_ascii_lowercase()),
-    }
-}
-
-/// The TTL of a `SET … PX ms | EX s`, ms (0 when none).
-fn ttl_ms(args: &[String]) -> u64 {
-    let find = |opt: &str| {
-        args.iter()
-            .position(|a| a.eq_ignore_ascii_case(opt))
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    find("PX")
-        .or_else(|| find("EX").map(|s| s * 1000))
-        .unwrap_or(0)
-}
-
-fn outcome(name: &str, args: &[String], reply: &Reply) -> (Outcome, Vec<Fact>) {
-    if let Reply::Error(e) = reply {
-        return (Outcome::Error { message: e.clone() }, vec![]);
-    }
-    match name {
-        "SET" if args.iter().any(|a| a.eq_ignore_ascii_case("NX")) => {
-            let taken = *reply == Reply::Ok;
-            let key = args.get(1).cloned().unwrap_or_default();
-            let facts = if taken {
-                vec![Fact::LockTaken {
-                    key,
-                    ttl_ms: ttl_ms(args),
-                }]
-            } else {
-                vec![]
-            };
-            (Outcome::Locked { taken }, facts)
-        }
-        "DEL" | "UNLINK" => {
-            let held = matches!(reply, Reply::Int(n) if *n > 0);
-            // Which of several keys went is not in the reply: only when all went are they all
-            // released (a key still held keeps its logical expiry).
-            let keys = &args[1.min(args.len())..];
-            let facts = match reply {
-                Reply::Int(n) if *n > 0 && *n as usize == keys.len() => keys
-                    .iter()
-                    .map(|k| Fact::LockReleased {
-                        key: k.clone(),
-                        checked: false,
-                    })
-                    .collect(),
-                Reply::Int(n) if *n > 0 => {
-                    tracing::warn!(
-                        deleted = n,
-                        keys = keys.len(),
-                        "a DEL of several keys deleted some: none is recorded as released"
-                    );
-                    vec![]
-                }
-                _ => vec![],
-            };
-            (Outcome::Unlocked { held }, facts)
-        }
-        "EVAL" if is_compare_and_delete(name, args) => {
-            let held = matches!(reply, Reply::Int(n) if *n > 0);
-            let key = args.get(3).cloned().unwrap_or_default();
-            let facts = if held {
-                vec![Fact::LockReleased { key, checked: true }]
-            } else {
-                vec![]
-            };
-            (Outcome::Unlocked { held }, facts)
-        }
-        _ => (Outcome::Done, vec![]),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn commands_and_replies_frame() {
-        let (args, n) = read_command(b"*3\r\n$3\r\nDEL\r\n$1\r\nk\r\n$1\r\nj\r\n*1\r\n")
+        let (args, _, n) = read_command(b"*3\r\n$3\r\nDEL\r\n$1\r\nk\r\n$1\r\nj\r\n*1\r\n")
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -333,60 +271,12 @@ mod tests {
     }
 
     #[test]
-    fn lock_and_unlock_become_facts() {
-        let set: Vec<String> = ["SET", "k", "1", "NX", "PX", "20000"]
-            .map(String::from)
-            .to_vec();
-        assert_eq!(label("SET", &set), "lock");
-        let (o, f) = outcome("SET", &set, &Reply::Ok);
-        assert_eq!(
-            (o, f),
-            (
-                Outcome::Locked { taken: true },
-                vec![Fact::LockTaken {
-                    key: "k".into(),
-                    ttl_ms: 20000
-                }]
-            )
-        );
-        let (o, f) = outcome("DEL", &["DEL".into(), "k".into()], &Reply::Int(0));
-        assert_eq!((o, f), (Outcome::Unlocked { held: false }, vec![]));
-        let (o, f) = outcome("DEL", &["DEL".into(), "k".into()], &Reply::Int(1));
-        assert_eq!(
-            (o, f),
-            (
-                Outcome::Unlocked { held: true },
-                vec![Fact::LockReleased {
-                    key: "k".into(),
-                    checked: false
-                }]
-            )
-        );
-        let cad: Vec<String> = ["EVAL", crate::sim::cx::COMPARE_AND_DELETE, "1", "k", "p.1"]
-            .map(String::from)
-            .to_vec();
-        assert_eq!(label("EVAL", &cad), "unlock");
-        let (o, f) = outcome("EVAL", &cad, &Reply::Int(1));
-        assert_eq!(
-            (o, f),
-            (
-                Outcome::Unlocked { held: true },
-                vec![Fact::LockReleased {
-                    key: "k".into(),
-                    checked: true
-                }]
-            )
-        );
-        let (o, f) = outcome("EVAL", &cad, &Reply::Int(0));
-        assert_eq!((o, f), (Outcome::Unlocked { held: false }, vec![]));
-        let two: Vec<String> = ["DEL", "k", "j"].map(String::from).to_vec();
-        assert_eq!(
-            outcome("DEL", &two, &Reply::Int(1)).1,
-            vec![],
-            "one of two deleted: which is unknown"
-        );
-        assert_eq!(outcome("DEL", &two, &Reply::Int(2)).1.len(), 2);
-        let other: Vec<String> = ["EVAL", "return 1", "0"].map(String::from).to_vec();
-        assert_eq!(label("EVAL", &other), "eval");
+    fn a_command_with_a_padded_ttl_is_framed_again_with_its_other_bytes_unchanged() {
+        let raw: Vec<Vec<u8>> = vec![b"SET".to_vec(), b"k".to_vec(), vec![0xff, 0x00, b'\r'], b"PX".to_vec(), b"20000".to_vec()];
+        let out = encode(raw, vec![(4, "3620000".into())]);
+        let (args, raw, n) = read_command(&out).unwrap().unwrap();
+        assert_eq!(n, out.len());
+        assert_eq!(args[4], "3620000");
+        assert_eq!(raw[2], vec![0xff, 0x00, b'\r'], "a binary value is sent as it came");
     }
 }

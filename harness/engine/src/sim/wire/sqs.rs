@@ -399,7 +399,7 @@ async fn handle(p: &SqsProxy, req: Request<Incoming>) -> Response<Full<Bytes>> {
         };
         if let super::worker::Granted::Fail(cp) = p.worker.hold(held).await {
             p.worker.complete(Service::Sqs, Outcome::Done, vec![]);
-            return call.error_reply(&super::worker::injected_error(cp));
+            return call.error_reply(&super::worker::injected_error(op, cp));
         }
         *p.last_invocation.borrow_mut() = invocation;
     }

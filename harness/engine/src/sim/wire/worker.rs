@@ -184,6 +184,7 @@ impl WireWorker {
 
     /// Parks the worker before `call` until the scheduler grants it. Returns how it was granted.
     pub async fn hold(&self, call: Held) -> Granted {
+        self.world.borrow_mut().mailbox(&self.me).made_calls = true;
         if self.ext.concurrent {
             return self.hold_unit(call).await;
         }
@@ -292,6 +293,8 @@ impl WireWorker {
             about,
             tie,
         } = call;
+        // A trace line's subject is one readable line, whatever the call carried.
+        let about = about.map(|a| crate::sim::trace::one_line(&a, crate::sim::trace::SUBJECT_MAX));
         let task = tokio::task::try_id();
         // A proxy task makes its calls in turn: a call it made before is over.
         if let Some(prev) = self.current.borrow_mut().remove(&task).and_then(|c| c.unit) {
@@ -543,10 +546,11 @@ impl WireWorker {
     }
 }
 
-/// The text of the service error a proxy answers for a failure injected at `cp` (the same in
-/// every protocol, so that a worker's logs name it).
-pub fn injected_error(cp: CrashPoint) -> String {
-    format!("crashpoint: service error injected at {cp}")
+/// The text of the service error a proxy answers call `op` with for a failure injected at
+/// `cp` (the same in every protocol, so that a worker's logs name the call it hit and the
+/// fault: `crashpoint: service error injected on recv (fail@after_lock)`).
+pub fn injected_error(op: &str, cp: CrashPoint) -> String {
+    format!("crashpoint: service error injected on {op} (fail@{cp})")
 }
 
 /// How the scheduler let a held call go.
@@ -816,7 +820,7 @@ impl PgGate for WireWorker {
             tie: call.opened,
         };
         match WireWorker::hold(self, held).await {
-            Granted::Fail(cp) => Admit::Fail(injected_error(cp)),
+            Granted::Fail(cp) => Admit::Fail(injected_error(label, cp)),
             Granted::Withhold => Admit::Withhold,
             Granted::Go => {
                 // As in-process: a reset takes the next statement; a lost reply takes the next
