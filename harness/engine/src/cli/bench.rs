@@ -13,6 +13,8 @@ use crate::error::{EXIT_OK, EXIT_VIOLATION};
 use crate::explore::{self, Options, Stats};
 use crate::scenario::{self, Phases};
 use crate::services::cpu::{CpuProbe, CpuTimes};
+use crate::sim::scheduler::quiet;
+use crate::sim::wire::process::{team_cpu, TeamCpu};
 use crate::services::{clients::ServiceClients, ServiceOptions};
 
 /// Arguments of `bench`.
@@ -101,19 +103,45 @@ pub struct BenchResult {
     pub ceiling: String,
     /// LocalStack instances the namespaces spread over ([`crate::services::Endpoints::sqs_endpoints`]).
     pub localstack_instances: usize,
+    /// The team's worker processes (a declared workload's external roles), per schedule;
+    /// `null` for an in-process workload.
+    pub team: Option<TeamPerSchedule>,
+    /// Waiting for a concurrent worker's process to be quiet, per schedule: reads of its
+    /// threads in `/proc`, and the harness CPU they took, ms (part of the harness's CPU).
+    pub quiet_reads: f64,
+    /// See [`BenchResult::quiet_reads`].
+    pub quiet_cpu_ms: f64,
+}
+
+/// What the team's processes cost per schedule ([`crate::sim::wire::process::TeamCpu`]).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TeamPerSchedule {
+    /// Processes started (a schedule's workers, and a restart after each crash).
+    pub processes: f64,
+    /// CPU from exec to the first call at a proxy, ms: the runtime, its libraries, the
+    /// connections opened.
+    pub start_cpu_ms: f64,
+    /// CPU after that, ms: handling the schedule's calls, timers, polls.
+    pub run_cpu_ms: f64,
+    /// Wall time from exec to the first call, ms, summed over the processes.
+    pub start_wall_ms: f64,
 }
 
 /// The process nearest to its ceiling, with how much of it is used: each of the `localstacks`
 /// LocalStack instances is one Python process (one core at most, GIL), the harness runs
 /// `slots` schedules at once, PostgreSQL and the whole machine have every core.
-fn ceiling(cpu: &CpuTimes, wall_ms: f64, slots: usize, localstacks: usize) -> String {
+/// With a team's processes (`team`), the time a schedule's slot waits for them to start is a
+/// ceiling too: their start's wall time over the slots' wall time.
+fn ceiling(cpu: &CpuTimes, team: Option<&TeamPerSchedule>, wall_ms: f64, slots: usize, localstacks: usize) -> String {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    let total = cpu.harness_ms + cpu.localstack_ms.unwrap_or(0.0) + cpu.postgres_ms.unwrap_or(0.0) + cpu.redis_ms.unwrap_or(0.0);
+    let team_cpu = team.map_or(0.0, |t| t.start_cpu_ms + t.run_cpu_ms);
+    let total = cpu.harness_ms + cpu.localstack_ms.unwrap_or(0.0) + cpu.postgres_ms.unwrap_or(0.0) + cpu.redis_ms.unwrap_or(0.0) + team_cpu;
     let candidates = [
         ("harness CPU", Some(cpu.harness_ms), (slots as f64).min(cores)),
         // Namespaces spread over the instances, so as many are busy as slots at most.
         ("LocalStack CPU", cpu.localstack_ms, (localstacks.min(slots) as f64).clamp(1.0, cores)),
         ("PostgreSQL CPU", cpu.postgres_ms, cores),
+        ("the team's processes starting (exec to first call)", team.map(|t| t.start_wall_ms), slots as f64),
         ("the machine's cores", Some(total), cores),
     ];
     let (name, used) = candidates
@@ -124,7 +152,7 @@ fn ceiling(cpu: &CpuTimes, wall_ms: f64, slots: usize, localstacks: usize) -> St
     format!("{name} ({:.0}% used)", used * 100.0)
 }
 
-fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3], cpu: CpuTimes, localstacks: usize) -> BenchResult {
+fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3], cpu: CpuTimes, team: TeamCpu, quiet: (u64, f64), localstacks: usize) -> BenchResult {
     let (pg, sqs, redis) = st.calls_per_schedule();
     let of = |f: fn(&Phases) -> f64| spread(st.phases.iter().map(f).collect());
     let n = st.schedules.max(1) as f64;
@@ -138,11 +166,20 @@ fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3], cpu: Cpu
         postgres_ms: cpu.postgres_ms.map(per),
         redis_ms: cpu.redis_ms.map(per),
     };
+    let team = (team.processes > 0).then(|| TeamPerSchedule {
+        processes: team.processes as f64 / n,
+        start_cpu_ms: per(team.start_ms),
+        run_cpu_ms: per(team.total_ms - team.start_ms),
+        start_wall_ms: per(team.start_wall_ms),
+    });
     BenchResult {
+        team,
+        quiet_reads: quiet.0 as f64 / n,
+        quiet_cpu_ms: per(quiet.1),
         sqs_per_schedule: st.sqs_calls.iter().map(|(op, c)| (op.clone(), *c as f64 / n)).collect(),
         io_floor_ms,
         wall_over_io_floor: wall_ms / io_floor_ms.max(1e-9),
-        ceiling: ceiling(&cpu_per, wall_ms, args.jobs.max(1), localstacks),
+        ceiling: ceiling(&cpu_per, team.as_ref(), wall_ms, args.jobs.max(1), localstacks),
         localstack_instances: localstacks,
         steps_per_schedule: st.steps as f64 / n,
         cpu_per_schedule: cpu_per,
@@ -183,9 +220,11 @@ pub fn bench(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &BenchAr
         })?;
         let options = Options { schedules: Some(args.schedules), seed: args.seed, jobs: args.jobs, ..Options::default() };
         let probe = CpuProbe::new(endpoints);
-        let before = probe.read();
+        let (before, team_before, quiet_before) = (probe.read(), team_cpu(), quiet::cost());
         let r = explore::explore(endpoints, scenario::system_of(&s, "reference")?, &s, &options, |_| {})?;
-        let b = result(&s.name, args, &r.stats, rtt, probe.read().since(&before), endpoints.sqs_endpoints().count());
+        let team = team_cpu().since(&team_before);
+        let quiet = (quiet::cost().0 - quiet_before.0, quiet::cost().1 - quiet_before.1);
+        let b = result(&s.name, args, &r.stats, rtt, probe.read().since(&before), team, quiet, endpoints.sqs_endpoints().count());
         println!(
             "bench {} (reference), seed {}, {} slot(s): {} schedules in {:.1} s = {:.2} schedules/s",
             b.scenario, b.seed, args.jobs, b.schedules, b.wall_s, b.schedules_per_s
@@ -204,6 +243,13 @@ pub fn bench(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &BenchAr
             "  CPU per schedule: harness {:.1} ms, LocalStack {} ({} instance(s)), PostgreSQL {}, Redis {}",
             c.harness_ms, ms(c.localstack_ms), b.localstack_instances, ms(c.postgres_ms), ms(c.redis_ms)
         );
+        if let Some(t) = &b.team {
+            println!(
+                "  the team's processes per schedule: {:.1} started; CPU {:.1} ms starting (exec to first call, {:.1} ms wall) + {:.1} ms running",
+                t.processes, t.start_cpu_ms, t.start_wall_ms, t.run_cpu_ms
+            );
+            println!("  waiting for their quiet: {:.0} /proc reads per schedule, {:.1} ms of the harness's CPU", b.quiet_reads, b.quiet_cpu_ms);
+        }
         println!("  simulation steps per schedule: {:.0}", b.steps_per_schedule);
         println!("  ceiling: {}", b.ceiling);
         println!("  per schedule, wall median / p90 ms, harness thread CPU mean ms:");
@@ -228,4 +274,21 @@ pub fn bench(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &BenchAr
             _ => Ok(EXIT_OK),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A declared exploration whose slots spend most of their time waiting for the team's
+    /// processes to start names that as its ceiling, not the cores.
+    #[test]
+    fn a_schedule_that_waits_on_its_processes_start_names_it_as_its_ceiling() {
+        let cpu = CpuTimes { harness_ms: 40.0, localstack_ms: Some(30.0), postgres_ms: Some(10.0), redis_ms: Some(1.0) };
+        let team = TeamPerSchedule { processes: 2.6, start_cpu_ms: 200.0, run_cpu_ms: 100.0, start_wall_ms: 1500.0 };
+        // 400 ms of wall time per schedule on 4 slots: 1600 ms of slot time, 1500 of it waiting.
+        let c = ceiling(&cpu, Some(&team), 400.0, 4, 2);
+        assert!(c.starts_with("the team's processes starting (exec to first call) (94% used)"), "{c}");
+        assert!(!ceiling(&cpu, None, 400.0, 4, 2).contains("team"));
+    }
 }

@@ -19,7 +19,7 @@ mod dead_letter;
 mod drain;
 mod nemesis;
 mod network;
-mod quiet;
+pub mod quiet;
 
 use super::admin::{Admin, SqlClock};
 use super::clock::Clock;

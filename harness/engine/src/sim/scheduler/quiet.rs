@@ -5,11 +5,12 @@
 //! A concurrent one may make any number of calls after a reply (a batch of ten handlers each
 //! start a transaction), so the scheduler waits until its process is quiet: no byte moved
 //! through its proxies ([`crate::sim::world::Mailbox::activity`]), no ungated exchange or granted
-//! call under way, and its threads' CPU time (`/proc/<pid>/task/*/schedstat`, ns) unchanged
-//! for [`QUIET_MS`], none of them runnable (`/proc/<pid>/task/*/stat`). A process that reacts to its own timers (a heartbeat) moves on real
+//! call under way, and its CPU time (its CPU-time clock, ns, every thread's) unchanged for
+//! [`QUIET_MS`], none of its threads runnable (`/proc/<pid>/task/*/stat`, read only then). A process that reacts to its own timers (a heartbeat) moves on real
 //! time: the calls such a timer makes are held like any other, in the settle they arrive in.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::sim::world::{SharedWorld, Status};
@@ -57,7 +58,8 @@ impl Quiet {
             return false;
         }
         let cpu = cpu_ns(pid);
-        if cpu != seen.cpu_ns || cpu == u64::MAX {
+        // Still for QUIET_MS by its CPU clock: only then are its threads looked at one by one.
+        if cpu != seen.cpu_ns || runnable(pid) {
             *seen = Seen {
                 activity,
                 cpu_ns: cpu,
@@ -81,32 +83,62 @@ impl Quiet {
     }
 }
 
-/// The CPU time of every thread of process `pid`, ns (0 when it cannot be read), or
-/// `u64::MAX` while one of them is runnable: a thread waiting for a CPU (the machine is busy)
-/// uses none, yet it has not finished reacting.
+/// Reads of a process's threads ([`cpu_ns`]) so far, in this harness process.
+static READS: AtomicU64 = AtomicU64::new(0);
+/// The harness's CPU spent in them, ns.
+static READS_CPU_NS: AtomicU64 = AtomicU64::new(0);
+
+/// What waiting for quiet has cost the harness so far: reads of a process's threads in
+/// `/proc`, and the harness CPU they took, ms (for `crashpoint bench`).
+pub fn cost() -> (u64, f64) {
+    (READS.load(Ordering::Relaxed), READS_CPU_NS.load(Ordering::Relaxed) as f64 / 1e6)
+}
+
+/// [`read_cpu_ns`], counted in [`cost`].
 fn cpu_ns(pid: Option<u32>) -> u64 {
+    counted(|| read_cpu_ns(pid))
+}
+
+/// [`any_runnable`], counted in [`cost`].
+fn runnable(pid: Option<u32>) -> bool {
+    counted(|| any_runnable(pid))
+}
+
+/// `read()`, its harness CPU counted in [`cost`].
+fn counted<T>(read: impl FnOnce() -> T) -> T {
+    let before = crate::services::cpu::thread_cpu_ms();
+    let v = read();
+    let spent = (crate::services::cpu::thread_cpu_ms() - before).max(0.0);
+    READS.fetch_add(1, Ordering::Relaxed);
+    READS_CPU_NS.fetch_add((spent * 1e6) as u64, Ordering::Relaxed);
+    v
+}
+
+/// The CPU time of process `pid`, every thread's, the exited ones' included, ns (its CPU-time
+/// clock, `clock_getcpuclockid(3)`: one system call, whatever its number of threads); 0 when
+/// it cannot be read.
+fn read_cpu_ns(pid: Option<u32>) -> u64 {
     let Some(pid) = pid else { return 0 };
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: both pointers are valid and writable for the duration of each call.
+    let ok = unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) == 0 && libc::clock_gettime(clock, &mut ts) == 0 };
+    match ok {
+        true => ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+        false => 0,
+    }
+}
+
+/// Whether a thread of process `pid` is runnable (`/proc/<pid>/task/*/stat`): a thread waiting
+/// for a CPU (the machine is busy) uses none, yet it has not finished reacting.
+fn any_runnable(pid: Option<u32>) -> bool {
+    let Some(pid) = pid else { return false };
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
+        return false;
     };
-    let mut sum = 0u64;
-    for t in tasks.flatten() {
+    tasks.flatten().any(|t| {
         // `pid (comm) S …`: the state follows the last `)`.
         let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        if stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('R'))
-        {
-            return u64::MAX;
-        }
-        let ns = std::fs::read_to_string(t.path().join("schedstat")).ok();
-        sum += ns
-            .and_then(|text| {
-                text.split_whitespace()
-                    .next()
-                    .and_then(|n| n.parse::<u64>().ok())
-            })
-            .unwrap_or(0);
-    }
-    sum
+        stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('R'))
+    })
 }

@@ -40,6 +40,7 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
     let env: Vec<(String, String)> = env.into_iter().chain(extra).collect();
     let log = super::process::logs_dir()?.join(format!("{}-{name}.log", spec.schema));
     let mut process = WorkerProcess::spawn(&command, &ext.cwd, &env, log.clone())?;
+    worker.started(&process);
     spec.world.borrow_mut().mailbox(&name).process_pid = Some(process.pid());
     tracing::info!(worker = %name, pid = process.pid(), log = %log.display(), command = %command.join(" "), "external worker started");
     loop {

@@ -1,9 +1,12 @@
 //! An external worker's process: started in a process group of its own, killed with SIGKILL
 //! to the whole group (a crash), and reaped.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::rc::Rc;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{killpg, Signal};
@@ -17,6 +20,57 @@ pub struct WorkerProcess {
     /// Where its stdout and stderr go (under [`logs_dir`]).
     pub log: PathBuf,
     keep_log: bool,
+    /// When it was started.
+    started: Instant,
+    /// Its CPU time, ms, and the wall time since its start, when its first call reached a
+    /// proxy ([`WorkerProcess::first_call`]); `None` before.
+    first_call: FirstCall,
+}
+
+/// Where a worker's host records the CPU and wall time its process took to reach its first
+/// call (ms each), for [`team_cpu`].
+pub type FirstCall = Rc<Cell<Option<(f64, f64)>>>;
+
+/// What the team's worker processes this harness process started cost, summed over the
+/// processes that ended (each is counted when the harness kills and reaps it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct TeamCpu {
+    /// Processes started and ended.
+    pub processes: u64,
+    /// CPU time from exec to the first call at a proxy (the runtime's and libraries' start,
+    /// the connections opened), ms, summed over those that made one.
+    pub start_ms: f64,
+    /// Wall time from the start to the first call, ms, summed likewise.
+    pub start_wall_ms: f64,
+    /// CPU time in all (user + system, its reaped children's included), ms.
+    pub total_ms: f64,
+}
+
+impl TeamCpu {
+    /// `self - earlier`.
+    pub fn since(&self, earlier: &TeamCpu) -> TeamCpu {
+        TeamCpu {
+            processes: self.processes - earlier.processes,
+            start_ms: self.start_ms - earlier.start_ms,
+            start_wall_ms: self.start_wall_ms - earlier.start_wall_ms,
+            total_ms: self.total_ms - earlier.total_ms,
+        }
+    }
+}
+
+static TEAM: Mutex<TeamCpu> = Mutex::new(TeamCpu { processes: 0, start_ms: 0.0, start_wall_ms: 0.0, total_ms: 0.0 });
+
+/// The team's processes' CPU so far ([`TeamCpu`]).
+pub fn team_cpu() -> TeamCpu {
+    *TEAM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The CPU time of process `pid` and of its children it reaped, ms (`/proc/<pid>/stat`:
+/// utime + stime + cutime + cstime); `None` when it is gone.
+pub fn process_cpu_ms(pid: u32) -> Option<f64> {
+    let s = procfs::process::Process::new(pid as i32).ok()?.stat().ok()?;
+    let ticks = s.utime + s.stime + (s.cutime + s.cstime).max(0) as u64;
+    Some(ticks as f64 * 1e3 / procfs::ticks_per_second() as f64)
 }
 
 /// This process's directory for external workers' logs (see [`logs_dir`]).
@@ -77,7 +131,26 @@ impl WorkerProcess {
             .process_group(0)
             .spawn()
             .with_context(|| format!("starting external worker `{}` in {}", command.join(" "), cwd.display()))?;
-        Ok(WorkerProcess { child, log, keep_log: false })
+        Ok(WorkerProcess { child, log, keep_log: false, started: Instant::now(), first_call: Rc::default() })
+    }
+
+    /// The cell its host fills when the process's first call reaches a proxy: its CPU so far
+    /// and the wall time since its start ([`WorkerProcess::record_first_call`]).
+    pub fn first_call(&self) -> FirstCall {
+        self.first_call.clone()
+    }
+
+    /// Records, once, that the process's first call reached a proxy now.
+    pub fn record_first_call(cell: &FirstCall, pid: u32, started: Instant) {
+        if cell.get().is_none() {
+            let cpu = process_cpu_ms(pid).unwrap_or(0.0);
+            cell.set(Some((cpu, started.elapsed().as_secs_f64() * 1e3)));
+        }
+    }
+
+    /// When it was started.
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     /// Its pid (also its process group id).
@@ -98,6 +171,17 @@ impl WorkerProcess {
 
 impl Drop for WorkerProcess {
     fn drop(&mut self) {
+        // Its CPU in all, read before the kill (a reaped process is gone from /proc).
+        let total = process_cpu_ms(self.child.id());
+        {
+            let mut team = TEAM.lock().unwrap_or_else(|e| e.into_inner());
+            team.processes += 1;
+            team.total_ms += total.unwrap_or(0.0);
+            if let Some((cpu, wall)) = self.first_call.get() {
+                team.start_ms += cpu;
+                team.start_wall_ms += wall;
+            }
+        }
         let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();

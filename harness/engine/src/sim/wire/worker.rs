@@ -55,6 +55,9 @@ pub struct WireWorker {
     /// The settle of a concurrent worker's first completion in it, and the crash point it
     /// stood at before that settle.
     settle_at: Cell<Option<(u64, Option<CrashPoint>)>>,
+    /// Its process, once started: where the CPU of its start goes, its pid and its start
+    /// ([`super::process::WorkerProcess::record_first_call`]).
+    process: RefCell<Option<(super::process::FirstCall, u32, std::time::Instant)>>,
 }
 
 /// An ungated exchange under way ([`WireWorker::pending_guard`]).
@@ -125,7 +128,13 @@ impl WireWorker {
             units: Cell::new(0),
             last_completed: Cell::new(None),
             settle_at: Cell::new(None),
+            process: RefCell::new(None),
         }
+    }
+
+    /// Names its process, started now: its first call then records what its start cost.
+    pub fn started(&self, p: &super::process::WorkerProcess) {
+        *self.process.borrow_mut() = Some((p.first_call(), p.pid(), p.started()));
     }
 
     /// Records a client library the wire named (`ioredis 5.4.1`), for errors.
@@ -185,6 +194,9 @@ impl WireWorker {
     /// Parks the worker before `call` until the scheduler grants it. Returns how it was granted.
     pub async fn hold(&self, call: Held) -> Granted {
         self.world.borrow_mut().mailbox(&self.me).made_calls = true;
+        if let Some((cell, pid, started)) = &*self.process.borrow() {
+            super::process::WorkerProcess::record_first_call(cell, *pid, *started);
+        }
         if self.ext.concurrent {
             return self.hold_unit(call).await;
         }
