@@ -47,7 +47,7 @@ print(json.dumps({"at": sys.argv[4], "commit": sys.argv[5], "profile": sys.argv[
 PY
   tail -1 "$out"
 }
-first=$(($(wc -l <"$out" 2>/dev/null || echo 0) + 1))
+first=$(( $( [ -f "$out" ] && wc -l <"$out" || echo 0 ) + 1 ))
 for i in $(seq "$pairs"); do
   echo "== pair $i of $pairs"
   bench "$root/examples/node-invoices" invoices/explore "${INVOICES:-40}"
@@ -62,6 +62,7 @@ for s in ("invoices/explore", "payout/explore", "jobs/explore"):
     xs = [r["cpu_ms_per_schedule"] for r in runs if r["scenario"] == s]
     med[s] = statistics.median(xs)
     print(f"{s:18} median CPU per schedule {med[s]:7.1f} ms over {len(xs)} runs: {xs}")
+base = med["payout/explore"]
 for s in ("invoices/explore", "jobs/explore"):
-    print(f"{s} / payout/explore: {med[s] / med[\"payout/explore\"]:.2f}x")
+    print(f"{s} / payout/explore: {med[s] / base:.2f}x")
 '

@@ -309,6 +309,44 @@ fn a_worker_that_exits_on_an_injected_error_is_caught_shrunk_and_reproduced() {
     );
 }
 
+/// A team's role declared without a `points` list: a scripted `crash@after_<call>` reaches the
+/// boundary after its call, and an exploration crashes and fails it at those boundaries,
+/// which the coverage table lists under its role.
+#[test]
+fn a_role_without_points_is_crashed_after_its_calls_scripted_and_explored() {
+    let explore = "description = \"x\"\nworkers = \"p w1\"\n\n[explore]\ndecisions_max = 8\n\n[[events]]\nname = \"e1\"\n";
+    let dir = bad_dir(&WORKLOAD, &one_event("p:send w1:crash@after_claim"));
+    std::fs::write(dir.path().join("scenarios/t/explore.toml"), explore).unwrap();
+    std::fs::write(dir.path().join("schema.sql"), "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n").unwrap();
+    std::fs::write(
+        dir.path().join("worker.py"),
+        "import os, psycopg\n\
+         c = psycopg.connect(os.environ['DATABASE_URL'], autocommit=True)\n\
+         while True:\n\
+         \x20   try:\n\
+         \x20       if c.execute('/* crashpoint:claim */ UPDATE jobs SET done = true WHERE NOT done RETURNING body').fetchone():\n\
+         \x20           c.execute('/* crashpoint:mark */ SELECT 1')\n\
+         \x20   except psycopg.Error:\n\
+         \x20       pass\n",
+    )
+    .unwrap();
+    let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]);
+    let t = text(&out);
+    assert!(t.contains("w1   ✗ CRASH at after_claim"), "{t}");
+    let out = crashpoint_in(dir.path(), &["run", "t/explore", "--schedules", "30", "--seed", "1", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    // (crashed, failed) of the coverage row `w <point>`; a boundary never crashed nor failed
+    // has no row.
+    let row = |point: &str| -> (u64, u64) {
+        let Some(line) = t.lines().find(|l| l.trim_start().starts_with(&format!("w {point} "))) else { return (0, 0) };
+        let n: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        (n[1], n[2])
+    };
+    let (crashed, failed) = (row("after_claim"), row("after_mark"));
+    assert!(crashed.0 + crashed.1 + failed.0 + failed.1 > 0, "no crash or failure after w's calls:\n{t}");
+}
+
 /// Redis expiry follows the command, on the logical clock: a key set with `PX` expires when a
 /// tick passes its deadline (traced `key … expired`); a key set with no expiry (`SET … NX`
 /// alone) survives any number of clock moves.

@@ -152,5 +152,8 @@ pub use sim::cx::{handle_one, handler_failed, CallError, Cx, Delivery, FailedEnt
 pub use sim::history::{Entry, Fact, FaultEvent, History, Outcome, Service, Step, WorkerRole};
 pub use sim::labels::Labels;
 pub use sim::wire::{External, ExternalRaw, Variant as ExternalVariant};
-pub use spec::{after_call, DeadLetter, IdentityFn, DEFAULT_RETENTION_S};
-pub use workload::{derive_id, event_specs, CrashPoint, Event, Leftover, QueueSpec, Registry, Resend, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault};
+pub use spec::{
+    after_call, derive_id, event_specs, CrashPoint, DeadLetter, Event, IdentityFn, Leftover, QueueSpec, Resend, RoleKind, RoleSpec, SystemInfo,
+    WorkloadFault, DEFAULT_RETENTION_S,
+};
+pub use workload::{Registry, Workload};

@@ -20,12 +20,9 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::checker::Invariant;
-use crate::sim::labels::Labels;
 use crate::sim::cx::System;
-
-
-
-pub use crate::spec::*;
+use crate::sim::labels::Labels;
+use crate::spec::{Event, Leftover, QueueSpec, RoleSpec, SystemInfo, WorkloadFault};
 
 /// Everything the engine needs to know about one message-driven system under test.
 ///

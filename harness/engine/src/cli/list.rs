@@ -5,7 +5,8 @@ use anyhow::Result;
 use crate::duration::format_duration_ms;
 use crate::error::EXIT_OK;
 use crate::scenario;
-use crate::workload::{Registry, RoleKind};
+use crate::workload::Registry;
+use crate::spec::RoleKind;
 
 /// Prints the scenarios, and for each workload they use (every workload when there is no
 /// scenario) its queues (visibility timeout and retention, logical), roles with their crash

@@ -120,23 +120,6 @@ pub struct ReproArgs {
     pub all_faults: bool,
 }
 
-/// The scenario group that held the payout article's failure windows until it was renamed
-/// `windows/` (issue 45: "seed" means the random seed only), and its name now. The old name
-/// still selects them, with a notice, for one release.
-const RENAMED_GROUPS: &[(&str, &str)] = &[("seed", "windows")];
-
-/// `wanted` with a renamed group's old name replaced by its new one, and the notice to print.
-fn renamed(wanted: &str) -> (String, Option<String>) {
-    for (old, new) in RENAMED_GROUPS {
-        if let Some(rest) = wanted.strip_prefix(old).filter(|r| r.is_empty() || r.starts_with('/')) {
-            let now = format!("{new}{rest}");
-            let notice = format!("notice: the scenario group `{old}/` is now `{new}/`: `{wanted}` runs `{now}` (the old name goes in the next release)");
-            return (now, Some(notice));
-        }
-    }
-    (wanted.to_string(), None)
-}
-
 /// The scenarios named by `wanted` (a name, or a group: every scenario under it), in the order
 /// asked; all when `wanted` is empty. Errors: a name that matches none, with the known names.
 fn select(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenario>> {
@@ -145,11 +128,6 @@ fn select(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenario>> {
     }
     let mut out = Vec::new();
     for w in wanted {
-        let (w, notice) = renamed(w);
-        if let Some(n) = notice {
-            eprintln!("{n}");
-        }
-        let w = &w;
         let matched: Vec<&Scenario> =
             all.iter().filter(|s| &s.name == w || s.name.starts_with(&format!("{w}/"))).collect();
         if matched.is_empty() {
@@ -446,18 +424,3 @@ pub fn repro(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &ReproAr
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::renamed;
-
-    #[test]
-    fn the_old_group_name_selects_the_renamed_group_with_a_notice() {
-        let (now, notice) = renamed("seed/crash-after-commit");
-        assert_eq!(now, "windows/crash-after-commit");
-        assert!(notice.unwrap().contains("`seed/` is now `windows/`"));
-        assert_eq!(renamed("seed").0, "windows");
-        // Only the whole group name: `seeded/x` and `payout/seed` are left alone.
-        assert_eq!(renamed("seeded/x"), ("seeded/x".to_string(), None));
-        assert_eq!(renamed("payout/seed"), ("payout/seed".to_string(), None));
-    }
-}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::scenario::ScenarioOutcome;
 use crate::sim::history::{Entry, Fact, FaultEvent};
-use crate::workload::CrashPoint;
+use crate::spec::CrashPoint;
 use crate::sim::history::CallCounts;
 
 /// How one crash point was exercised.

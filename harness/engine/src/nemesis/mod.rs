@@ -3,7 +3,7 @@
 //! Crashes, restarts and injected failures are applied by the scheduler at yield points;
 //! expiries by the logical clock. [`sqs`] holds the AWS behaviours LocalStack does not
 //! produce, [`pg`] the PostgreSQL outcome faults (a lost COMMIT reply, a reset connection). A
-//! workload adds faults of its own ([`crate::workload::WorkloadFault`], e.g. the
+//! workload adds faults of its own ([`crate::spec::WorkloadFault`], e.g. the
 //! failure-transport replay of the payout article), which the scheduler applies by name.
 
 pub mod net;

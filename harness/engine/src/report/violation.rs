@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::checker::{CulpritKind, Verdict};
 use crate::sim::history::{Entry, Fact, History, Outcome};
-use crate::workload::RoleKind;
+use crate::spec::RoleKind;
 
 /// The identities each entry concerns, by entry index, and whether it is an effective commit.
 struct Reading {

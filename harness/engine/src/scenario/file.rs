@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crate::schedule::text::DECISIONS_MAX;
 use crate::schedule::{self, Schedule, Vocabulary};
-use crate::workload::{role_of, Registry, Workload};
+use crate::workload::{Registry, Workload};
+use crate::spec::role_of;
 
 /// Bounds for generated schedules (`[explore]` in a scenario file).
 #[derive(Debug, Clone, Deserialize)]

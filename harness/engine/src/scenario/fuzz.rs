@@ -21,7 +21,8 @@ use proptest::sample::select;
 use super::load;
 use crate::schedule::fuzz::{mutation, repository_scenarios, FAULTS, PROVIDERS, ROLES};
 use crate::sim::labels::Labels;
-use crate::workload::{Event, QueueSpec, Registry, Resend, RoleSpec, SystemInfo, Workload, WorkloadFault};
+use crate::workload::{Registry, Workload};
+use crate::spec::{Event, QueueSpec, Resend, RoleSpec, SystemInfo, WorkloadFault};
 
 /// A stand-in for one of the repository's workloads: its name, the shared vocabulary, and
 /// `[[events]]` and `[config]` that accept any field but `bad`.

@@ -28,7 +28,7 @@
 //! Errors name the file, the line and the field, and say what was expected.
 
 mod dead_letter;
-mod file;
+pub(crate) mod file;
 #[cfg(test)]
 mod fuzz;
 mod run;
@@ -36,11 +36,6 @@ mod run;
 pub use file::{discover, is_workload_file, scenarios_dir, InvariantSpec, Scenario, Strategy, WORKLOAD_FILE_SUFFIX};
 #[cfg(any(test, feature = "internals"))]
 pub use file::load;
-/// Reading TOML files with errors that name the file, the line and the field (the scenario
-/// files', and a declared workload's).
-pub mod source {
-    pub use super::file::{line_of, line_of_field, toml_error, utf8};
-}
 pub(crate) use run::run_driven;
 pub use run::{queues, run_scenario, Phases, ScenarioOutcome};
 

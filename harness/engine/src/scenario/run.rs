@@ -13,7 +13,7 @@ use crate::services::Endpoints;
 use crate::sim::scheduler::{Run, Setup};
 use crate::sim::{history::CallCounts, labels::Labels};
 use crate::sim::cx::System;
-use crate::workload::{CrashPoint, Event, QueueSpec};
+use crate::spec::{CrashPoint, Event, QueueSpec};
 
 /// The result of running one schedule of a scenario.
 #[derive(Debug, Clone)]

@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use super::cx::Cx;
 use super::programs;
-pub use super::host_spec::HostSpec;
+use super::host_spec::HostSpec;
 use crate::services::clients;
 use crate::sim::cx::Program;
 use crate::spec::{role_of, RoleKind};

@@ -7,8 +7,8 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-pub use super::history::CallCounts;
-pub use super::labels::Labels;
+use super::history::CallCounts;
+use super::labels::Labels;
 use std::rc::Rc;
 
 use tokio::sync::Notify;

@@ -93,7 +93,7 @@ pub enum Val {
 /// A received message.
 #[derive(Debug, Clone)]
 pub struct Delivery {
-    /// The queue it came from (its [`crate::workload::QueueSpec::name`]).
+    /// The queue it came from (its [`crate::spec::QueueSpec::name`]).
     pub queue: &'static str,
     /// Its trace label (`m1`).
     pub msg: String,

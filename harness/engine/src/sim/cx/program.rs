@@ -28,7 +28,7 @@ pub trait Producer {
 /// `send`), then the worker stands at crash point `after_send`. It takes no dispatch lock, so a
 /// crash after the send sends the event again: a duplicate the consumers must absorb.
 pub struct SendEach {
-    /// The queue's name ([`crate::workload::QueueSpec::name`]).
+    /// The queue's name ([`crate::spec::QueueSpec::name`]).
     pub queue: &'static str,
     /// The crash point after the send, as the workload declares it for its producer role.
     pub after_send: crate::spec::CrashPoint,
@@ -101,11 +101,11 @@ pub trait Poller {
 /// What one worker runs, by the kind of its role.
 #[derive(Clone)]
 pub enum Program {
-    /// For a [`crate::workload::RoleKind::Producer`] role.
+    /// For a [`crate::spec::RoleKind::Producer`] role.
     Producer(Rc<dyn Producer>),
-    /// For a [`crate::workload::RoleKind::Handler`] role.
+    /// For a [`crate::spec::RoleKind::Handler`] role.
     Handler(Rc<dyn Handler>),
-    /// For a [`crate::workload::RoleKind::Poller`] or [`crate::workload::RoleKind::Periodic`] role.
+    /// For a [`crate::spec::RoleKind::Poller`] or [`crate::spec::RoleKind::Periodic`] role.
     Poller(Rc<dyn Poller>),
 }
 
@@ -115,7 +115,7 @@ pub trait System {
     fn name(&self) -> &str;
     /// DDL run in a fresh PostgreSQL schema before each schedule (the search_path is set).
     fn schema_sql(&self) -> Cow<'_, str>;
-    /// The program of the role with prefix `role` (see [`crate::workload::RoleSpec`]), or
+    /// The program of the role with prefix `role` (see [`crate::spec::RoleSpec`]), or
     /// `None` when this system has no such role.
     fn program(&self, role: &str) -> Option<Program>;
     /// Whether the producer's upstream (a payment service's own outbox, a retried request)

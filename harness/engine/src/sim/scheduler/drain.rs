@@ -6,7 +6,7 @@
 //! became visible on its queue, or (for a poller) a transaction that could have written or
 //! unlocked the rows it polls ended. The bookkeeping comes from the history, so the drain is as deterministic as the
 //! schedule. Quiescence is confirmed by asking SQS and PostgreSQL (the workload's
-//! [`crate::workload::Leftover`] counts), not assumed.
+//! [`crate::spec::Leftover`] counts), not assumed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -147,7 +147,7 @@ impl Run<'_> {
     /// that no message and no pending row ([`crate::workload::Workload::leftovers`]) is left. `Ok(Some(why))` when it
     /// is not quiescent after [`DRAIN_ROUNDS_MAX`] rounds, or when the same work stays pending
     /// for [`STALLED_ROUNDS_MAX`] rounds with nothing moving and no time to wait for (a lease
-    /// ([`crate::workload::Leftover::due_sql`]) or a held request is time to wait for): a
+    /// ([`crate::spec::Leftover::due_sql`]) or a held request is time to wait for): a
     /// liveness violation. Every partition of the simulated network is healed first, and when
     /// nothing else moves an operator redrives the dead-letter queues, as a team's runbook does:
     /// [`REDRIVES_MAX`] times, then again only while each redrive is followed by a one-shot

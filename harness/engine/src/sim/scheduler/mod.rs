@@ -23,9 +23,12 @@ pub mod quiet;
 
 use super::admin::{Admin, SqlClock};
 use super::clock::Clock;
-use super::fleet::{self, HostSpec};
+use super::fleet;
+use super::host_spec::HostSpec;
 use super::history::{Entry, Fact, FaultEvent, History, Service, WorkerRole};
-use super::world::{CallCounts, Labels, SharedWorld, Mailbox, Status, World};
+use super::history::CallCounts;
+use super::labels::Labels;
+use super::world::{Mailbox, SharedWorld, Status, World};
 use crate::schedule::Decision;
 use crate::services::Endpoints;
 use crate::spec::{
