@@ -19,9 +19,9 @@ use std::rc::Rc;
 
 use async_trait::async_trait;
 use crashpoint::{
-    decide, derive_id, event_specs, CallError, CheckCx, CrashPoint, CulpritKind, Cx, Delivery, Event, Fact, Handler, Invariant, Labels,
-    Problem, Producer, Program, QueueSpec, Quiescence, RoleKind, RoleSpec, SqlInvariant, System, SystemInfo, Val, Verdict,
-    Workload,
+    decide, derive_id, event_specs, CallError, CheckCx, CrashPoint, CulpritKind, Cx, Delivery, Event, Fact, Handler,
+    Invariant, Labels, Problem, Producer, Program, QueueSpec, Quiescence, RoleKind, RoleSpec, SqlInvariant, System,
+    SystemInfo, Val, Verdict, Workload,
 };
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
@@ -93,7 +93,8 @@ fn decode(d: &Delivery) -> Result<EmailRequested, CallError> {
 /// Queues the email for `req` (the effect), a yield point named `email`. Errors: PostgreSQL's.
 async fn queue_email(cx: &mut Cx, req: &EmailRequested) -> Result<(), CallError> {
     let sql = "INSERT INTO outgoing_email (operation_id, recipient, template, queued_at) VALUES ($1, $2, $3, $4)";
-    let vals = [Val::Uuid(req.operation_id), Val::Text(req.recipient.clone()), Val::Text(req.template.clone()), Val::Now];
+    let vals =
+        [Val::Uuid(req.operation_id), Val::Text(req.recipient.clone()), Val::Text(req.template.clone()), Val::Now];
     cx.execute("email", sql, &vals).await.map(|_| ())
 }
 
@@ -113,7 +114,12 @@ impl Handler for SendEmail {
                 "claim",
                 "INSERT INTO email_request (operation_id, recipient, template, received_at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (operation_id) DO NOTHING RETURNING operation_id",
-                &[Val::Uuid(req.operation_id), Val::Text(req.recipient.clone()), Val::Text(req.template.clone()), Val::Now],
+                &[
+                    Val::Uuid(req.operation_id),
+                    Val::Text(req.recipient.clone()),
+                    Val::Text(req.template.clone()),
+                    Val::Now,
+                ],
             )
             .await?
             .is_some();
@@ -199,7 +205,9 @@ impl Invariant for EveryRequestEmailed {
                     .collect::<Result<_, _>>()?;
                 Ok(sent
                     .difference(&emailed)
-                    .map(|id| Problem::new(format!("request {} has no email", cx.label(id)), CulpritKind::Missing, [*id]))
+                    .map(|id| {
+                        Problem::new(format!("request {} has no email", cx.label(id)), CulpritKind::Missing, [*id])
+                    })
                     .collect())
             })(),
         )
@@ -278,8 +286,13 @@ impl Workload for OwnHandler {
 
     fn systems(&self) -> Vec<SystemInfo> {
         vec![
-            SystemInfo::reference("inbox row (ON CONFLICT DO NOTHING) and email in one transaction, then DeleteMessage"),
-            SystemInfo::mutant("without-inbox", "queues the email with no inbox claim: every redelivery sends another email"),
+            SystemInfo::reference(
+                "inbox row (ON CONFLICT DO NOTHING) and email in one transaction, then DeleteMessage",
+            ),
+            SystemInfo::mutant(
+                "without-inbox",
+                "queues the email with no inbox claim: every redelivery sends another email",
+            ),
         ]
     }
 

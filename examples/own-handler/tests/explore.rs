@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crashpoint::testkit::{explore, ExploreOptions as Options};
 use crashpoint::testkit::Scenario;
+use crashpoint::testkit::{explore, ExploreOptions as Options};
 use crashpoint::{testkit, Registry, Workload};
 use crashpoint_example_own_handler::{OwnHandler, AT_MOST_ONE_EMAIL};
 

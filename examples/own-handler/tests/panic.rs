@@ -11,11 +11,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use crashpoint::testkit::Schedule;
 use crashpoint::testkit::{explore, ExploreOptions as Options};
 use crashpoint::testkit::{run_scenario, Scenario};
-use crashpoint::testkit::Schedule;
-use crashpoint::{CallError, Cx, Delivery};
 use crashpoint::{testkit, Handler, Program, Registry, System, Workload};
+use crashpoint::{CallError, Cx, Delivery};
 use crashpoint_example_own_handler::OwnHandler;
 
 const MESSAGE: &str = "template store unreachable";
@@ -65,19 +65,27 @@ fn a_panic_in_the_handler_is_a_harness_error_with_its_message_never_a_pass() {
         .map(|o| o.trace)
         .expect_err("a schedule whose handler panics returned an outcome");
     let text = format!("{err:#}");
-    assert!(text.contains("panicked") && text.contains(MESSAGE), "the error does not carry the panic's message: {text}");
+    assert!(
+        text.contains("panicked") && text.contains(MESSAGE),
+        "the error does not carry the panic's message: {text}"
+    );
     assert!(text.contains("worker c"), "the error does not name the worker: {text}");
 
     // Exploring: the first generated schedule that delivers a message ends the run with the
     // same error, not with a failure to shrink and not with a pass.
     let opts = Options { schedules: Some(5), seed: 0, ..Options::default() };
-    let err = explore(&endpoints, panicking(), &s, &opts, |_| {}).map(|r| r.stats.schedules).expect_err("explore passed");
+    let err =
+        explore(&endpoints, panicking(), &s, &opts, |_| {}).map(|r| r.stats.schedules).expect_err("explore passed");
     let text = format!("{err:#}");
     assert!(text.contains("panicked") && text.contains(MESSAGE), "{text}");
 
     // The panicking schedules were torn down like any other: the reference still passes on
     // the same services, in namespaces the pool handed back.
     let report = explore(&endpoints, OwnHandler.system("reference").unwrap(), &s, &opts, |_| {}).unwrap();
-    assert!(report.failure.is_none(), "the reference failed after the panics: {:?}", report.failure.map(|f| f.minimal.verdicts));
+    assert!(
+        report.failure.is_none(),
+        "the reference failed after the panics: {:?}",
+        report.failure.map(|f| f.minimal.verdicts)
+    );
     assert_eq!(report.stats.schedules, 5);
 }

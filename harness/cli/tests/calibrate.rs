@@ -36,7 +36,9 @@ fn localstack_differs_only_on_stale_receipt_handles_and_leaves_no_queue() {
 #[test]
 fn doctor_calibrate_prints_the_table_and_exits_0() {
     let mut c = Command::new(env!("CARGO_BIN_EXE_crashpoint"));
-    for k in ["DATABASE_URL", "SQS_ENDPOINT_URL", "REDIS_URL", "DOCKER_HOST", crashpoint::services::external::SQS_SHARDS_VAR] {
+    for k in
+        ["DATABASE_URL", "SQS_ENDPOINT_URL", "REDIS_URL", "DOCKER_HOST", crashpoint::services::external::SQS_SHARDS_VAR]
+    {
         c.env_remove(k);
     }
     let o = c.args(["doctor", "--calibrate"]).output().unwrap();
@@ -84,10 +86,7 @@ fn probes_whose_calls_fail_become_failed_rows() {
             assert_eq!(p.observed, format!("probe failed: {reason}"));
         }
         let names: Vec<&str> = Behaviour::ALL.iter().map(|b| b.as_str()).collect();
-        assert!(
-            table.ends_with(&format!("differs from AWS: none; probes failed: {}\n", names.join(", "))),
-            "{table}"
-        );
+        assert!(table.ends_with(&format!("differs from AWS: none; probes failed: {}\n", names.join(", "))), "{table}");
     });
 }
 
@@ -107,10 +106,8 @@ async fn refusing_sqs(mut sock: tokio::net::TcpStream) {
             }
         };
         let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-        let body_len: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .map_or(0, |v| v.trim().parse().unwrap_or(0));
+        let body_len: usize =
+            head.lines().find_map(|l| l.strip_prefix("content-length:")).map_or(0, |v| v.trim().parse().unwrap_or(0));
         while buf.len() < head_end + body_len {
             match sock.read(&mut chunk).await {
                 Ok(0) | Err(_) => return,
@@ -121,7 +118,10 @@ async fn refusing_sqs(mut sock: tokio::net::TcpStream) {
         let (status, body) = if head.contains("amazonsqs.listqueues") {
             ("200 OK", r#"{}"#)
         } else {
-            ("400 Bad Request", r#"{"__type":"com.amazonaws.sqs#CalibrationTestRefusal","message":"refused by the test endpoint"}"#)
+            (
+                "400 Bad Request",
+                r#"{"__type":"com.amazonaws.sqs#CalibrationTestRefusal","message":"refused by the test endpoint"}"#,
+            )
         };
         let response = format!(
             "HTTP/1.1 {status}\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",

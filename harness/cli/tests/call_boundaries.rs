@@ -37,7 +37,11 @@ fn a_crash_at_the_boundary_after_an_unmarked_commit_catches_the_mutant_and_spare
 /// pays once.
 #[test]
 fn a_failure_at_an_undeclared_boundary_replaces_the_next_call() {
-    let o = run(common::payout("reference"), "windows/crash-after-commit", "p:lock p:send c1:recv c1:fail@after_insert_outbox");
+    let o = run(
+        common::payout("reference"),
+        "windows/crash-after-commit",
+        "p:lock p:send c1:recv c1:fail@after_insert_outbox",
+    );
     assert!(o.trace.contains("injected failure at after_insert_outbox"), "{}", o.trace);
     assert!(violated(&o).is_empty(), "{:?}\n{}", violated(&o), o.trace);
 }

@@ -24,39 +24,38 @@ fn catalogue_scenario(name: &str) -> String {
 /// Measured first-failure indexes (2026-12-01, with the AWS-only SQS faults on the menu since
 /// the batch mutants need `sqs:batch-delete-partial`) are in the comments; the budgets leave room.
 const BUDGETS: &[(&str, u64, &str)] = &[
-    ("no-dedup", 30, "exactly one payout per payment"),                             // 1
-    ("check-then-insert", 150, "exactly one payout per payment"),                   // 100
-    ("redis-only-dedup", 15, "exactly one payout per payment"),                     // 5
-    ("dedup-separate-tx", 15, "no dedup row without its effect"),                   // 1
-    ("key-per-attempt", 5, "nothing lost"),                                         // 1
-    ("ack-before-commit", 40, "nothing lost"),                                      // 12
-    ("relay-mark-before-send", 5, "every outbox event published at least once"),    // 1
-    ("naive-downstream", 5, "downstream effect exactly once per outbox id"),        // 1
-    ("short-retention", 45, "exactly one payout per payment"),                      // 4
-    ("lock-released-on-failure", 30, "exactly one payout per payment"),             // 1
-    ("skip-without-delete", 45, "quiescence"),                                      // 1
-    ("park-failure-acked", 45, "nothing lost"),                                     // 1
+    ("no-dedup", 30, "exactly one payout per payment"),           // 1
+    ("check-then-insert", 150, "exactly one payout per payment"), // 100
+    ("redis-only-dedup", 15, "exactly one payout per payment"),   // 5
+    ("dedup-separate-tx", 15, "no dedup row without its effect"), // 1
+    ("key-per-attempt", 5, "nothing lost"),                       // 1
+    ("ack-before-commit", 40, "nothing lost"),                    // 12
+    ("relay-mark-before-send", 5, "every outbox event published at least once"), // 1
+    ("naive-downstream", 5, "downstream effect exactly once per outbox id"), // 1
+    ("short-retention", 45, "exactly one payout per payment"),    // 4
+    ("lock-released-on-failure", 30, "exactly one payout per payment"), // 1
+    ("skip-without-delete", 45, "quiescence"),                    // 1
+    ("park-failure-acked", 45, "nothing lost"),                   // 1
     ("relay-mark-fails-after-send", 5, "downstream effect exactly once per outbox id"), // 1
-    ("balance-increment", 30, "merchant balance equals the sum of its payouts"),    // 1
-    ("no-upstream-retry", 60, "nothing lost"),                                      // 25
-    ("lock-without-token", 100, "a lock is released only by its holder"),           // 66
+    ("balance-increment", 30, "merchant balance equals the sum of its payouts"), // 1
+    ("no-upstream-retry", 60, "nothing lost"),                    // 25
+    ("lock-without-token", 100, "a lock is released only by its holder"), // 66
     // An older transaction must commit after a newer one with a relay cycle in between: a rare
     // interleaving (seed 1: 43 with the SQS faults on the menu, 236 without). Its scripted
     // window is payout/watermark-relay.
-    ("relay-watermark", 150, "quiescence"),                                         // 43
-    ("batch-ignores-failed-deletes", 30, "no failed acknowledgement is ignored"),   // 3
+    ("relay-watermark", 150, "quiescence"), // 43
+    ("batch-ignores-failed-deletes", 30, "no failed acknowledgement is ignored"), // 3
     // Two deliveries of one event must be visible together: a dispatch lock that expired and a
     // dispatch again (payout/batch-duplicate-delivery is its scripted window).
-    ("batch-entry-id-identity", 150, "quiescence"),                                 // 100
+    ("batch-entry-id-identity", 150, "quiescence"), // 100
     // On payout/catalogue-stops.
-    ("stop-keeps-prefetched", 60, "a stopped worker holds no message"),             // 34
-    ("stop-drops-acks", 15, "a stopped worker holds no message"),                   // 1
-    ("stop-resends-copies", 60, "copies per identity stay bounded"),                // 34
+    ("stop-keeps-prefetched", 60, "a stopped worker holds no message"), // 34
+    ("stop-drops-acks", 15, "a stopped worker holds no message"),       // 1
+    ("stop-resends-copies", 60, "copies per identity stay bounded"),    // 34
     // Its window (between two commits) has no declared crash point: reached at the boundary
     // after the first `commit` (measured 2026-12-06: schedule 4).
-    ("outbox-in-second-tx", 30, "nothing lost"),                                    // 4
+    ("outbox-in-second-tx", 30, "nothing lost"), // 4
 ];
-
 
 #[test]
 fn budgets_cover_the_whole_catalogue() {
@@ -79,7 +78,8 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
         s.explore.as_mut().expect("an exploration scenario").strategy = crashpoint::scenario::Strategy::Uniform;
         s
     };
-    let scenarios: Vec<_> = BUDGETS.iter().map(|(name, _, _)| uniform(common::scenario(&catalogue_scenario(name)))).collect();
+    let scenarios: Vec<_> =
+        BUDGETS.iter().map(|(name, _, _)| uniform(common::scenario(&catalogue_scenario(name)))).collect();
     let mutants: Vec<_> = BUDGETS.iter().zip(&scenarios).map(|((name, budget, _), s)| (*name, *budget, s)).collect();
     let mut missed = Vec::new();
     for ((name, budget, invariant), r) in BUDGETS.iter().zip(common::explore_mutants(&mutants)) {
@@ -87,7 +87,8 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
             None => missed.push(format!("{name}: not caught in {budget} schedules")),
             Some(f) => {
                 assert!(!f.minimal.passed(), "{name}: the minimal schedule passes");
-                let broken: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
+                let broken: Vec<&str> =
+                    f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
                 if !broken.iter().any(|b| b.starts_with(invariant)) {
                     missed.push(format!("{name}: caught by {broken:?}, not by `{invariant}`"));
                 }
@@ -107,7 +108,14 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
 #[ignore = "full tier: 1000 schedules; `cargo test -- --include-ignored` runs it"]
 fn reference_passes_1000_generated_schedules() {
     let s = common::scenario("payout/explore");
-    let opts = Options { schedules: Some(1000), time: None, seed: 1000, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
+    let opts = Options {
+        schedules: Some(1000),
+        time: None,
+        seed: 1000,
+        check_determinism: false,
+        shard: Default::default(),
+        jobs: explore::default_jobs(),
+    };
     let r = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &r.failure {
         panic!("reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);
@@ -122,7 +130,14 @@ fn reference_passes_1000_generated_schedules() {
 #[ignore = "full tier: 300 schedules; `cargo test -- --include-ignored` runs it"]
 fn batch_reference_passes_300_generated_schedules_with_every_fault() {
     let s = common::scenario("payout/explore-batches").with_all_faults();
-    let opts = Options { schedules: Some(300), time: None, seed: 7, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
+    let opts = Options {
+        schedules: Some(300),
+        time: None,
+        seed: 7,
+        check_determinism: false,
+        shard: Default::default(),
+        jobs: explore::default_jobs(),
+    };
     let r = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &r.failure {
         panic!("batch reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);
@@ -139,7 +154,13 @@ fn batch_reference_passes_300_generated_schedules_with_every_fault() {
 fn a_harmless_variant_skips_the_duplicate_it_looked_up_and_every_invariant_holds() {
     let s = common::scenario("windows/crash-after-commit");
     let schedule = common::schedule(&s, "p:lock p:send c1:recv c1:crash@after_commit tick:31s");
-    let o = crashpoint::scenario::run_scenario(&testkit::endpoints(), common::payout("inbox-lookup-first"), &s, Some(&schedule)).unwrap();
+    let o = crashpoint::scenario::run_scenario(
+        &testkit::endpoints(),
+        common::payout("inbox-lookup-first"),
+        &s,
+        Some(&schedule),
+    )
+    .unwrap();
     assert!(o.trace.contains("found in the inbox: duplicate, no transaction"), "{}", o.trace);
     let broken: Vec<_> = o.verdicts.iter().filter(|v| !v.holds).collect();
     assert!(broken.is_empty(), "{broken:#?}\n{}", o.trace);
@@ -163,7 +184,10 @@ fn every_harmless_variant_passes_the_catalogue_budget() {
     let jobs: Vec<_> = variants.iter().map(|(n, s)| (*n, 300, s)).collect();
     for ((name, s), r) in variants.iter().zip(common::explore_mutants(&jobs)) {
         if let Some(f) = r.failure {
-            panic!("{name} caught on {}: {}\n{:#?}\n{}", s.name, f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);
+            panic!(
+                "{name} caught on {}: {}\n{:#?}\n{}",
+                s.name, f.minimal.schedule, f.minimal.verdicts, f.minimal.trace
+            );
         }
         assert!(r.stats.schedules >= 300, "{name}: only {} schedules", r.stats.schedules);
     }

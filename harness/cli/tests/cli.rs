@@ -39,7 +39,8 @@ fn children(parent: u32) -> Vec<(i32, String)> {
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let ppid = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+        let ppid =
+            stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
         if ppid == Some(parent) {
             let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().replace('\0', " ");
             out.push((pid, cmd));
@@ -81,7 +82,8 @@ fn up_then_down_leaves_no_process_behind() {
     // a roomy tmpfs): one that PostgreSQL's account can enter, as it can `/tmp`.
     let tmp = tempfile::tempdir().unwrap();
     std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let up = crashpoint().arg("up").env("CRASHPOINT_STATE_FILE", &state_file).env("TMPDIR", tmp.path()).output().unwrap();
+    let up =
+        crashpoint().arg("up").env("CRASHPOINT_STATE_FILE", &state_file).env("TMPDIR", tmp.path()).output().unwrap();
     let (out, err) = text(&up);
     assert_eq!(up.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
     for k in ["DATABASE_URL=", "SQS_ENDPOINT_URL=", "REDIS_URL="] {
@@ -89,13 +91,20 @@ fn up_then_down_leaves_no_process_behind() {
     }
     // Each further LocalStack instance is a URL of the shards line, which is there (empty) even
     // with one, so that it replaces a value an earlier `up` left in the shell.
-    let line = out.lines().find_map(|l| l.strip_prefix(&format!("export {SQS_SHARDS_VAR}="))).unwrap_or_else(|| panic!("no {SQS_SHARDS_VAR} line:\n{out}"));
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("export {SQS_SHARDS_VAR}=")))
+        .unwrap_or_else(|| panic!("no {SQS_SHARDS_VAR} line:\n{out}"));
     let shards = line.split(',').filter(|u| !u.is_empty()).count();
     assert_eq!(shards, localstacks() - 1, "{out}");
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
     let pids: Vec<i32> = saved["pids"].as_array().unwrap().iter().map(|p| p[1].as_i64().unwrap() as i32).collect();
     let dir = saved["dir"].as_str().unwrap().to_string();
-    assert!(std::path::Path::new(&dir).starts_with(tmp.path()), "services' directory {dir} is not under TMPDIR {}", tmp.path().display());
+    assert!(
+        std::path::Path::new(&dir).starts_with(tmp.path()),
+        "services' directory {dir} is not under TMPDIR {}",
+        tmp.path().display()
+    );
     assert_eq!(pids.len(), 2 + localstacks(), "{saved}");
     assert!(pids.iter().all(|p| alive(*p)), "not all running after up: {pids:?}");
     let down = crashpoint().arg("down").env("CRASHPOINT_STATE_FILE", &state_file).output().unwrap();
@@ -114,7 +123,8 @@ fn services_of(run: &mut std::process::Child) -> Vec<(i32, String)> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let seen = children(run.id());
-        let names: BTreeSet<&str> = seen.iter().filter_map(|(_, c)| SERVICES.into_iter().find(|n| c.contains(n))).collect();
+        let names: BTreeSet<&str> =
+            seen.iter().filter_map(|(_, c)| SERVICES.into_iter().find(|n| c.contains(n))).collect();
         let localstack = seen.iter().filter(|(_, c)| c.contains("localstack")).count();
         if names.len() == 3 && localstack == localstacks() {
             return seen;
@@ -149,8 +159,14 @@ fn assert_cleaned_up_with_reports(seen: &[(i32, String)], reports: &std::path::P
 #[test]
 fn sigint_in_the_middle_of_run_stops_everything_it_started() {
     let reports = tempfile::tempdir().unwrap();
-    let mut child =
-        crashpoint().arg("run").arg("--report-dir").arg(reports.path()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = crashpoint()
+        .arg("run")
+        .arg("--report-dir")
+        .arg(reports.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let seen = services_of(&mut child);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let status = child.wait().unwrap();
@@ -166,7 +182,10 @@ struct Interrupted(std::process::Child);
 impl Drop for Interrupted {
     fn drop(&mut self) {
         if let Ok(None) = self.0.try_wait() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGINT);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.0.id() as i32),
+                nix::sys::signal::Signal::SIGINT,
+            );
             let _ = self.0.wait();
         }
     }
@@ -216,9 +235,13 @@ fn a_service_killed_mid_run_ends_it_with_exit_2_naming_the_service() {
         let err = std::fs::read_to_string(stderr.path()).unwrap();
         assert_eq!(status.code(), Some(2), "{process} killed: exit {status:?}\n{err}");
         let says = format!("{named} at 127.0.0.1");
-        assert!(err.contains(&says) && err.contains("stopped accepting connections during the run"), "{process} killed: stderr does not name {named}:\n{err}");
+        assert!(
+            err.contains(&says) && err.contains("stopped accepting connections during the run"),
+            "{process} killed: stderr does not name {named}:\n{err}"
+        );
         assert_cleaned_up_with_reports(&seen, reports.path(), "");
-        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(reports.path().join("report.json")).unwrap()).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(reports.path().join("report.json")).unwrap()).unwrap();
         assert!(json["error"].as_str().is_some_and(|e| e.contains(&says)), "{process}: {}", json["error"]);
     }
 }
@@ -276,7 +299,10 @@ fn every_destructive_command_refuses_a_remote_host_before_connecting() {
         let (out, err) = text(&o);
         let cmd = args.join(" ");
         assert_eq!(o.status.code(), Some(2), "{cmd}: stdout:\n{out}\nstderr:\n{err}");
-        assert!(err.contains("refusing") && err.contains("db.example.invalid") && err.contains("--allow-remote"), "{cmd}: {err}");
+        assert!(
+            err.contains("refusing") && err.contains("db.example.invalid") && err.contains("--allow-remote"),
+            "{cmd}: {err}"
+        );
         assert!(!out.contains("=="), "{cmd}: a scenario ran:\n{out}");
         assert!(started.elapsed() < Duration::from_secs(10), "{cmd} took {:?}", started.elapsed());
     }
@@ -296,7 +322,8 @@ fn passwords_in_service_urls_appear_in_no_output() {
     assert_eq!(up.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
     let var = |k: &str| out.lines().find_map(|l| l.strip_prefix(&format!("export {k}="))).unwrap().to_string();
     // The native PostgreSQL trusts local connections, so the password is sent and ignored.
-    let database_url = var("DATABASE_URL").replacen("postgres://postgres@", &format!("postgres://postgres:{PG_PASSWORD}@"), 1);
+    let database_url =
+        var("DATABASE_URL").replacen("postgres://postgres@", &format!("postgres://postgres:{PG_PASSWORD}@"), 1);
     assert!(database_url.contains(PG_PASSWORD), "{database_url}");
     let with_secrets = |c: &mut Command, db: &str| {
         c.env("DATABASE_URL", db)

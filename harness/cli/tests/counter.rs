@@ -28,7 +28,8 @@ const MUTANTS: &[(&str, u64, &str)] = &[
 #[test]
 fn every_counter_mutant_is_caught_and_shrunk() {
     let s = common::scenario("counter/explore");
-    let names: Vec<&str> = crashpoint_counter::mutants::CATALOGUE.iter().filter(|v| !v.info.must_pass).map(|v| v.info.name).collect();
+    let names: Vec<&str> =
+        crashpoint_counter::mutants::CATALOGUE.iter().filter(|v| !v.info.must_pass).map(|v| v.info.name).collect();
     assert_eq!(names, MUTANTS.iter().map(|m| m.0).collect::<Vec<_>>());
     let mutants: Vec<_> = MUTANTS.iter().map(|(name, budget, _)| (*name, *budget, &s)).collect();
     for ((name, budget, invariant), r) in MUTANTS.iter().zip(common::explore_mutants(&mutants)) {
@@ -50,7 +51,13 @@ fn counter_reference_passes_1000_generated_schedules() {
         panic!("reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);
     }
     assert!(r.stats.schedules >= 1000);
-    let never: Vec<String> = r.stats.coverage_rows().into_iter().filter(|(_, c)| c.passed == 0).map(|((role, p), _)| format!("{role} {p}")).collect();
+    let never: Vec<String> = r
+        .stats
+        .coverage_rows()
+        .into_iter()
+        .filter(|(_, c)| c.passed == 0)
+        .map(|((role, p), _)| format!("{role} {p}"))
+        .collect();
     assert!(never.is_empty(), "crash points never reached: {never:?}");
 }
 
@@ -100,7 +107,10 @@ fn a_scenario_sql_invariant_is_checked_and_a_broken_one_is_exit_2() {
     let out = run_cli(dir.path(), "increment-without-dedup");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("FAIL the counter never exceeds the receipts: row customer_id=cu1 order_count=2"), "{stdout}");
+    assert!(
+        stdout.contains("FAIL the counter never exceeds the receipts: row customer_id=cu1 order_count=2"),
+        "{stdout}"
+    );
 
     let dir = scenario_dir("SELEC customer_id FROM customer_stats");
     let out = run_cli(dir.path(), "reference");

@@ -15,11 +15,7 @@ use crashpoint::testkit;
 mod common;
 
 fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name)
-        .canonicalize()
-        .unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).canonicalize().unwrap()
 }
 
 /// The registry the binary has in `dir`: the compiled workloads, then those declared there.
@@ -36,18 +32,12 @@ fn scenario_of(dir: &Path, name: &str) -> Scenario {
 /// `crashpoint <args>` run in `dir` on this process's services.
 fn crashpoint_in(dir: &Path, args: &[&str]) -> Output {
     let mut c = common::crashpoint_on_test_services();
-    c.args(args)
-        .current_dir(dir)
-        .env_remove("CRASHPOINT_SCENARIOS");
+    c.args(args).current_dir(dir).env_remove("CRASHPOINT_SCENARIOS");
     c.output().unwrap()
 }
 
 fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 /// Each scripted scenario of `names` in `dir` passes on the reference twice, the second trace
@@ -56,16 +46,10 @@ fn windows_pass_twice_identically(dir: &Path, names: &[&str]) {
     for name in names {
         let s = scenario_of(dir, name);
         let system = crashpoint::scenario::system_of(&s, "reference").unwrap();
-        let first =
-            crashpoint::scenario::run_scenario(&testkit::endpoints(), system.clone(), &s, None)
-                .unwrap();
+        let first = crashpoint::scenario::run_scenario(&testkit::endpoints(), system.clone(), &s, None).unwrap();
         assert!(first.passed(), "{name} failed:\n{}", first.trace);
-        let second =
-            crashpoint::scenario::run_scenario(&testkit::endpoints(), system, &s, None).unwrap();
-        assert_eq!(
-            first.trace, second.trace,
-            "{name}: the same schedule gave another trace"
-        );
+        let second = crashpoint::scenario::run_scenario(&testkit::endpoints(), system, &s, None).unwrap();
+        assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
     }
 }
 
@@ -84,10 +68,7 @@ fn the_node_invoice_worker_passes_its_windows_byte_for_byte() {
 
 #[test]
 fn the_job_queue_worker_passes_its_windows_byte_for_byte() {
-    windows_pass_twice_identically(
-        &example("pg-jobs"),
-        &["jobs/redeliver-while-running", "jobs/crash-after-claim"],
-    );
+    windows_pass_twice_identically(&example("pg-jobs"), &["jobs/redeliver-while-running", "jobs/crash-after-claim"]);
 }
 
 /// `crashpoint run <scenario> --system <variant> --seed <seed>` in `dir`: exit 1, on `invariant`, shrunk to
@@ -100,66 +81,26 @@ fn caught_shrunk_and_reproduced(dir: &Path, scenario: &str, variant: &str, invar
 fn caught_shrunk_and_reproduced_with_seed(dir: &Path, scenario: &str, variant: &str, invariant: &str, seed: &str) {
     let out = crashpoint_in(
         dir,
-        &[
-            "run",
-            scenario,
-            "--system",
-            variant,
-            "--schedules",
-            "100",
-            "--seed",
-            seed,
-            "--no-calibrate",
-        ],
+        &["run", scenario, "--system", variant, "--schedules", "100", "--seed", seed, "--no-calibrate"],
     );
     let t = text(&out);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{variant} was not caught in 100 schedules:\n{t}"
-    );
-    assert!(
-        t.contains(&format!("FAIL {scenario} ({variant}): {invariant}")),
-        "{variant}: not on `{invariant}`:\n{t}"
-    );
+    assert_eq!(out.status.code(), Some(1), "{variant} was not caught in 100 schedules:\n{t}");
+    assert!(t.contains(&format!("FAIL {scenario} ({variant}): {invariant}")), "{variant}: not on `{invariant}`:\n{t}");
     let minimal = t
         .lines()
         .find_map(|l| l.strip_prefix("minimal schedule: "))
         .unwrap_or_else(|| panic!("no minimal schedule:\n{t}"));
-    assert!(
-        minimal.split_whitespace().count() <= 4,
-        "{variant}: shrunk only to `{minimal}`"
-    );
+    assert!(minimal.split_whitespace().count() <= 4, "{variant}: shrunk only to `{minimal}`");
     let repro = t
         .lines()
         .find_map(|l| l.trim().strip_prefix("reproduce: crashpoint "))
         .unwrap_or_else(|| panic!("no repro line:\n{t}"));
-    let schedule = repro
-        .split('\'')
-        .nth(1)
-        .expect("the repro line quotes its schedule");
+    let schedule = repro.split('\'').nth(1).expect("the repro line quotes its schedule");
     assert_eq!(schedule, minimal);
-    let again = crashpoint_in(
-        dir,
-        &[
-            "repro",
-            scenario,
-            "--system",
-            variant,
-            "--schedule",
-            schedule,
-        ],
-    );
+    let again = crashpoint_in(dir, &["repro", scenario, "--system", variant, "--schedule", schedule]);
     let t2 = text(&again);
-    assert_eq!(
-        again.status.code(),
-        Some(1),
-        "the repro of {variant} did not fail:\n{t2}"
-    );
-    assert!(
-        t2.contains(&format!("FAIL {invariant}")),
-        "the repro of {variant} failed otherwise:\n{t2}"
-    );
+    assert_eq!(again.status.code(), Some(1), "the repro of {variant} did not fail:\n{t2}");
+    assert!(t2.contains(&format!("FAIL {invariant}")), "the repro of {variant} failed otherwise:\n{t2}");
 }
 
 #[test]
@@ -183,12 +124,7 @@ fn the_node_invoice_variants_are_caught_shrunk_and_reproduced() {
         "every dispatched event has its invoice",
     );
     // Only concurrency inside one process reaches it: one worker, two events of one order.
-    caught_shrunk_and_reproduced(
-        &dir,
-        "invoices/explore-batch",
-        "batch-check-then-insert",
-        "one invoice per order",
-    );
+    caught_shrunk_and_reproduced(&dir, "invoices/explore-batch", "batch-check-then-insert", "one invoice per order");
 }
 
 /// Issue 43 §5: the concurrency-only variant fails the window of two events of one order in one
@@ -198,20 +134,11 @@ fn two_events_of_one_order_in_one_batch_give_two_invoices_without_a_unique_order
     let dir = example("node-invoices");
     let out = crashpoint_in(
         &dir,
-        &[
-            "run",
-            "invoices/batch-same-order",
-            "--system",
-            "batch-check-then-insert",
-            "--no-calibrate",
-        ],
+        &["run", "invoices/batch-same-order", "--system", "batch-check-then-insert", "--no-calibrate"],
     );
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
-    assert!(
-        t.contains("FAIL one invoice per order: row order_id=o1 invoices=2"),
-        "{t}"
-    );
+    assert!(t.contains("FAIL one invoice per order: row order_id=o1 invoices=2"), "{t}");
     assert!(
         t.contains("c1   claim e1") && t.contains("c1   claim e2"),
         "the trace does not name each handler's event:\n{t}"
@@ -232,20 +159,11 @@ fn the_job_queue_variant_is_caught_shrunk_and_reproduced() {
 fn the_redeliver_window_charges_twice_without_an_idempotency_key() {
     let out = crashpoint_in(
         &example("pg-jobs"),
-        &[
-            "run",
-            "jobs/redeliver-while-running",
-            "--system",
-            "no-idempotency-key",
-            "--no-calibrate",
-        ],
+        &["run", "jobs/redeliver-while-running", "--system", "no-idempotency-key", "--no-calibrate"],
     );
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
-    assert!(
-        t.contains("FAIL at most one charge per order: row order_id=o1 charges=2"),
-        "{t}"
-    );
+    assert!(t.contains("FAIL at most one charge per order: row order_id=o1 charges=2"), "{t}");
 }
 
 /// The catalogue of a declared workload: every variant caught, the reference passes 100
@@ -260,10 +178,7 @@ fn catalogue_passes(dir: &Path, workload: &str, variants: &[&str]) {
         "{t}"
     );
     for v in variants {
-        assert!(
-            t.contains(&format!("| {v} | yes |")),
-            "{v} not caught:\n{t}"
-        );
+        assert!(t.contains(&format!("| {v} | yes |")), "{v} not caught:\n{t}");
     }
     assert!(t.contains("| reference (must not be caught) | no |"), "{t}");
 }
@@ -274,13 +189,7 @@ fn the_node_invoice_catalogue_catches_every_variant() {
     catalogue_passes(
         &example("node-invoices"),
         "invoices",
-        &[
-            "ack-before-commit",
-            "check-then-insert",
-            "batch-check-then-insert",
-            "batch-delete-all",
-            "publish-once",
-        ],
+        &["ack-before-commit", "check-then-insert", "batch-check-then-insert", "batch-delete-all", "publish-once"],
     );
 }
 
@@ -296,8 +205,17 @@ fn the_job_queue_catalogue_catches_its_variants() {
 #[test]
 fn a_worker_that_exits_on_an_injected_error_is_caught_shrunk_and_reproduced() {
     let dir = example("pg-jobs");
-    caught_shrunk_and_reproduced_with_seed(&dir, "jobs/explore", "exits-on-error", "workers survive the faults injected", "1");
-    let out = crashpoint_in(&dir, &["repro", "jobs/explore", "--system", "exits-on-error", "--schedule", "w1:fail@after_claim"]);
+    caught_shrunk_and_reproduced_with_seed(
+        &dir,
+        "jobs/explore",
+        "exits-on-error",
+        "workers survive the faults injected",
+        "1",
+    );
+    let out = crashpoint_in(
+        &dir,
+        &["repro", "jobs/explore", "--system", "exits-on-error", "--schedule", "w1:fail@after_claim"],
+    );
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(
@@ -314,10 +232,15 @@ fn a_worker_that_exits_on_an_injected_error_is_caught_shrunk_and_reproduced() {
 /// which the coverage table lists under its role.
 #[test]
 fn a_role_without_points_is_crashed_after_its_calls_scripted_and_explored() {
-    let explore = "description = \"x\"\nworkers = \"p w1\"\n\n[explore]\ndecisions_max = 8\n\n[[events]]\nname = \"e1\"\n";
-    let dir = bad_dir(&WORKLOAD, &one_event("p:send w1:crash@after_claim"));
+    let explore =
+        "description = \"x\"\nworkers = \"p w1\"\n\n[explore]\ndecisions_max = 8\n\n[[events]]\nname = \"e1\"\n";
+    let dir = bad_dir(WORKLOAD, &one_event("p:send w1:crash@after_claim"));
     std::fs::write(dir.path().join("scenarios/t/explore.toml"), explore).unwrap();
-    std::fs::write(dir.path().join("schema.sql"), "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n").unwrap();
+    std::fs::write(
+        dir.path().join("schema.sql"),
+        "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n",
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("worker.py"),
         "import os, psycopg\n\
@@ -352,8 +275,12 @@ fn a_role_without_points_is_crashed_after_its_calls_scripted_and_explored() {
 /// alone) survives any number of clock moves.
 #[test]
 fn a_redis_key_without_an_expiry_survives_the_clock_and_one_with_px_expires_on_it() {
-    let dir = bad_dir(&WORKLOAD, &one_event("p:send w1:claim w1:lock w1:set tick:10s tick:86400s tick:864000s"));
-    std::fs::write(dir.path().join("schema.sql"), "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n").unwrap();
+    let dir = bad_dir(WORKLOAD, &one_event("p:send w1:claim w1:lock w1:set tick:10s tick:86400s tick:864000s"));
+    std::fs::write(
+        dir.path().join("schema.sql"),
+        "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n",
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("worker.py"),
         "import os, psycopg, redis\n\
@@ -403,10 +330,15 @@ fn a_repros_fail_line_is_the_runs_byte_for_byte_with_worker_generated_ids_and_ty
     let fail_line = |out: &std::process::Output| -> String {
         let t = text(out);
         assert_eq!(out.status.code(), Some(1), "{t}");
-        t.lines().find(|l| l.trim_start().starts_with("FAIL clocks:")).unwrap_or_else(|| panic!("no FAIL line:\n{t}")).trim().to_string()
+        t.lines()
+            .find(|l| l.trim_start().starts_with("FAIL clocks:"))
+            .unwrap_or_else(|| panic!("no FAIL line:\n{t}"))
+            .trim()
+            .to_string()
     };
     let run = fail_line(&crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]));
-    let repro = fail_line(&crashpoint_in(dir.path(), &["repro", "t/clocks", "--schedule", "p:send tick:90s w1:claim w1:emit"]));
+    let repro =
+        fail_line(&crashpoint_in(dir.path(), &["repro", "t/clocks", "--schedule", "p:send tick:90s w1:claim w1:emit"]));
     assert_eq!(run, repro, "the repro printed another FAIL line");
     assert_eq!(
         run,
@@ -436,11 +368,7 @@ fn now_follows_the_logical_clock_in_a_declared_workload_and_current_timestamp_do
     let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(0), "{t}");
-    assert!(
-        t.contains("ok   clocks")
-            && t.contains("w1   claim                                   → 1 row"),
-        "{t}"
-    );
+    assert!(t.contains("ok   clocks") && t.contains("w1   claim                                   → 1 row"), "{t}");
 }
 
 /// A minimal table-queue workload for the bad-input cases: a Python poller that inserts a row.
@@ -475,20 +403,8 @@ fn bad_dir(workload: &str, scenario: &str) -> tempfile::TempDir {
     // The Python worker's venv (psycopg), made by its setup script.
     let repo = example("..");
     let workload = workload
-        .replace(
-            "PYTHON",
-            &repo
-                .join("target/python-venv/bin/python")
-                .display()
-                .to_string(),
-        )
-        .replace(
-            "SETUP",
-            &repo
-                .join("examples/python-worker/setup.sh")
-                .display()
-                .to_string(),
-        );
+        .replace("PYTHON", &repo.join("target/python-venv/bin/python").display().to_string())
+        .replace("SETUP", &repo.join("examples/python-worker/setup.sh").display().to_string());
     std::fs::write(dir.path().join("scenarios/t.workload.toml"), workload).unwrap();
     std::fs::write(dir.path().join("scenarios/t/clocks.toml"), scenario).unwrap();
     std::fs::write(
@@ -532,18 +448,12 @@ fn list_fails(workload: &str, expected: &[&str]) {
 #[test]
 fn an_unknown_key_is_named_with_its_file_line_and_field() {
     list_fails(
-        &WORKLOAD.replace(
-            "about = \"a test workload\"",
-            "about = \"a test workload\"\nquues = []",
-        ),
+        &WORKLOAD.replace("about = \"a test workload\"", "about = \"a test workload\"\nquues = []"),
         &["t.workload.toml", "quues", "unknown field"],
     );
     list_fails(
         &WORKLOAD.replace("poll = \"claim\"", "poll = \"claim\"\ncomand = [\"x\"]"),
-        &[
-            "t.workload.toml:16: field `roles.w.comand`",
-            "unknown field `comand`",
-        ],
+        &["t.workload.toml:16: field `roles.w.comand`", "unknown field `comand`"],
     );
 }
 
@@ -551,10 +461,7 @@ fn an_unknown_key_is_named_with_its_file_line_and_field() {
 fn a_json_pointer_that_finds_nothing_in_the_body_is_named() {
     list_fails(
         &WORKLOAD.replace("identity = \"/id\"", "identity = \"/eventId\""),
-        &[
-            "t.workload.toml:7: field `events.identity`",
-            "the JSON pointer `/eventId` finds nothing in the body",
-        ],
+        &["t.workload.toml:7: field `events.identity`", "the JSON pointer `/eventId` finds nothing in the body"],
     );
 }
 
@@ -562,10 +469,7 @@ fn a_json_pointer_that_finds_nothing_in_the_body_is_named() {
 fn a_role_without_a_command_is_named() {
     list_fails(
         &WORKLOAD.replace("command = [\"PYTHON\", \"worker.py\"]\n", ""),
-        &[
-            "t.workload.toml:13: field `roles.w`",
-            "expected the worker's command line",
-        ],
+        &["t.workload.toml:13: field `roles.w`", "expected the worker's command line"],
     );
 }
 
@@ -573,10 +477,7 @@ fn a_role_without_a_command_is_named() {
 fn a_missing_schema_file_is_named() {
     list_fails(
         &WORKLOAD.replace("schema.sql", "schemas.sql"),
-        &[
-            "t.workload.toml:3: field `schema`",
-            "cannot read `schemas.sql`",
-        ],
+        &["t.workload.toml:3: field `schema`", "cannot read `schemas.sql`"],
     );
 }
 
@@ -585,27 +486,15 @@ fn a_system_the_file_does_not_declare_is_refused_with_exit_2() {
     exits_2(
         WORKLOAD,
         "p:send",
-        &[
-            "run",
-            "t/clocks",
-            "--system",
-            "no-such-variant",
-            "--no-calibrate",
-        ],
-        &[
-            "workload `t`",
-            "has no system `no-such-variant`; known: reference",
-        ],
+        &["run", "t/clocks", "--system", "no-such-variant", "--no-calibrate"],
+        &["workload `t`", "has no system `no-such-variant`; known: reference"],
     );
 }
 
 #[test]
 fn an_invariant_that_is_not_valid_sql_is_unknown_with_postgresqls_message_and_exit_2() {
     exits_2(
-        &WORKLOAD.replace(
-            "sql = \"SELECT 1 WHERE false\"",
-            "sql = \"SELEC order_id FROM nowhere\"",
-        ),
+        &WORKLOAD.replace("sql = \"SELECT 1 WHERE false\"", "sql = \"SELEC order_id FROM nowhere\""),
         "p:send",
         &["run", "t/clocks", "--no-calibrate"],
         &[
@@ -624,10 +513,7 @@ fn a_worker_that_exits_at_start_is_named_with_the_last_lines_of_its_stderr() {
         ),
         "p:send w1:claim",
         &["run", "t/clocks", "--no-calibrate"],
-        &[
-            "external worker w1 exited by itself",
-            "DATABASE_URL is not what I expected",
-        ],
+        &["external worker w1 exited by itself", "DATABASE_URL is not what I expected"],
     );
 }
 
@@ -641,17 +527,11 @@ fn init_writes_a_workload_that_lists_and_never_overwrites() {
     let listed = crashpoint_in(&team, &["list"]);
     let t = text(&listed);
     assert_eq!(listed.status.code(), Some(0), "{t}");
-    assert!(
-        t.contains("billing-svc/crash-after-commit") && t.contains("workload billing-svc:"),
-        "{t}"
-    );
+    assert!(t.contains("billing-svc/crash-after-commit") && t.contains("workload billing-svc:"), "{t}");
     let again = crashpoint_in(dir.path(), &["init", "billing-svc"]);
     let t = text(&again);
     assert_eq!(again.status.code(), Some(2), "{t}");
-    assert!(
-        t.contains("not overwriting") && t.contains("billing-svc.workload.toml"),
-        "{t}"
-    );
+    assert!(t.contains("not overwriting") && t.contains("billing-svc.workload.toml"), "{t}");
 }
 
 #[test]
@@ -660,10 +540,7 @@ fn a_directory_without_scenarios_is_named_not_replaced_by_the_build_tree() {
     let out = crashpoint_in(dir.path(), &["list"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(
-        t.contains("no scenarios directory `scenarios`") && !t.contains("payout/"),
-        "{t}"
-    );
+    assert!(t.contains("no scenarios directory `scenarios`") && !t.contains("payout/"), "{t}");
 }
 
 /// A team directory whose Python worker acknowledges each message with a DeleteMessageBatch
@@ -718,39 +595,14 @@ fn delete_message_batch_passes_the_proxy_with_each_entrys_fate_and_the_partial_f
             && t.contains("m1 deleted"),
         "{t}"
     );
-    let ignored = crashpoint_in(
-        dir.path(),
-        &[
-            "run",
-            "acks/partial",
-            "--system",
-            "ignores-failed",
-            "--no-calibrate",
-        ],
-    );
+    let ignored = crashpoint_in(dir.path(), &["run", "acks/partial", "--system", "ignores-failed", "--no-calibrate"]);
     let t = text(&ignored);
     assert_eq!(ignored.status.code(), Some(1), "{t}");
-    assert!(
-        t.contains("FAIL no failed acknowledgement is ignored"),
-        "{t}"
-    );
-    let plain = crashpoint_in(
-        dir.path(),
-        &[
-            "run",
-            "acks/ok",
-            "--system",
-            "ignores-failed",
-            "--no-calibrate",
-        ],
-    );
+    assert!(t.contains("FAIL no failed acknowledgement is ignored"), "{t}");
+    let plain = crashpoint_in(dir.path(), &["run", "acks/ok", "--system", "ignores-failed", "--no-calibrate"]);
     let t = text(&plain);
     assert_eq!(plain.status.code(), Some(0), "{t}");
-    assert!(
-        t.lines()
-            .any(|l| l.contains("c1   delete_batch") && l.contains("m1 deleted")),
-        "{t}"
-    );
+    assert!(t.lines().any(|l| l.contains("c1   delete_batch") && l.contains("m1 deleted")), "{t}");
 }
 
 #[test]
@@ -759,10 +611,7 @@ fn send_message_batch_and_change_message_visibility_batch_pass_the_proxy_with_ea
     // each of those for 60 s with ChangeMessageVisibilityBatch, then deletes it.
     let dir = batch_ack_dir();
     let repo = example("..");
-    let py = repo
-        .join("target/python-venv/bin/python")
-        .display()
-        .to_string();
+    let py = repo.join("target/python-venv/bin/python").display().to_string();
     let workload = format!(
         "name = \"acks\"\nabout = \"batch sends and visibility\"\n\n[[queues]]\nname = \"q\"\n\n[[queues]]\nname = \"out\"\nlabel = \"o\"\n\n\
          [events]\nqueue = \"q\"\nidentity = \"/id\"\nbody = {{ id = \"{{{{id}}}}\" }}\n\n[roles.p]\nbuiltin = \"producer\"\n\n\
@@ -800,22 +649,12 @@ fn send_message_batch_and_change_message_visibility_batch_pass_the_proxy_with_ea
     let out = crashpoint_in(dir.path(), &["run", "acks/fan", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.lines().any(|l| l.contains("c1   send_batch") && l.contains("o1 (e1), o2 (e1)")), "{t}");
     assert!(
-        t.lines()
-            .any(|l| l.contains("c1   send_batch") && l.contains("o1 (e1), o2 (e1)")),
+        t.lines().any(|l| l.contains("d1   change_visibility_batch") && l.contains("o1 visible again in 60s")),
         "{t}"
     );
-    assert!(
-        t.lines()
-            .any(|l| l.contains("d1   change_visibility_batch")
-                && l.contains("o1 visible again in 60s")),
-        "{t}"
-    );
-    assert!(
-        t.lines()
-            .any(|l| l.contains("d1   delete") && l.contains("o1 deleted")),
-        "{t}"
-    );
+    assert!(t.lines().any(|l| l.contains("d1   delete") && l.contains("o1 deleted")), "{t}");
 }
 
 /// Issue 43 §1: a worker declared one call at a time that sends two at once (sqs-consumer

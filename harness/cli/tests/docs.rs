@@ -98,7 +98,11 @@ fn every_relative_link_of_the_book_and_the_front_page_resolves() {
             }
             if let Some(a) = anchor.filter(|_| file.extension().is_some_and(|x| x == "md")) {
                 if !anchors(&std::fs::read_to_string(&file).unwrap()).contains(a) {
-                    broken.push(format!("{}: `{target}`: no heading with anchor `#{a}` in {}", page.display(), file.display()));
+                    broken.push(format!(
+                        "{}: `{target}`: no heading with anchor `#{a}` in {}",
+                        page.display(),
+                        file.display()
+                    ));
                 }
             }
         }
@@ -129,7 +133,10 @@ fn the_front_page_is_short_and_carries_no_dated_figure() {
 
 #[test]
 fn links_and_anchors_are_read_as_github_and_mdbook_read_them() {
-    assert_eq!(slug(" Emulator fidelity: SQS calibration and AWS-only faults"), "emulator-fidelity-sqs-calibration-and-aws-only-faults");
+    assert_eq!(
+        slug(" Emulator fidelity: SQS calibration and AWS-only faults"),
+        "emulator-fidelity-sqs-calibration-and-aws-only-faults"
+    );
     assert_eq!(slug(" `report.json` (schema 1)"), "reportjson-schema-1");
     let text = "see [a](b.md#c) and `[x](y)`, [d](https://e)\n```\n[f](g)\n```\n## Two words\n";
     assert_eq!(links(text), vec!["b.md#c".to_string(), "https://e".to_string()]);
@@ -138,7 +145,8 @@ fn links_and_anchors_are_read_as_github_and_mdbook_read_them() {
 
 /// The text of `crashpoint <args>` run in the checkout.
 fn crashpoint(args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crashpoint")).args(args).current_dir(root()).output().unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_crashpoint")).args(args).current_dir(root()).output().unwrap();
     assert!(out.status.success(), "crashpoint {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }

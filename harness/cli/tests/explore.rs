@@ -7,12 +7,18 @@ use crashpoint::scenario::run_scenario;
 mod common;
 use crashpoint::testkit;
 
-
 #[test]
 fn check_then_insert_is_caught_and_shrinks_to_at_most_8_decisions() {
     let s = common::scenario("payout/explore");
     let system = common::payout("check-then-insert");
-    let opts = Options { schedules: Some(60), time: None, seed: 7, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
+    let opts = Options {
+        schedules: Some(60),
+        time: None,
+        seed: 7,
+        check_determinism: false,
+        shard: Default::default(),
+        jobs: explore::default_jobs(),
+    };
     let report = explore::explore(&testkit::endpoints(), system.clone(), &s, &opts, |_| {}).unwrap();
     let f = report.failure.expect("check-then-insert was not caught in 60 schedules");
     assert!(
@@ -36,7 +42,14 @@ fn check_then_insert_is_caught_and_shrinks_to_at_most_8_decisions() {
 #[test]
 fn reference_passes_generated_schedules_and_each_runs_twice_identically() {
     let s = common::scenario("payout/explore");
-    let opts = Options { schedules: Some(15), time: None, seed: 20261129, check_determinism: true, shard: Default::default(), jobs: explore::default_jobs() };
+    let opts = Options {
+        schedules: Some(15),
+        time: None,
+        seed: 20261129,
+        check_determinism: true,
+        shard: Default::default(),
+        jobs: explore::default_jobs(),
+    };
     let report = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &report.failure {
         panic!(
@@ -55,13 +68,24 @@ fn reference_passes_generated_schedules_and_each_runs_twice_identically() {
 fn reference_passes_generated_schedules_with_postgresql_outcome_faults() {
     let mut s = common::scenario("payout/explore");
     s.explore.as_mut().unwrap().pg_faults = true;
-    let opts = Options { schedules: Some(60), time: None, seed: 15, check_determinism: false, shard: Default::default(), jobs: explore::default_jobs() };
+    let opts = Options {
+        schedules: Some(60),
+        time: None,
+        seed: 15,
+        check_determinism: false,
+        shard: Default::default(),
+        jobs: explore::default_jobs(),
+    };
     let report = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &report.failure {
         panic!("reference failed: schedule {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);
     }
     for kind in ["pg:commit-response-lost", "pg:connection-reset"] {
-        assert!(report.stats.faults.get(kind).copied().unwrap_or(0) > 0, "{kind} never generated: {:?}", report.stats.faults);
+        assert!(
+            report.stats.faults.get(kind).copied().unwrap_or(0) > 0,
+            "{kind} never generated: {:?}",
+            report.stats.faults
+        );
     }
     // Generated is not fired (a fault armed after the last statement does nothing): rerun the
     // generated schedules that arm one until each has taken a statement, as the trace shows.
@@ -80,7 +104,14 @@ fn reference_passes_generated_schedules_with_postgresql_outcome_faults() {
 fn check_determinism_passes_for_20_seeds() {
     let s = common::scenario("payout/explore");
     for seed in 1..=20 {
-        let opts = Options { schedules: Some(1), time: None, seed, check_determinism: true, shard: Default::default(), jobs: explore::default_jobs() };
+        let opts = Options {
+            schedules: Some(1),
+            time: None,
+            seed,
+            check_determinism: true,
+            shard: Default::default(),
+            jobs: explore::default_jobs(),
+        };
         let r = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
         if let Some(f) = r.failure {
             panic!("seed {seed}: divergence {:?} in {}", f.divergence, f.minimal.schedule);
@@ -116,7 +147,11 @@ fn a_guided_exploration_is_the_same_on_one_slot_and_on_four() {
     assert_eq!(one.stats.cases, four.stats.cases, "the guided cases differ with the number of slots");
     assert_eq!(one.stats.signal, four.stats.signal);
     let mut helped = None;
-    let job = explore::Job { system: "reference", scenario: &s, options: Options { schedules: Some(40), seed: 5, ..Options::default() } };
+    let job = explore::Job {
+        system: "reference",
+        scenario: &s,
+        options: Options { schedules: Some(40), seed: 5, ..Options::default() },
+    };
     explore::explore_each(&testkit::endpoints(), &[job], 4, |_, r| {
         helped = Some(r?);
         Ok(())
@@ -125,7 +160,8 @@ fn a_guided_exploration_is_the_same_on_one_slot_and_on_four() {
     let helped = helped.expect("explore_each reported the job");
     assert_eq!(one.stats.cases, helped.stats.cases, "idle slots helping changed the guided cases");
     // Guidance changed what ran: some case is not the uniform schedule of its seed.
-    let uniform: Vec<_> = (0..40).map(|i| explore::generate(&s, &Default::default(), explore::case_seed(5, i)).unwrap()).collect();
+    let uniform: Vec<_> =
+        (0..40).map(|i| explore::generate(&s, &Default::default(), explore::case_seed(5, i)).unwrap()).collect();
     let ids: Vec<_> = uniform.iter().map(explore::schedule_id).collect();
     assert!(one.stats.cases.iter().zip(&ids).any(|(c, u)| c.schedule != *u), "every case was its uniform schedule");
     // Two cases in three are uniform cases, which `repro --seed` rebuilds from their case seed

@@ -40,13 +40,18 @@ const ONE_EXPORT: &str = "exactly one accounting record per invoice";
 #[test]
 fn every_orders_mutant_is_caught_and_shrunk_to_at_most_5_decisions() {
     let s = common::scenario("orders/explore");
-    let names: Vec<&str> = crashpoint_orders::mutants::CATALOGUE.iter().filter(|v| !v.info.must_pass).map(|v| v.info.name).collect();
+    let names: Vec<&str> =
+        crashpoint_orders::mutants::CATALOGUE.iter().filter(|v| !v.info.must_pass).map(|v| v.info.name).collect();
     assert_eq!(names, MUTANTS.iter().map(|m| m.0).collect::<Vec<_>>());
     let mutants: Vec<_> = MUTANTS.iter().map(|(name, budget, _)| (*name, *budget, &s)).collect();
     for ((name, budget, invariant), r) in MUTANTS.iter().zip(common::explore_mutants(&mutants)) {
         let f = r.failure.unwrap_or_else(|| panic!("{name}: not caught in {budget} schedules"));
         let broken: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
-        assert!(broken.iter().any(|b| invariant.contains(b)), "{name}: caught by {broken:?}, not by one of {invariant:?}\n{}", f.minimal.trace);
+        assert!(
+            broken.iter().any(|b| invariant.contains(b)),
+            "{name}: caught by {broken:?}, not by one of {invariant:?}\n{}",
+            f.minimal.trace
+        );
         assert!(f.minimal.schedule.decisions.len() <= 5, "{name}: shrunk only to {}", f.minimal.schedule);
         // The repro prints the same trace: ids the workload never labelled (keys a mutant
         // derives from random ids) are labelled too.
@@ -65,11 +70,25 @@ fn orders_reference_passes_1000_generated_schedules_with_network_faults() {
         panic!("reference failed: {}\n{:?}\n{}", f.minimal.schedule, f.minimal.verdicts, f.minimal.trace);
     }
     assert!(r.stats.schedules >= 1000);
-    for kind in ["net:drop-request@", "net:drop-response@", "net:delay@", "net:partition@", "provider:5xx-before@", "provider:5xx-after@", "provider:restart@"] {
+    for kind in [
+        "net:drop-request@",
+        "net:drop-response@",
+        "net:delay@",
+        "net:partition@",
+        "provider:5xx-before@",
+        "provider:5xx-after@",
+        "provider:restart@",
+    ] {
         assert!(r.stats.faults.get(kind).is_some_and(|n| *n > 0), "no schedule used {kind}: {:?}", r.stats.faults);
     }
     assert!(r.stats.calls.net > 0, "no request reached a provider");
-    let never: Vec<String> = r.stats.coverage_rows().into_iter().filter(|(_, c)| c.passed == 0).map(|((role, p), _)| format!("{role} {p}")).collect();
+    let never: Vec<String> = r
+        .stats
+        .coverage_rows()
+        .into_iter()
+        .filter(|(_, c)| c.passed == 0)
+        .map(|((role, p), _)| format!("{role} {p}"))
+        .collect();
     assert!(never.is_empty(), "crash points never reached: {never:?}");
 }
 
@@ -77,11 +96,24 @@ fn orders_reference_passes_1000_generated_schedules_with_network_faults() {
 /// trace twice (the providers answer over turmoil's network, deterministically).
 #[test]
 fn seed_003_windows_pass_and_repeat_byte_for_byte() {
-    for name in ["orders/happy-path", "orders/concurrent-duplicates", "orders/local-write-fails", "orders/timeout-manual-replay", "orders/lost-response-reconciled", "orders/redelivery-after-commit", "orders/delayed-request-after-retry"] {
+    for name in [
+        "orders/happy-path",
+        "orders/concurrent-duplicates",
+        "orders/local-write-fails",
+        "orders/timeout-manual-replay",
+        "orders/lost-response-reconciled",
+        "orders/redelivery-after-commit",
+        "orders/delayed-request-after-retry",
+    ] {
         let s = common::scenario(name);
         let first = run_scenario(&testkit::endpoints(), orders("reference"), &s, None).unwrap();
         assert!(first.passed(), "{name}: {:?}\n{}", first.verdicts, first.trace);
-        assert!(first.missing_trace_facts.is_empty(), "{name}: missing {:?}\n{}", first.missing_trace_facts, first.trace);
+        assert!(
+            first.missing_trace_facts.is_empty(),
+            "{name}: missing {:?}\n{}",
+            first.missing_trace_facts,
+            first.trace
+        );
         let second = run_scenario(&testkit::endpoints(), orders("reference"), &s, None).unwrap();
         assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
     }
@@ -95,7 +127,12 @@ fn a_lost_response_charges_twice_when_a_timeout_is_taken_as_failure() {
     let o = run_scenario(&testkit::endpoints(), orders("timeout-is-failure"), &s, None).unwrap();
     let broken: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
     assert!(broken.contains(&"at most one charge per order at the gateway"), "{broken:?}\n{}", o.trace);
-    assert!(o.trace.contains("order o1 charged 2 times (ch1, ch2)") || o.verdicts.iter().any(|v| v.detail.contains("order o1 charged 2 times")), "{:?}", o.verdicts);
+    assert!(
+        o.trace.contains("order o1 charged 2 times (ch1, ch2)")
+            || o.verdicts.iter().any(|v| v.detail.contains("order o1 charged 2 times")),
+        "{:?}",
+        o.verdicts
+    );
     let html = crashpoint::report::timeline::render("orders/lost-response-reconciled", &o, &[]);
     for lane in ["gateway", "mail", "accounting"] {
         assert!(html.contains(&format!("data-lane=\"{lane}\"")), "no lane {lane}");
@@ -115,9 +152,22 @@ fn generated_schedules_with_network_faults_run_twice_identically() {
     if let Some(f) = r.failure {
         panic!("divergence {:?} in {}\n{}", f.divergence, f.minimal.schedule, f.minimal.trace);
     }
-    let net: u64 = r.stats.faults.iter().filter(|(k, _)| k.starts_with("net:") || k.starts_with("provider:")).map(|(_, n)| n).sum();
+    let net: u64 = r
+        .stats
+        .faults
+        .iter()
+        .filter(|(k, _)| k.starts_with("net:") || k.starts_with("provider:"))
+        .map(|(_, n)| n)
+        .sum();
     assert!(net > 0, "no schedule had a network or provider fault: {:?}", r.stats.faults);
     let d = r.stats.determinism.expect("the check is counted");
-    assert_eq!((d.ran_twice, d.identical), (r.stats.schedules, r.stats.schedules), "every schedule ran twice, identically");
-    assert_eq!(d.line(), format!("determinism: {} schedule(s) ran twice, every trace the same byte for byte", r.stats.schedules));
+    assert_eq!(
+        (d.ran_twice, d.identical),
+        (r.stats.schedules, r.stats.schedules),
+        "every schedule ran twice, identically"
+    );
+    assert_eq!(
+        d.line(),
+        format!("determinism: {} schedule(s) ran twice, every trace the same byte for byte", r.stats.schedules)
+    );
 }

@@ -9,7 +9,14 @@ use crashpoint::testkit;
 mod common;
 
 fn opts(schedules: u64, seed: u64) -> Options {
-    Options { schedules: Some(schedules), time: None, seed, check_determinism: false, shard: Default::default(), jobs: 1 }
+    Options {
+        schedules: Some(schedules),
+        time: None,
+        seed,
+        check_determinism: false,
+        shard: Default::default(),
+        jobs: 1,
+    }
 }
 
 #[test]
@@ -28,7 +35,8 @@ fn scripted_windows_pass_on_the_python_worker_and_repeat_byte_for_byte() {
 #[ignore = "full tier: 100 schedules of Python worker processes; `cargo test -- --include-ignored` runs it"]
 fn the_correct_python_worker_passes_100_explored_schedules() {
     let s = common::scenario("python/explore");
-    let report = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts(100, 20261130), |_| {}).unwrap();
+    let report =
+        explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts(100, 20261130), |_| {}).unwrap();
     if let Some(f) = &report.failure {
         panic!("the reference Python worker failed: {}\n{}", f.minimal.schedule, f.minimal.trace);
     }
@@ -40,12 +48,19 @@ fn the_correct_python_worker_passes_100_explored_schedules() {
 #[test]
 fn python_variants_are_caught_like_the_in_tree_mutants_within_3_decisions() {
     let s = common::scenario("python/explore");
-    for (variant, invariant) in [("check-then-insert", "exactly one payout per payment"), ("ack-before-commit", "nothing lost")] {
-        let report = explore::explore(&testkit::endpoints(), common::payout(variant), &s, &opts(100, 7), |_| {}).unwrap();
+    for (variant, invariant) in
+        [("check-then-insert", "exactly one payout per payment"), ("ack-before-commit", "nothing lost")]
+    {
+        let report =
+            explore::explore(&testkit::endpoints(), common::payout(variant), &s, &opts(100, 7), |_| {}).unwrap();
         let f = report.failure.unwrap_or_else(|| panic!("{variant} was not caught in 100 schedules"));
         assert!(f.minimal.schedule.decisions.len() <= 3, "{variant}: shrunk only to {}", f.minimal.schedule);
-        let violated: Vec<&str> = f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
-        assert!(violated.iter().any(|v| v.starts_with(invariant)), "{variant} violated {violated:?}, expected `{invariant}`");
+        let violated: Vec<&str> =
+            f.minimal.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
+        assert!(
+            violated.iter().any(|v| v.starts_with(invariant)),
+            "{variant} violated {violated:?}, expected `{invariant}`"
+        );
     }
 }
 
@@ -85,7 +100,9 @@ fn run_in(dir: &tempfile::TempDir) -> std::process::Output {
 /// [`run_in`] with the command changed by `adjust` first.
 fn run_in_with(dir: &tempfile::TempDir, adjust: impl FnOnce(&mut std::process::Command)) -> std::process::Output {
     let mut c = common::crashpoint_on_test_services();
-    c.args(["run", "python/bad", "--no-calibrate"]).env("CRASHPOINT_SCENARIOS", dir.path().join("scenarios")).current_dir(dir.path());
+    c.args(["run", "python/bad", "--no-calibrate"])
+        .env("CRASHPOINT_SCENARIOS", dir.path().join("scenarios"))
+        .current_dir(dir.path());
     adjust(&mut c);
     c.output().unwrap()
 }
@@ -114,7 +131,8 @@ fn a_worker_pointed_straight_at_localstack_is_reported_as_bypassing_the_proxy_wi
 #[test]
 fn a_worker_that_requires_tls_gets_a_clear_error_naming_sslmode_with_exit_2() {
     let root = repo();
-    let connect = "import os, psycopg; psycopg.connect(os.environ['DATABASE_URL'].replace('sslmode=disable', 'sslmode=require'))";
+    let connect =
+        "import os, psycopg; psycopg.connect(os.environ['DATABASE_URL'].replace('sslmode=disable', 'sslmode=require'))";
     let ext = format!(
         "command = [\"{py}\", \"-c\", \"{connect}\"]\nsetup = [\"bash\", \"{setup}\"]",
         py = root.join("target/python-venv/bin/python").display(),

@@ -30,7 +30,12 @@ impl Handler for DeferredOutbox {
                 "insert_outbox",
                 "INSERT INTO outbox_event (id, causation_id, event_type, aggregate_id, payload, next_attempt_at) \
                  VALUES (gen_random_uuid(), $1, 'MerchantPayoutCreated', $2, $3, $4)",
-                &[Val::Uuid(ev.event_id), Val::Uuid(ev.payment_id), Val::Json(serde_json::json!({ "payoutId": payout })), Val::Time(due)],
+                &[
+                    Val::Uuid(ev.event_id),
+                    Val::Uuid(ev.payment_id),
+                    Val::Json(serde_json::json!({ "payoutId": payout })),
+                    Val::Time(due),
+                ],
             )
             .await?;
             cx.commit().await
@@ -44,7 +49,8 @@ impl Handler for DeferredOutbox {
 fn a_row_due_in_an_hour_waits_for_the_logical_clock() {
     let mut s = common::scenario("windows/relay-death-after-send");
     s.expect_trace.clear();
-    let schedule = common::schedule(&s, "p:lock p:send c1:crash@after_delete r1:begin r1:select r1 tick:3601s r1:begin r1:select");
+    let schedule =
+        common::schedule(&s, "p:lock p:send c1:crash@after_delete r1:begin r1:select r1 tick:3601s r1:begin r1:select");
     let system = common::payout_with_consumer("deferred-outbox", |_| Rc::new(DeferredOutbox));
     let o = run_scenario(&testkit::endpoints(), system, &s, Some(&schedule)).unwrap();
     assert!(o.passed(), "{:?}\n{}", o.verdicts, o.trace);

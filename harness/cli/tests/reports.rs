@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use crashpoint::explore::{explore, Options, Shard};
 use crashpoint::explore::for_shard;
+use crashpoint::explore::{explore, Options, Shard};
 use crashpoint::scenario::run_scenario;
 use crashpoint::testkit;
 mod common;
@@ -17,7 +17,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_crashpoint");
 
 fn crashpoint() -> Command {
     let mut c = Command::new(BIN);
-    for k in ["DATABASE_URL", "SQS_ENDPOINT_URL", "REDIS_URL", "DOCKER_HOST", "CI", crashpoint::services::external::SQS_SHARDS_VAR] {
+    for k in [
+        "DATABASE_URL",
+        "SQS_ENDPOINT_URL",
+        "REDIS_URL",
+        "DOCKER_HOST",
+        "CI",
+        crashpoint::services::external::SQS_SHARDS_VAR,
+    ] {
         c.env_remove(k);
     }
     c.env("CI", "true");
@@ -54,8 +61,9 @@ fn a_failing_mutant_writes_every_report_kind() {
     }
 
     // junit.xml, read back by a JUnit reader.
-    let suites = junit_parser::from_reader(std::io::BufReader::new(std::fs::File::open(reports.join("junit.xml")).unwrap()))
-        .expect("junit.xml parses");
+    let suites =
+        junit_parser::from_reader(std::io::BufReader::new(std::fs::File::open(reports.join("junit.xml")).unwrap()))
+            .expect("junit.xml parses");
     assert_eq!(suites.suites.len(), 1);
     let cases = &suites.suites[0].cases;
     assert_eq!(cases.len(), 1, "one test case per scenario: {cases:?}");
@@ -64,7 +72,11 @@ fn a_failing_mutant_writes_every_report_kind() {
     assert_eq!(case.classname.as_deref(), Some("payout"));
     let junit_parser::TestStatus::Failure(failure) = &case.status else { panic!("not a failure: {:?}", case.status) };
     assert!(failure.message.contains("exactly one payout per payment"), "{}", failure.message);
-    assert!(failure.message.contains("crashpoint repro payout/catalogue --system no-dedup --schedule"), "{}", failure.message);
+    assert!(
+        failure.message.contains("crashpoint repro payout/catalogue --system no-dedup --schedule"),
+        "{}",
+        failure.message
+    );
 
     // report.json
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(reports.join("report.json")).unwrap()).unwrap();
@@ -75,7 +87,10 @@ fn a_failing_mutant_writes_every_report_kind() {
     assert_eq!(sc["name"], "payout/catalogue");
     assert_eq!(sc["verdict"], "fail");
     assert_eq!(sc["coverage"].as_object().unwrap().len(), 10, "{sc}");
-    assert!(sc["coverage"].as_object().unwrap().contains_key("c after_claim"), "coverage is keyed by role and point: {sc}");
+    assert!(
+        sc["coverage"].as_object().unwrap().contains_key("c after_claim"),
+        "coverage is keyed by role and point: {sc}"
+    );
     assert!(sc.get("determinism").is_none(), "no determinism check was asked for: {sc}");
     assert!(sc["calls"]["pg"].as_u64().unwrap() > 0 && sc["calls"]["sqs"].as_u64().unwrap() > 0);
     assert!(sc["invariants"].as_array().unwrap().iter().any(|i| i["holds"] == false));
@@ -94,7 +109,9 @@ fn a_failing_mutant_writes_every_report_kind() {
     let trace = failure["trace"].as_str().unwrap();
     let workers: BTreeSet<&str> = trace
         .lines()
-        .filter(|l| l.split_whitespace().next().is_some_and(|t| t.strip_suffix('s').is_some_and(|n| n.parse::<f64>().is_ok())))
+        .filter(|l| {
+            l.split_whitespace().next().is_some_and(|t| t.strip_suffix('s').is_some_and(|n| n.parse::<f64>().is_ok()))
+        })
         .filter_map(|l| l.split_whitespace().nth(1))
         .filter(|w| *w != "~")
         .collect();
@@ -123,7 +140,8 @@ fn a_failing_mutant_writes_every_report_kind() {
 
     // Headless Chromium renders the lanes: worker lanes, PostgreSQL and SQS step colours.
     let png = dir.path().join("timeline.png");
-    let shot = crashpoint().arg("screenshot").arg(reports.join("timeline-payout-catalogue.html")).arg(&png).output().unwrap();
+    let shot =
+        crashpoint().arg("screenshot").arg(reports.join("timeline-payout-catalogue.html")).arg(&png).output().unwrap();
     assert_eq!(shot.status.code(), Some(0), "{}", String::from_utf8_lossy(&shot.stderr));
     assert!(pixels_of(&png, [0xbc, 0xd7, 0xf5]) > 100, "no PostgreSQL step drawn");
     assert!(pixels_of(&png, [0xff, 0xd8, 0xa8]) > 100, "no SQS step drawn");
@@ -137,8 +155,12 @@ fn a_verdict_resting_on_an_emulator_behaviour_carries_the_caveat() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("SQS calibration against"), "{out}");
-    assert!(out.contains("caveat (aws/stale-delete-emulated): this verdict depends on `stale-receipt-handle`"), "{out}");
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+    assert!(
+        out.contains("caveat (aws/stale-delete-emulated): this verdict depends on `stale-receipt-handle`"),
+        "{out}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
     let sc = &json["scenarios"][0];
     assert_eq!(sc["depends_on"][0], "stale-receipt-handle");
     assert!(sc["caveats"][0].as_str().unwrap().contains("stale-receipt-handle"), "{sc}");
@@ -170,9 +192,17 @@ fn two_shards_cover_exactly_one_unsharded_run() {
     assert_eq!(union, all, "the shards together must run exactly the unsharded cases");
 
     // Scripted scenarios are dealt the same way.
-    let scenarios = crashpoint::scenario::discover(&crashpoint::scenario::scenarios_dir(), &common::registry()).unwrap();
-    let names = |shard| for_shard(scenarios.clone(), shard).into_iter().filter(|s| s.explore.is_none()).map(|s| s.name).collect::<Vec<_>>();
-    let (a, b, whole) = (names(Shard { index: 1, count: 2 }), names(Shard { index: 2, count: 2 }), names(Shard::default()));
+    let scenarios =
+        crashpoint::scenario::discover(&crashpoint::scenario::scenarios_dir(), &common::registry()).unwrap();
+    let names = |shard| {
+        for_shard(scenarios.clone(), shard)
+            .into_iter()
+            .filter(|s| s.explore.is_none())
+            .map(|s| s.name)
+            .collect::<Vec<_>>()
+    };
+    let (a, b, whole) =
+        (names(Shard { index: 1, count: 2 }), names(Shard { index: 2, count: 2 }), names(Shard::default()));
     assert!(!a.is_empty() && !b.is_empty());
     let mut both: Vec<_> = a.iter().chain(&b).cloned().collect();
     both.sort();
@@ -204,7 +234,9 @@ fn timeless(dir: &Path, stdout: &str) -> Vec<(String, String)> {
         .lines()
         .filter(|l| !l.starts_with("reports: "))
         .map(|l| match l.split_once(" schedules in ") {
-            Some((n, rest)) if l.contains("schedules/s") => format!("{n} schedules …{}", rest.split_once(';').map_or("", |r| r.1)),
+            Some((n, rest)) if l.contains("schedules/s") => {
+                format!("{n} schedules …{}", rest.split_once(';').map_or("", |r| r.1))
+            }
             _ => l.to_string(),
         })
         .collect();
@@ -221,7 +253,8 @@ fn timeless(dir: &Path, stdout: &str) -> Vec<(String, String)> {
             _ => {}
         }
     }
-    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     strip(&mut json);
     out.push(("report.json".into(), json.to_string()));
     let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
@@ -248,7 +281,12 @@ fn timeless(dir: &Path, stdout: &str) -> Vec<(String, String)> {
         })
         .collect();
     out.push(("summary.md".into(), summary.join("\n")));
-    let mut timelines: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "html")).collect();
+    let mut timelines: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "html"))
+        .collect();
     timelines.sort();
     for t in timelines {
         out.push((t.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&t).unwrap()));
@@ -269,7 +307,8 @@ fn same_for_1_and_4_jobs(args: &[&str], code: i32, mask: impl Fn(&str) -> String
         let mut c = crashpoint();
         c.env("RUST_LOG", "warn,crashpoint::explore::slots=debug");
         let o = c.args(args).args(["--jobs", jobs, "--report-dir"]).arg(&reports).output().unwrap();
-        let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+        let (out, err) =
+            (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
         assert_eq!(o.status.code(), Some(code), "--jobs {jobs}: exit code\n{out}\n{err}");
         let masked: Vec<String> = out.lines().map(&mask).collect();
         runs.push(timeless(&reports, &masked.join("\n")));
@@ -284,7 +323,8 @@ fn same_for_1_and_4_jobs(args: &[&str], code: i32, mask: impl Fn(&str) -> String
 
 #[test]
 fn outputs_and_reports_do_not_depend_on_jobs() {
-    let args = ["run", "payout/explore", "--system", "check-then-insert", "--budget", "40", "--seed", "7", "--no-calibrate"];
+    let args =
+        ["run", "payout/explore", "--system", "check-then-insert", "--budget", "40", "--seed", "7", "--no-calibrate"];
     let out = &same_for_1_and_4_jobs(&args, 1, str::to_string)[0].0;
     assert!(out.contains("minimal schedule"), "no shrunk schedule printed:\n{out}");
 }
@@ -316,13 +356,24 @@ fn catalogue_wall_free(line: &str) -> String {
 /// reports are the same.
 #[test]
 fn the_catalogue_does_not_depend_on_jobs() {
-    let runs = same_for_1_and_4_jobs(&["catalogue", "counter", "--budget", "60", "--seed", "1"], 0, catalogue_wall_free);
-    let helps = |k: usize| runs[k].1.lines().filter(|l| l.contains("an idle slot helped an exploration") && l.contains("system=reference")).count();
+    let runs =
+        same_for_1_and_4_jobs(&["catalogue", "counter", "--budget", "60", "--seed", "1"], 0, catalogue_wall_free);
+    let helps = |k: usize| {
+        runs[k]
+            .1
+            .lines()
+            .filter(|l| l.contains("an idle slot helped an exploration") && l.contains("system=reference"))
+            .count()
+    };
     assert_eq!(helps(0), 0, "a slot helped with --jobs 1:\n{}", runs[0].1);
     assert!(helps(1) > 0, "no slot ran a case of the reference with --jobs 4:\n{}", runs[1].1);
     let out = &runs[0].0;
     assert!(out.contains("every mutant caught, the reference passes"), "{out}");
-    assert_eq!(out.lines().filter(|l| l.starts_with("| ") && l.contains(" | yes | ")).count(), 4, "four mutants caught:\n{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("| ") && l.contains(" | yes | ")).count(),
+        4,
+        "four mutants caught:\n{out}"
+    );
     assert!(out.contains("| lookup-before-claim (must not be caught) | no |"), "{out}");
 }
 
@@ -332,7 +383,11 @@ fn the_catalogue_does_not_depend_on_jobs() {
 #[test]
 fn the_catalogue_over_several_seeds_gives_each_mutants_detection_rate() {
     let runs = same_for_1_and_4_jobs(&["catalogue", "counter", "--budget", "20", "--seeds", "1..3"], 0, |l| {
-        if l.starts_with("written to ") { "written to …".to_string() } else { l.to_string() }
+        if l.starts_with("written to ") {
+            "written to …".to_string()
+        } else {
+            l.to_string()
+        }
     });
     let out = &runs[0].0;
     assert!(out.contains("## counter: detection over seeds 1-3 (budget 20 schedules per system and seed)"), "{out}");

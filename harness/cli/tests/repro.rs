@@ -8,13 +8,7 @@ mod common;
 
 fn repro(args: &[&str]) -> Output {
     let dir = tempfile::tempdir().unwrap();
-    common::crashpoint_on_test_services()
-        .arg("repro")
-        .args(args)
-        .arg("--report-dir")
-        .arg(dir.path())
-        .output()
-        .unwrap()
+    common::crashpoint_on_test_services().arg("repro").args(args).arg("--report-dir").arg(dir.path()).output().unwrap()
 }
 
 #[test]

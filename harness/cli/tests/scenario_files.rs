@@ -43,7 +43,10 @@ fn the_workload_checks_its_own_fields() {
     let dir = tempfile::tempdir().unwrap();
     let good = GOOD.replace("crash@lunch", "crash@after_claim");
     let e = error(dir.path(), "wl.toml", &format!("workload = \"ledger\"\n{good}"));
-    assert!(e.contains("wl.toml:1: field `workload`: unknown workload `ledger`; expected one of payout, counter"), "{e}");
+    assert!(
+        e.contains("wl.toml:1: field `workload`: unknown workload `ledger`; expected one of payout, counter"),
+        "{e}"
+    );
     let e = error(dir.path(), "ev.toml", &good.replace("payment = \"p1\"", "paymnt = \"p1\""));
     assert!(e.contains("ev.toml: field `events`: events[0] (e1)") && e.contains("paymnt"), "{e}");
     let e = error(dir.path(), "cf.toml", &format!("{good}[config]\nmax_retriez = 2\n"));
@@ -58,9 +61,18 @@ fn a_counter_scenario_rejects_payout_names() {
     let counter = |schedule: &str| {
         format!("workload = \"counter\"\ndescription = \"d\"\nworkers = \"p c1\"\nschedule = \"{schedule}\"\n[[events]]\nname = \"e1\"\ncustomer = \"cu1\"\n")
     };
-    assert!(load(dir.path(), &write(dir.path(), "ok.toml", &counter("p c1:crash@between_handlers")), &common::registry()).is_ok());
+    assert!(load(
+        dir.path(),
+        &write(dir.path(), "ok.toml", &counter("p c1:crash@between_handlers")),
+        &common::registry()
+    )
+    .is_ok());
     let e = error(dir.path(), "c.toml", &counter("p c1:crash@relay_after_send"));
-    assert!(e.contains("c.toml:4: field `schedule`") && e.contains("unknown crash point `relay_after_send`; expected one of after_send, after_receive"), "{e}");
+    assert!(
+        e.contains("c.toml:4: field `schedule`")
+            && e.contains("unknown crash point `relay_after_send`; expected one of after_send, after_receive"),
+        "{e}"
+    );
     let e = error(dir.path(), "r.toml", &counter("p replay"));
     assert!(e.contains("`replay`: expected a worker or a fault (p, c1)"), "{e}");
     let e = error(dir.path(), "w.toml", &counter("p").replace("p c1", "p c1 r1"));

@@ -6,7 +6,6 @@ use crashpoint::scenario::{run_scenario, ScenarioOutcome};
 mod common;
 use crashpoint::testkit;
 
-
 fn run(system: &str, name: &str, schedule: Option<&str>) -> ScenarioOutcome {
     let s = common::scenario(name);
     let schedule = schedule.map(|t| common::schedule(&s, t));
@@ -31,13 +30,19 @@ fn window(name: &str, facts: &[&str]) {
 fn concurrent_same_event_second_blocks_then_does_nothing() {
     window(
         "windows/concurrent-same-event",
-        &["c2   claim                                   ⧗ blocked by c1", "c2   claim                                   → no row"],
+        &[
+            "c2   claim                                   ⧗ blocked by c1",
+            "c2   claim                                   → no row",
+        ],
     );
 }
 
 #[test]
 fn crash_after_commit_redelivery_is_a_no_op() {
-    window("windows/crash-after-commit", &["c1   ✗ CRASH at after_commit", "e1 already processed: duplicate, no effect"]);
+    window(
+        "windows/crash-after-commit",
+        &["c1   ✗ CRASH at after_commit", "e1 already processed: duplicate, no effect"],
+    );
 }
 
 #[test]
@@ -99,7 +104,11 @@ fn a_message_processed_inside_its_queues_retention_is_paid_once() {
 #[test]
 fn a_message_left_past_its_queues_retention_is_reported_expired_unprocessed() {
     let o = run("reference", "aws/retention", Some("p:lock p:send tick:15d c1:recv"));
-    assert!(o.trace.contains("m1 outlived the message retention of payments (4d): SQS deleted it unprocessed"), "{}", o.trace);
+    assert!(
+        o.trace.contains("m1 outlived the message retention of payments (4d): SQS deleted it unprocessed"),
+        "{}",
+        o.trace
+    );
     assert!(o.trace.contains("c1   recv                                    → empty"), "{}", o.trace);
     let v = o.verdicts.iter().find(|v| v.invariant == crashpoint::checker::NOTHING_EXPIRED).unwrap();
     assert!(!v.holds, "{}", o.trace);
@@ -115,7 +124,10 @@ fn a_message_left_past_its_queues_retention_is_reported_expired_unprocessed() {
 /// it back as a new message.
 #[test]
 fn a_dead_lettered_message_redriven_inside_its_retention_is_paid_once() {
-    window("aws/dead-letter-retention", &["clock +3d", "c1   recv                                    → m2 (receive 1)"]);
+    window(
+        "aws/dead-letter-retention",
+        &["clock +3d", "c1   recv                                    → m2 (receive 1)"],
+    );
 }
 
 /// Issue 15: on a standard queue a dead-letter queue's retention counts from the first
@@ -126,8 +138,16 @@ fn a_dead_lettered_message_expires_four_days_after_its_first_enqueue_not_after_t
     let schedule = "p:lock p:send c1:recv c1:fail@after_receive c1:retry tick:1s \
                     c1:recv c1:fail@after_receive c1:retry tick:2s c1:recv tick:4d sqs:redrive";
     let o = run("reference", "aws/dead-letter-retention", Some(schedule));
-    assert!(o.trace.contains("dlq1 outlived the message retention of payments-dlq (4d): SQS deleted it unprocessed"), "{}", o.trace);
-    assert!(o.trace.contains("sqs:redrive: the dead-letter queues hold no message"), "nothing is left to redrive\n{}", o.trace);
+    assert!(
+        o.trace.contains("dlq1 outlived the message retention of payments-dlq (4d): SQS deleted it unprocessed"),
+        "{}",
+        o.trace
+    );
+    assert!(
+        o.trace.contains("sqs:redrive: the dead-letter queues hold no message"),
+        "nothing is left to redrive\n{}",
+        o.trace
+    );
     let v = o.verdicts.iter().find(|v| v.invariant == crashpoint::checker::NOTHING_EXPIRED).unwrap();
     assert!(!v.holds, "{}", o.trace);
     assert_eq!(
@@ -157,7 +177,8 @@ fn a_holder_past_its_visibility_timeout_still_deletes_a_message_at_the_receive_l
 /// message is paid once.
 #[test]
 fn the_drain_redrives_what_the_schedule_left_on_the_dead_letter_queue() {
-    let schedule = "p:lock p:send c1:recv c1:fail@after_receive c1:retry tick:1s c1:recv c1:fail@after_receive c1:retry tick:2s";
+    let schedule =
+        "p:lock p:send c1:recv c1:fail@after_receive c1:retry tick:1s c1:recv c1:fail@after_receive c1:retry tick:2s";
     let o = run("reference", "aws/dead-letter-retention", Some(schedule));
     assert!(o.verdicts.iter().all(|v| v.holds), "{:?}\n{}", o.verdicts, o.trace);
     assert!(o.trace.contains("redrive: dlq1 moved from payments-dlq back to payments as m2"), "{}", o.trace);
@@ -169,7 +190,10 @@ fn the_drain_redrives_what_the_schedule_left_on_the_dead_letter_queue() {
 /// answers with the first message's id), after the first message was deleted too.
 #[test]
 fn a_send_inside_the_fifo_window_is_dropped_even_after_the_delete() {
-    window("payout/fifo-duplicate-send", &["ok, dropped: FIFO deduplication (e1 was accepted as m1 at 0.000s, less than 5 min before)"]);
+    window(
+        "payout/fifo-duplicate-send",
+        &["ok, dropped: FIFO deduplication (e1 was accepted as m1 at 0.000s, less than 5 min before)"],
+    );
 }
 
 #[test]
@@ -199,7 +223,11 @@ fn a_replay_inside_the_fifo_window_is_reported_suppressed() {
 /// paid; the replay SQS dropped meanwhile is not reported.
 #[test]
 fn a_replay_dropped_while_its_original_is_in_flight_is_not_reported() {
-    let o = run("reference", "payout/fifo-replay", Some("p:lock p:send c1:recv c1:fail@after_receive c1:park c1:crash replay"));
+    let o = run(
+        "reference",
+        "payout/fifo-replay",
+        Some("p:lock p:send c1:recv c1:fail@after_receive c1:park c1:crash replay"),
+    );
     assert!(o.trace.contains("replay: SQS accepted the replay of e1 and dropped it"), "{}", o.trace);
     let failed: Vec<_> = o.verdicts.iter().filter(|v| !v.holds).collect();
     assert!(failed.is_empty(), "{failed:?}\n{}", o.trace);
@@ -242,14 +270,19 @@ fn stale_delete_noop_leaves_the_message_to_the_latest_handle() {
 /// seed 10, schedule 228).
 #[test]
 fn a_delete_with_a_handle_of_the_deleted_message_leaves_its_redelivered_copy() {
-    let schedule = "c2:crash@after_commit p:crash@after_send sqs:redeliver-after-delete c2 tick:901s c2 c2:fail@after_receive";
+    let schedule =
+        "c2:crash@after_commit p:crash@after_send sqs:redeliver-after-delete c2 tick:901s c2 c2:fail@after_receive";
     for system in ["inbox-lookup-first", "reference"] {
         let o = run(system, "payout/catalogue", Some(schedule));
         let failed: Vec<_> = o.verdicts.iter().filter(|v| !v.holds).collect();
         assert!(failed.is_empty(), "{system}: {failed:?}\n{}", o.trace);
         if system == "inbox-lookup-first" {
             assert!(o.trace.contains("m1 delivered once more after its delete"), "{}", o.trace);
-            assert!(o.trace.contains("c1   delete                                  → ok, but m1 is not deleted"), "{}", o.trace);
+            assert!(
+                o.trace.contains("c1   delete                                  → ok, but m1 is not deleted"),
+                "{}",
+                o.trace
+            );
         }
     }
 }
@@ -293,7 +326,11 @@ fn handlers_that_lag_before_their_receive_take_two_copies_in_one_batch() {
     let failed: Vec<_> = o.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
     assert!(failed.iter().any(|f| f.starts_with("quiescence")), "{failed:?}\n{}", o.trace);
     let o = run("reference", "payout/explore-batches", Some(schedule));
-    assert!(o.trace.contains("c1   recv                                    → m1 (receive 1), m2 (receive 1)"), "{}", o.trace);
+    assert!(
+        o.trace.contains("c1   recv                                    → m1 (receive 1), m2 (receive 1)"),
+        "{}",
+        o.trace
+    );
     assert!(o.passed(), "{:?}\n{}", o.verdicts.iter().filter(|v| !v.holds).collect::<Vec<_>>(), o.trace);
 }
 
@@ -324,7 +361,10 @@ fn redelivery_after_delete_is_a_no_op() {
 
 #[test]
 fn a_lost_receive_comes_back_after_the_visibility_timeout() {
-    window("aws/receive-lost", &["c2   recv                                    → empty", "c2   commit                                  → ok"]);
+    window(
+        "aws/receive-lost",
+        &["c2   recv                                    → empty", "c2   commit                                  → ok"],
+    );
 }
 
 /// Outbox rows get their labels in order of creation: c1's row, inserted first and committed
@@ -338,14 +378,21 @@ fn outbox_labels_follow_the_order_of_creation() {
 /// the lock expires; the upstream dispatches the event again after 900 logical seconds.
 #[test]
 fn a_dispatch_lock_outliving_its_producer_delays_the_event_and_loses_nothing() {
-    window("windows/dispatch-lock-outlives-crash", &["900.000s  p    send           [after_lock]             → m1 (e1)"]);
+    window(
+        "windows/dispatch-lock-outlives-crash",
+        &["900.000s  p    send           [after_lock]             → m1 (e1)"],
+    );
 }
 
 /// Without an upstream retry the same schedule loses e1 at the producer, and the checker says
 /// so (it used to pass every invariant).
 #[test]
 fn without_upstream_retry_the_suppressed_dispatch_is_reported_lost() {
-    let o = run("no-upstream-retry", "windows/dispatch-lock-outlives-crash", Some("p:lock p:crash p:restart dispatch:e1 p:lock"));
+    let o = run(
+        "no-upstream-retry",
+        "windows/dispatch-lock-outlives-crash",
+        Some("p:lock p:crash p:restart dispatch:e1 p:lock"),
+    );
     let lost = o.verdicts.iter().find(|v| v.invariant.starts_with("nothing lost")).unwrap();
     assert!(!lost.holds, "{}", o.trace);
     assert!(
@@ -382,7 +429,13 @@ fn a_watermark_relay_never_publishes_a_row_that_commits_below_its_watermark() {
 /// reference's compare-and-delete of its message's token deletes nothing.
 #[test]
 fn a_consumer_whose_lock_expired_does_not_release_the_later_dispatchs_lock() {
-    window("payout/lock-ownership", &["c1   unlock         [after_commit]           → not held", "c2   unlock         [after_commit]           → released"]);
+    window(
+        "payout/lock-ownership",
+        &[
+            "c1   unlock         [after_commit]           → not held",
+            "c2   unlock         [after_commit]           → released",
+        ],
+    );
 }
 
 /// The same schedule with a plain DEL deletes the later dispatch's lock, and the engine's
@@ -397,7 +450,12 @@ fn a_plain_del_of_a_lock_taken_by_a_later_dispatch_is_caught() {
         "{}",
         o.trace
     );
-    let others: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds && v.invariant != "a lock is released only by its holder").map(|v| v.invariant.as_str()).collect();
+    let others: Vec<&str> = o
+        .verdicts
+        .iter()
+        .filter(|v| !v.holds && v.invariant != "a lock is released only by its holder")
+        .map(|v| v.invariant.as_str())
+        .collect();
     assert!(others.is_empty(), "only the lock invariant should break: {others:?}");
 }
 
@@ -421,7 +479,10 @@ fn a_crash_in_a_batch_strands_every_message_of_it_until_the_visibility_timeout()
 /// A DeleteMessageBatch entry that fails under HTTP 200 is deleted again by the reference.
 #[test]
 fn a_failed_batch_entry_is_deleted_again() {
-    window("payout/batch-delete-partial", &["→ m1 deleted, m2 failed (InternalError)", "c1   delete                                  → m2 deleted"]);
+    window(
+        "payout/batch-delete-partial",
+        &["→ m1 deleted, m2 failed (InternalError)", "c1   delete                                  → m2 deleted"],
+    );
 }
 
 /// The same schedule with a consumer that ignores the failed entry: the engine's
@@ -431,15 +492,31 @@ fn an_ignored_failed_batch_entry_is_caught() {
     let o = run("batch-ignores-failed-deletes", "payout/batch-delete-partial", None);
     let v = o.verdicts.iter().find(|v| v.invariant == "no failed acknowledgement is ignored").unwrap();
     assert!(!v.holds, "{}", o.trace);
-    assert!(v.detail.starts_with("c1 received again at ") && v.detail.contains("ignoring the failed delete of m2 (InternalError)"), "{}", v.detail);
-    let others: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds && v.invariant != "no failed acknowledgement is ignored").map(|v| v.invariant.as_str()).collect();
+    assert!(
+        v.detail.starts_with("c1 received again at ")
+            && v.detail.contains("ignoring the failed delete of m2 (InternalError)"),
+        "{}",
+        v.detail
+    );
+    let others: Vec<&str> = o
+        .verdicts
+        .iter()
+        .filter(|v| !v.holds && v.invariant != "no failed acknowledgement is ignored")
+        .map(|v| v.invariant.as_str())
+        .collect();
     assert!(others.is_empty(), "the redelivered m2 is a harmless duplicate: {others:?}\n{}", o.trace);
 }
 
 /// Two deliveries of one event in one receive: the reference's positional entry ids delete both.
 #[test]
 fn two_deliveries_of_one_event_in_a_batch_are_both_deleted() {
-    window("payout/batch-duplicate-delivery", &["c1   recv                                    → m1 (receive 1), m2 (receive 1)", "c1   delete_batch                            → m1 deleted, m2 deleted"]);
+    window(
+        "payout/batch-duplicate-delivery",
+        &[
+            "c1   recv                                    → m1 (receive 1), m2 (receive 1)",
+            "c1   delete_batch                            → m1 deleted, m2 deleted",
+        ],
+    );
 }
 
 /// With the event id as entry id SQS rejects the whole batch, every time the two come back
@@ -450,7 +527,14 @@ fn event_ids_as_batch_entry_ids_get_the_batch_rejected_forever() {
     assert!(o.trace.contains("c1   delete_batch                            → error: DeleteMessageBatch: AWS.SimpleQueueService.BatchEntryIdsNotDistinct"), "{}", o.trace);
     let v = o.verdicts.iter().find(|v| v.invariant.starts_with("quiescence")).unwrap();
     assert!(!v.holds, "{}", o.trace);
-    assert!(o.verdicts.iter().filter(|v| !v.holds).all(|v| v.invariant.starts_with("quiescence") || v.invariant.starts_with("expected trace")), "{:?}", o.verdicts);
+    assert!(
+        o.verdicts
+            .iter()
+            .filter(|v| !v.holds)
+            .all(|v| v.invariant.starts_with("quiescence") || v.invariant.starts_with("expected trace")),
+        "{:?}",
+        o.verdicts
+    );
 }
 
 /// A batch size outside SQS's 1 to 10 is refused when the scenario loads, naming the field.
@@ -464,7 +548,11 @@ fn a_batch_size_outside_1_to_10_is_refused_at_load() {
     std::fs::write(&path, text).unwrap();
     let e = crashpoint::scenario::load(dir.path(), &path, &common::registry()).unwrap_err();
     let e = format!("{e:#}");
-    assert!(e.contains("big-batch.toml:") && e.contains("max_messages: expected 1 to 10 (SQS ReceiveMessage MaxNumberOfMessages), got 11"), "{e}");
+    assert!(
+        e.contains("big-batch.toml:")
+            && e.contains("max_messages: expected 1 to 10 (SQS ReceiveMessage MaxNumberOfMessages), got 11"),
+        "{e}"
+    );
 }
 
 // ---- Issue 15: graceful shutdown ----
@@ -496,7 +584,12 @@ fn a_stopped_worker_that_keeps_or_drops_messages_is_caught_with_the_delay() {
         let o = run(mutant, "payout/graceful-stop", None);
         let v = o.verdicts.iter().find(|v| v.invariant == "a stopped worker holds no message").unwrap();
         assert!(!v.holds && v.detail.contains(says), "{mutant}: {}\n{}", v.detail, o.trace);
-        let business: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds && !v.invariant.starts_with("a stopped") && !v.invariant.starts_with("expected trace")).map(|v| v.invariant.as_str()).collect();
+        let business: Vec<&str> = o
+            .verdicts
+            .iter()
+            .filter(|v| !v.holds && !v.invariant.starts_with("a stopped") && !v.invariant.starts_with("expected trace"))
+            .map(|v| v.invariant.as_str())
+            .collect();
         assert!(business.is_empty(), "{mutant}: the delayed messages are handled once: {business:?}");
     }
 }
@@ -514,7 +607,12 @@ fn a_stopped_worker_that_resends_its_messages_as_copies_is_caught() {
         "c1 sent m4, a copy of e2 (m2, which it held), back to payments at 0.000s and did not delete m2 before it stopped: both are delivered; \
          c1 sent m5, a copy of e3 (m3, which it held), back to payments at 0.000s and did not delete m3 before it stopped: both are delivered"
     );
-    let others: Vec<&str> = o.verdicts.iter().filter(|v| !v.holds && v.invariant != crashpoint::checker::COPIES_BOUNDED).map(|v| v.invariant.as_str()).collect();
+    let others: Vec<&str> = o
+        .verdicts
+        .iter()
+        .filter(|v| !v.holds && v.invariant != crashpoint::checker::COPIES_BOUNDED)
+        .map(|v| v.invariant.as_str())
+        .collect();
     assert!(others.is_empty(), "only the copies are wrong: {others:?}\n{}", o.trace);
     let reference = run("reference", "payout/graceful-stop", None);
     assert!(reference.verdicts.iter().any(|v| v.invariant == crashpoint::checker::COPIES_BOUNDED && v.holds));
@@ -530,7 +628,9 @@ fn stop_applies_only_to_a_running_in_process_handler() {
         ("c1:crash c1:stop", "decision 2 `c1:stop`: c1 is not running"),
     ] {
         let schedule = common::schedule(&s, text);
-        let e = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, Some(&schedule)).err().map(|e| format!("{e:#}"));
+        let e = run_scenario(&testkit::endpoints(), common::payout("reference"), &s, Some(&schedule))
+            .err()
+            .map(|e| format!("{e:#}"));
         assert!(e.as_deref().is_some_and(|e| e.contains(says)), "{text}: {e:?}");
     }
 }

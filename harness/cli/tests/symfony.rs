@@ -22,10 +22,18 @@ fn seed_windows_pass_on_the_symfony_handler_and_repeat_byte_for_byte() {
 #[ignore = "full tier: 100 schedules of PHP worker processes; `cargo test -- --include-ignored` runs it"]
 fn the_symfony_handler_passes_100_explored_schedules() {
     let s = common::scenario("symfony/explore");
-    let opts = Options { schedules: Some(100), time: None, seed: 20261130, check_determinism: false, shard: Default::default(), jobs: 1 };
+    let opts = Options {
+        schedules: Some(100),
+        time: None,
+        seed: 20261130,
+        check_determinism: false,
+        shard: Default::default(),
+        jobs: 1,
+    };
     let report = explore::explore(&testkit::endpoints(), common::payout("reference"), &s, &opts, |_| {}).unwrap();
     if let Some(f) = &report.failure {
         panic!("the Symfony handler failed: {}\n{}", f.minimal.schedule, f.minimal.trace);
     }
-    assert!(report.stats.schedules >= 100, "{} schedules", report.stats.schedules); // plus the saved regressions
+    assert!(report.stats.schedules >= 100, "{} schedules", report.stats.schedules);
+    // plus the saved regressions
 }

@@ -42,7 +42,12 @@ impl Handler for NotesBackend {
              FROM pg_stat_activity WHERE {mine}"
         );
         let row = cx.fetch_optional("backend", &sql, &[]).await?.expect("a backend sees itself in pg_stat_activity");
-        cx.note(format!("backend {} started {} locks {}", row.get::<i32, _>(0), row.get::<i64, _>(1), row.get::<i64, _>(2)));
+        cx.note(format!(
+            "backend {} started {} locks {}",
+            row.get::<i32, _>(0),
+            row.get::<i64, _>(1),
+            row.get::<i64, _>(2)
+        ));
         cx.fetch_optional("session lock", &format!("SELECT pg_try_advisory_lock({SESSION_LOCK})"), &[]).await?;
         self.inner.on_delivery(cx, d).await
     }
@@ -54,8 +59,12 @@ impl Handler for NotesBackend {
 /// in µs since the epoch).
 fn backends(s: &Scenario, schedule: &str, names_pid: bool) -> Vec<(i32, i64)> {
     let system = match names_pid {
-        true => common::payout_with_consumer("notes-backend-pid", |h| Rc::new(NotesBackend { inner: h, names_pid: true })),
-        false => common::payout_with_consumer("notes-backend", |h| Rc::new(NotesBackend { inner: h, names_pid: false })),
+        true => {
+            common::payout_with_consumer("notes-backend-pid", |h| Rc::new(NotesBackend { inner: h, names_pid: true }))
+        }
+        false => {
+            common::payout_with_consumer("notes-backend", |h| Rc::new(NotesBackend { inner: h, names_pid: false }))
+        }
     };
     let o = run_scenario(&testkit::endpoints(), system, s, Some(&common::schedule(s, schedule))).unwrap();
     assert!(o.passed(), "{:?}\n{}", o.verdicts, o.trace);
@@ -70,7 +79,11 @@ fn backends(s: &Scenario, schedule: &str, names_pid: bool) -> Vec<(i32, i64)> {
         })
         .collect();
     assert!(!noted.is_empty(), "no consumer noted its backend:\n{}", o.trace);
-    assert!(noted.iter().all(|n| n.2 == 0), "a session's advisory lock outlived its process (schedule `{schedule}`):\n{}", o.trace);
+    assert!(
+        noted.iter().all(|n| n.2 == 0),
+        "a session's advisory lock outlived its process (schedule `{schedule}`):\n{}",
+        o.trace
+    );
     noted.into_iter().map(|(pid, start, _)| (pid, start)).collect()
 }
 
@@ -121,7 +134,10 @@ fn an_idle_worker_hands_its_backend_on_and_a_crashed_one_leaves_none_or_a_fresh_
     // The namespace's next schedule (same shape, same thread): its consumer's backend
     // predates it.
     let (second, started) = backends(&s, "", false)[0];
-    assert!(started < between, "backend {second} started after the schedule before ended: a new connection, not a kept one");
+    assert!(
+        started < between,
+        "backend {second} started after the schedule before ended: a new connection, not a kept one"
+    );
     // c1 crashes inside its transaction (after its claim), or between two calls (after its
     // commit), with its session's advisory lock taken: the restarted c1 gets the same backend,
     // reset, and sees no lock held (`backends` checks that); the claim was rolled back, or the
@@ -129,7 +145,10 @@ fn an_idle_worker_hands_its_backend_on_and_a_crashed_one_leaves_none_or_a_fresh_
     for at in ["after_claim", "after_commit"] {
         let noted = backends(&s, &format!("p:lock p:send c1:recv c1:crash@{at} c1:restart tick:31s c1:recv"), false);
         assert_eq!(noted.len(), 2, "c1 should handle m1 twice, before and after its restart");
-        assert_eq!(noted[1].0, noted[0].0, "the worker restarted after its crash {at} forked a new backend instead of taking the crashed one's, reset");
+        assert_eq!(
+            noted[1].0, noted[0].0,
+            "the worker restarted after its crash {at} forked a new backend instead of taking the crashed one's, reset"
+        );
     }
     // The same inside the transaction, but the session read its pid (which it could have
     // handed out as an owner token): the crashed process's backend ends with it, and the

@@ -9,11 +9,11 @@ use anyhow::{anyhow, bail, Result};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crashpoint::SqlInvariant;
-use crashpoint::InvariantSpec;
 use crashpoint::files::{line_of, line_of_field, toml_error, utf8};
-use crashpoint::{External, ExternalRaw, ExternalVariant as Variant};
+use crashpoint::InvariantSpec;
+use crashpoint::SqlInvariant;
 use crashpoint::DEFAULT_RETENTION_S;
+use crashpoint::{External, ExternalRaw, ExternalVariant as Variant};
 use crashpoint::{Leftover, QueueSpec, RoleKind, RoleSpec};
 
 use crate::template::Template;
@@ -193,13 +193,22 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
             bail!("{}: expected a message label prefix of lower-case letters, e.g. \"m\"", here("label"));
         }
         if !(1..=43_200).contains(&q.visibility_timeout_s) {
-            bail!("{}: expected 1 to 43200 s (SQS's range, 12 h), found {}", here("visibility_timeout_s"), q.visibility_timeout_s);
+            bail!(
+                "{}: expected 1 to 43200 s (SQS's range, 12 h), found {}",
+                here("visibility_timeout_s"),
+                q.visibility_timeout_s
+            );
         }
         let retention = q.retention_s.unwrap_or(DEFAULT_RETENTION_S);
         if !(60..=1_209_600).contains(&retention) {
-            bail!("{}: expected 60 to 1209600 s (SQS's MessageRetentionPeriod, 14 days), found {retention}", here("retention_s"));
+            bail!(
+                "{}: expected 60 to 1209600 s (SQS's MessageRetentionPeriod, 14 days), found {retention}",
+                here("retention_s")
+            );
         }
-        let mut spec = QueueSpec::new(leak(q.name.clone()), leak(q.label.clone())).visibility_timeout_s(q.visibility_timeout_s).retention_s(retention);
+        let mut spec = QueueSpec::new(leak(q.name.clone()), leak(q.label.clone()))
+            .visibility_timeout_s(q.visibility_timeout_s)
+            .retention_s(retention);
         if q.fifo {
             spec = spec.fifo();
         }
@@ -211,7 +220,11 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
         }
         if let Some(dl) = &q.dead_letter {
             if !(1..=1000).contains(&dl.max_receive_count) {
-                bail!("{}: expected 1 to 1000 (SQS's maxReceiveCount), found {}", here("dead_letter.max_receive_count"), dl.max_receive_count);
+                bail!(
+                    "{}: expected 1 to 1000 (SQS's maxReceiveCount), found {}",
+                    here("dead_letter.max_receive_count"),
+                    dl.max_receive_count
+                );
             }
             spec = spec.dead_letter(leak(dl.queue.clone()), dl.max_receive_count);
         }
@@ -229,9 +242,16 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
             }
         }
     }
-    let queue_names = || if queues.is_empty() { "none: the file declares no [[queues]]".to_string() } else { queues.iter().map(|q| q.name).collect::<Vec<_>>().join(", ") };
+    let queue_names = || {
+        if queues.is_empty() {
+            "none: the file declares no [[queues]]".to_string()
+        } else {
+            queues.iter().map(|q| q.name).collect::<Vec<_>>().join(", ")
+        }
+    };
     // Events.
-    let template = Template::new(raw.events.body.clone(), raw.events.defaults.clone()).map_err(|e| anyhow!("{}: {e}", at("events.body")))?;
+    let template = Template::new(raw.events.body.clone(), raw.events.defaults.clone())
+        .map_err(|e| anyhow!("{}: {e}", at("events.body")))?;
     let dispatch = match (&raw.events.queue, &raw.events.insert) {
         (Some(q), None) if queues.iter().any(|x| x.name == q && x.outbound) => {
             bail!("{}: `{q}` is an outbound queue (`outbound = true`): no role of this file handles it; expected the queue the team's worker receives from", at("events.queue"))
@@ -249,7 +269,11 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
     };
     let (sample, sample_id) = template.sample().map_err(|e| anyhow!("{}: {e}", at("events.body")))?;
     if !raw.events.identity.starts_with('/') {
-        bail!("{}: expected a JSON pointer into the body, such as \"/eventId\", found `{}`", at("events.identity"), raw.events.identity);
+        bail!(
+            "{}: expected a JSON pointer into the body, such as \"/eventId\", found `{}`",
+            at("events.identity"),
+            raw.events.identity
+        );
     }
     match sample.pointer(&raw.events.identity) {
         None => bail!("{}: the JSON pointer `{}` finds nothing in the body {sample}", at("events.identity"), raw.events.identity),
@@ -266,7 +290,10 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
     for (prefix, t) in &raw.roles {
         let here = |f: &str| at(&format!("roles.{prefix}.{f}"));
         if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_lowercase()) {
-            bail!("{}: expected a role prefix of lower-case letters (its workers are `{prefix}1`, `{prefix}2`, …)", at(&format!("roles.{prefix}")));
+            bail!(
+                "{}: expected a role prefix of lower-case letters (its workers are `{prefix}1`, `{prefix}2`, …)",
+                at(&format!("roles.{prefix}"))
+            );
         }
         let text_of = |k: &str| -> Result<Option<String>> {
             match t.get(k) {
@@ -277,7 +304,12 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
         };
         let points: Vec<String> = match t.get("points") {
             None => Vec::new(),
-            Some(v) => v.clone().try_into().map_err(|_| anyhow!("{}: expected a list of crash points such as [\"after_claim\", \"after_commit\"]", here("points")))?,
+            Some(v) => v.clone().try_into().map_err(|_| {
+                anyhow!(
+                    "{}: expected a list of crash points such as [\"after_claim\", \"after_commit\"]",
+                    here("points")
+                )
+            })?,
         };
         for p in &points {
             if !p.strip_prefix("after_").is_some_and(|l| word(l, false)) {
@@ -321,10 +353,18 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
             _ => points.into_iter().map(leak).collect(),
         };
         let about = text_of("about")?.unwrap_or_else(|| format!("role {prefix}"));
-        roles.push(RoleSpec { prefix: leak(prefix.clone()), kind, points: Box::leak(points.into_boxed_slice()), about: leak(about) });
+        roles.push(RoleSpec {
+            prefix: leak(prefix.clone()),
+            kind,
+            points: Box::leak(points.into_boxed_slice()),
+            about: leak(about),
+        });
     }
     if roles.iter().all(|r| r.kind == RoleKind::Producer) {
-        bail!("{}: expected at least one role besides the producer: the team's worker, with its `command`", at("roles"));
+        bail!(
+            "{}: expected at least one role besides the producer: the team's worker, with its `command`",
+            at("roles")
+        );
     }
     if producer.is_none() {
         bail!("{}: expected a role with `builtin = \"producer\"`, which dispatches the scenario's events", at("roles"));
@@ -333,7 +373,8 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
     let mut systems = Vec::new();
     let mut names: Vec<&String> = raw.systems.keys().collect();
     names.sort_by_key(|n| (n.as_str() != "reference", n.as_str()));
-    let reference_default = SystemRaw { about: None, must_pass: false, args: Vec::new(), env: BTreeMap::new(), schema: None };
+    let reference_default =
+        SystemRaw { about: None, must_pass: false, args: Vec::new(), env: BTreeMap::new(), schema: None };
     if !raw.systems.contains_key("reference") {
         systems.push(system(path, &text, root, "reference", &reference_default, &raw.schema)?);
     }
@@ -361,14 +402,18 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
         }
         let raw_ext: ExternalRaw = toml::Value::Table(rest).try_into().map_err(|e: toml::de::Error| {
             let m = e.message();
-            let named = ["unknown field `", "missing field `"].iter().find_map(|p| m.strip_prefix(p)).and_then(|r| r.split('`').next());
+            let named = ["unknown field `", "missing field `"]
+                .iter()
+                .find_map(|p| m.strip_prefix(p))
+                .and_then(|r| r.split('`').next());
             let field = match named {
                 Some(f) => format!("roles.{prefix}.{f}"),
                 None => format!("roles.{prefix}"),
             };
             anyhow!("{}: {m}", at(&field))
         })?;
-        let mut ext = External::resolve(prefix, raw_ext, &roles, root).map_err(|e| anyhow!("{}: [roles.{prefix}]: {e}", at(&format!("roles.{prefix}"))))?;
+        let mut ext = External::resolve(prefix, raw_ext, &roles, root)
+            .map_err(|e| anyhow!("{}: [roles.{prefix}]: {e}", at(&format!("roles.{prefix}"))))?;
         ext.systems = systems.iter().filter(|s| s.name != "reference").map(|s| s.name.to_string()).collect();
         ext.variants = variants.clone();
         ext.origin = Some(format!("{}: [roles.{prefix}]", path.display()));
@@ -378,9 +423,16 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
     let mut leftovers = Vec::new();
     for (i, p) in raw.pending.iter().enumerate() {
         if p.count_sql.trim().is_empty() {
-            bail!("{}: expected `SELECT count(*) …` returning one bigint", at(&format!("pending[{i}].count_sql")).replace(&format!("pending[{i}]"), "pending"));
+            bail!(
+                "{}: expected `SELECT count(*) …` returning one bigint",
+                at(&format!("pending[{i}].count_sql")).replace(&format!("pending[{i}]"), "pending")
+            );
         }
-        leftovers.push(Leftover { what: leak(p.what.clone()), count_sql: leak(p.count_sql.clone()), due_sql: p.due_sql.clone().map(leak) });
+        leftovers.push(Leftover {
+            what: leak(p.what.clone()),
+            count_sql: leak(p.count_sql.clone()),
+            due_sql: p.due_sql.clone().map(leak),
+        });
     }
     let invariants = InvariantSpec::resolve_all(path, &text, &raw.invariants)?;
     Ok(Decl {
@@ -401,17 +453,41 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
 }
 
 /// System `name` of the file, its schema files read now (relative to `root`).
-fn system(path: &Path, text: &str, root: &Path, name: &str, raw: &SystemRaw, default_schema: &[String]) -> Result<SystemDecl> {
+fn system(
+    path: &Path,
+    text: &str,
+    root: &Path,
+    name: &str,
+    raw: &SystemRaw,
+    default_schema: &[String],
+) -> Result<SystemDecl> {
     let field = if raw.schema.is_some() { format!("systems.{name}.schema") } else { "schema".to_string() };
     let files = raw.schema.as_deref().unwrap_or(default_schema);
     let mut sql = String::new();
     for f in files {
         let p = root.join(f);
         let body = std::fs::read_to_string(&p).map_err(|e| {
-            anyhow!("{}:{}: field `{field}`: cannot read `{f}` ({}): {e}; paths are relative to {}", path.display(), line_of_field(text, &field), p.display(), root.display())
+            anyhow!(
+                "{}:{}: field `{field}`: cannot read `{f}` ({}): {e}; paths are relative to {}",
+                path.display(),
+                line_of_field(text, &field),
+                p.display(),
+                root.display()
+            )
         })?;
         sql.push_str(&format!("-- {f}\n{body}\n"));
     }
-    let about = raw.about.clone().unwrap_or_else(|| if name == "reference" { "the team's reference".into() } else { format!("variant {name}") });
-    Ok(SystemDecl { name: leak(name.to_string()), about: leak(about), must_pass: name == "reference" || raw.must_pass, schema_sql: sql })
+    let about = raw.about.clone().unwrap_or_else(|| {
+        if name == "reference" {
+            "the team's reference".into()
+        } else {
+            format!("variant {name}")
+        }
+    });
+    Ok(SystemDecl {
+        name: leak(name.to_string()),
+        about: leak(about),
+        must_pass: name == "reference" || raw.must_pass,
+        schema_sql: sql,
+    })
 }

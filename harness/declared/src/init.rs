@@ -31,8 +31,10 @@ impl crashpoint::Declarations for Files {
         if !ok {
             bail!("`{name}` is not a workload name; expected lower-case letters, digits, `-` and `_`, starting with a letter (--name)");
         }
-        let files: Vec<(PathBuf, String)> = TEMPLATE.iter().map(|(p, text)| (dir.join(p.replace("NAME", name)), text.replace("NAME", name))).collect();
-        let existing: Vec<String> = files.iter().filter(|(p, _)| p.exists()).map(|(p, _)| p.display().to_string()).collect();
+        let files: Vec<(PathBuf, String)> =
+            TEMPLATE.iter().map(|(p, text)| (dir.join(p.replace("NAME", name)), text.replace("NAME", name))).collect();
+        let existing: Vec<String> =
+            files.iter().filter(|(p, _)| p.exists()).map(|(p, _)| p.display().to_string()).collect();
         if !existing.is_empty() {
             bail!("not overwriting {}: move them away or choose another --name", existing.join(", "));
         }

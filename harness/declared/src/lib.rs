@@ -81,9 +81,9 @@ use std::sync::Arc;
 use anyhow::Result;
 use uuid::Uuid;
 
-use crashpoint::Invariant;
 use crashpoint::External;
-use crashpoint::{derive_id, Event, Leftover, Labels, QueueSpec, RoleSpec, SystemInfo, Workload};
+use crashpoint::Invariant;
+use crashpoint::{derive_id, Event, Labels, Leftover, QueueSpec, RoleSpec, SystemInfo, Workload};
 
 use file::Dispatch;
 pub use init::Files;
@@ -113,7 +113,8 @@ pub fn discover(scenarios: &Path) -> Result<Vec<Arc<dyn Workload>>> {
         collect(scenarios, &mut files).map_err(|e| anyhow::anyhow!("reading {}: {e}", scenarios.display()))?;
     }
     files.sort();
-    let root = scenarios.canonicalize().ok().and_then(|r| r.parent().map(Path::to_path_buf)).unwrap_or_else(|| ".".into());
+    let root =
+        scenarios.canonicalize().ok().and_then(|r| r.parent().map(Path::to_path_buf)).unwrap_or_else(|| ".".into());
     files.iter().map(|f| Ok(Arc::new(Declared::load(f, &root)?) as Arc<dyn Workload>)).collect()
 }
 
@@ -159,7 +160,11 @@ impl Workload for Declared {
                 let label = t.get("name").and_then(|v| v.as_str()).unwrap_or("?").to_string();
                 let identity = derive_id(namespace, "event", &label);
                 names.set(identity, &label);
-                let body = self.decl.template.render(&label, identity, t, namespace, names).map_err(|e| format!("events[{i}] ({label}): {e}"))?;
+                let body = self
+                    .decl
+                    .template
+                    .render(&label, identity, t, namespace, names)
+                    .map_err(|e| format!("events[{i}] ({label}): {e}"))?;
                 Ok(Event { label, identity, body })
             })
             .collect()

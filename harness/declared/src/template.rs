@@ -50,7 +50,10 @@ fn holes(s: &str) -> Result<Vec<(std::ops::Range<usize>, Hole)>, String> {
     let mut from = 0;
     while let Some(i) = s[from..].find("{{") {
         let start = from + i;
-        let end = s[start..].find("}}").map(|j| start + j + 2).ok_or_else(|| format!("`{}`: a `{{{{` without its `}}}}`", s))?;
+        let end = s[start..]
+            .find("}}")
+            .map(|j| start + j + 2)
+            .ok_or_else(|| format!("`{}`: a `{{{{` without its `}}}}`", s))?;
         let inner = s[start + 2..end - 2].trim();
         let words: Vec<&str> = inner.split_whitespace().collect();
         let field = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -104,9 +107,19 @@ impl Template {
     /// The body for event `name` with fields `event` (its `[[events]]` table), its identity
     /// `id`, in `namespace`; every derived id is labelled in `names`. Errors: a field the body
     /// reads and the event lacks (with no default), a field the body does not read.
-    pub fn render(&self, name: &str, id: Uuid, event: &toml::Table, namespace: Uuid, names: &mut Labels) -> Result<Json, String> {
+    pub fn render(
+        &self,
+        name: &str,
+        id: Uuid,
+        event: &toml::Table,
+        namespace: Uuid,
+        names: &mut Labels,
+    ) -> Result<Json, String> {
         if let Some(k) = event.keys().find(|k| k.as_str() != "name" && !self.fields.contains(k.as_str())) {
-            return Err(format!("unknown field `{k}`; the workload's body reads: name{}", self.fields.iter().map(|f| format!(", {f}")).collect::<String>()));
+            return Err(format!(
+                "unknown field `{k}`; the workload's body reads: name{}",
+                self.fields.iter().map(|f| format!(", {f}")).collect::<String>()
+            ));
         }
         let cx = Fill { name, id, event, defaults: &self.defaults, namespace };
         fill(&toml::Value::Table(self.body.clone()), &cx, names)
@@ -116,7 +129,11 @@ impl Template {
     /// to check where a JSON pointer lands.
     pub fn sample(&self) -> Result<(Json, Uuid), String> {
         let id = derive_id(Uuid::nil(), "event", "e1");
-        let event: toml::Table = self.fields.iter().map(|f| (f.clone(), self.defaults.get(f).cloned().unwrap_or_else(|| "x".into()))).collect();
+        let event: toml::Table = self
+            .fields
+            .iter()
+            .map(|f| (f.clone(), self.defaults.get(f).cloned().unwrap_or_else(|| "x".into())))
+            .collect();
         Ok((self.render("e1", id, &event, Uuid::nil(), &mut Labels::default())?, id))
     }
 }
@@ -139,7 +156,10 @@ struct Fill<'a> {
 
 impl Fill<'_> {
     fn field(&self, f: &str) -> Result<&toml::Value, String> {
-        self.event.get(f).or_else(|| self.defaults.get(f)).ok_or_else(|| format!("missing field `{f}`, which the workload's body reads"))
+        self.event
+            .get(f)
+            .or_else(|| self.defaults.get(f))
+            .ok_or_else(|| format!("missing field `{f}`, which the workload's body reads"))
     }
 
     fn value(&self, h: &Hole, names: &mut Labels) -> Result<Json, String> {
@@ -184,7 +204,9 @@ fn fill(v: &toml::Value, cx: &Fill, names: &mut Labels) -> Result<Json, String> 
             }
         }
         toml::Value::Array(a) => Json::Array(a.iter().map(|v| fill(v, cx, names)).collect::<Result<_, _>>()?),
-        toml::Value::Table(t) => Json::Object(t.iter().map(|(k, v)| Ok((k.clone(), fill(v, cx, names)?))).collect::<Result<_, String>>()?),
+        toml::Value::Table(t) => {
+            Json::Object(t.iter().map(|(k, v)| Ok((k.clone(), fill(v, cx, names)?))).collect::<Result<_, String>>()?)
+        }
         other => serde_json::to_value(other).map_err(|e| e.to_string())?,
     })
 }
@@ -200,19 +222,31 @@ mod tests {
     #[test]
     fn placeholders_keep_their_types_and_ids_get_labels() {
         let t = Template::new(
-            table(r#"eventId = "{{id}}"
+            table(
+                r#"eventId = "{{id}}"
 orderId = "{{uuid order}}"
 amount = "{{amount}}"
 note = "order {{order}} of {{name}}"
-nested = { list = ["{{amount}}", 2] }"#),
+nested = { list = ["{{amount}}", 2] }"#,
+            ),
             table("amount = 1000"),
         )
         .unwrap();
         let ns = Uuid::from_u128(1);
         let id = derive_id(ns, "event", "e1");
         let mut names = Labels::default();
-        let body = t.render("e1", id, &table(r#"name = "e1"
-order = "o7""#), ns, &mut names).unwrap();
+        let body = t
+            .render(
+                "e1",
+                id,
+                &table(
+                    r#"name = "e1"
+order = "o7""#,
+                ),
+                ns,
+                &mut names,
+            )
+            .unwrap();
         let order = derive_id(ns, "order", "o7");
         assert_eq!(
             body,
@@ -224,15 +258,27 @@ order = "o7""#), ns, &mut names).unwrap();
     #[test]
     fn mistakes_are_named() {
         assert!(Template::new(table(r#"a = "{{id""#), toml::Table::new()).unwrap_err().contains("without its"));
-        assert!(Template::new(table(r#"a = "{{uuid}}""#), toml::Table::new()).unwrap_err().contains("is not a placeholder"));
+        assert!(Template::new(table(r#"a = "{{uuid}}""#), toml::Table::new())
+            .unwrap_err()
+            .contains("is not a placeholder"));
         assert!(Template::new(table(r#"a = "{{x}}""#), table("y = 1")).unwrap_err().contains("reads no field `y`"));
         let t = Template::new(table(r#"a = "{{x}}""#), toml::Table::new()).unwrap();
         let mut names = Labels::default();
         let e = t.render("e1", Uuid::nil(), &table(r#"name = "e1""#), Uuid::nil(), &mut names).unwrap_err();
         assert!(e.contains("missing field `x`"), "{e}");
-        let e = t.render("e1", Uuid::nil(), &table(r#"name = "e1"
+        let e = t
+            .render(
+                "e1",
+                Uuid::nil(),
+                &table(
+                    r#"name = "e1"
 x = 1
-z = 2"#), Uuid::nil(), &mut names).unwrap_err();
+z = 2"#,
+                ),
+                Uuid::nil(),
+                &mut names,
+            )
+            .unwrap_err();
         assert!(e.contains("unknown field `z`"), "{e}");
     }
 }

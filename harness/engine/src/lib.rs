@@ -131,7 +131,10 @@ macro_rules! internal_modules {
     )*};
 }
 
-internal_modules!(checker, cli, duration, error, explore, model, nemesis, provider, report, scenario, schedule, services, sim, spec, workload);
+internal_modules!(
+    checker, cli, duration, error, explore, model, nemesis, provider, report, scenario, schedule, services, sim, spec,
+    workload
+);
 
 pub mod files;
 pub mod testkit;
@@ -140,20 +143,24 @@ pub mod testkit;
 /// (the `async-trait` crate; the programs run on one thread).
 pub use async_trait::async_trait;
 pub use checker::{
-    decide, CheckCx, CopiesBounded, Culprit, CulpritKind, FailedAcksHandled, Invariant, NoReplaySuppressed, NothingExpired, Problem,
-    Quiescence, ReleasedByHolder, SqlInvariant, StoppedHoldsNothing, Verdict, COPIES_BOUNDED, FAILED_ACKS_HANDLED, NOTHING_EXPIRED,
-    NO_REPLAY_SUPPRESSED, QUIESCENCE, RELEASED_BY_HOLDER, STOPPED_HOLDS_NOTHING, WORKERS_SURVIVE, WorkersSurvive,
+    decide, CheckCx, CopiesBounded, Culprit, CulpritKind, FailedAcksHandled, Invariant, NoReplaySuppressed,
+    NothingExpired, Problem, Quiescence, ReleasedByHolder, SqlInvariant, StoppedHoldsNothing, Verdict, WorkersSurvive,
+    COPIES_BOUNDED, FAILED_ACKS_HANDLED, NOTHING_EXPIRED, NO_REPLAY_SUPPRESSED, QUIESCENCE, RELEASED_BY_HOLDER,
+    STOPPED_HOLDS_NOTHING, WORKERS_SURVIVE,
 };
 pub use cli::{main, main_with, Declarations};
 pub use provider::{Effect, Handled, Provider, Reply, Request};
 pub use scenario::InvariantSpec;
 pub use sim::admin::SqlClock;
-pub use sim::cx::{handle_one, handler_failed, CallError, Cx, Delivery, FailedEntry, Handler, Poller, Producer, Program, SendEach, System, Val, HANDLER_ERROR};
+pub use sim::cx::{
+    handle_one, handler_failed, CallError, Cx, Delivery, FailedEntry, Handler, Poller, Producer, Program, SendEach,
+    System, Val, HANDLER_ERROR,
+};
 pub use sim::history::{Entry, Fact, FaultEvent, History, Outcome, Service, Step, WorkerRole};
 pub use sim::labels::Labels;
 pub use sim::wire::{External, ExternalRaw, Variant as ExternalVariant};
 pub use spec::{
-    after_call, derive_id, event_specs, CrashPoint, DeadLetter, Event, IdentityFn, Leftover, QueueSpec, Resend, RoleKind, RoleSpec, SystemInfo,
-    WorkloadFault, DEFAULT_RETENTION_S,
+    after_call, derive_id, event_specs, CrashPoint, DeadLetter, Event, IdentityFn, Leftover, QueueSpec, Resend,
+    RoleKind, RoleSpec, SystemInfo, WorkloadFault, DEFAULT_RETENTION_S,
 };
 pub use workload::{Registry, Workload};

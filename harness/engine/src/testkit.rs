@@ -23,7 +23,8 @@ extern "C" fn stop_at_exit() {
     // namespaces the tests pooled on them. A failure here must not abort the exit. Without
     // a subscriber: a test's (tracing-test's, at every level) would print the cleanup's SDK
     // traces after the test results.
-    let quiet = || tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), crate::sim::pool::release);
+    let quiet =
+        || tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), crate::sim::pool::release);
     let _ = std::panic::catch_unwind(quiet);
     let taken = SERVICES.lock().map(|mut s| s.take()).unwrap_or(None);
     drop(taken);
@@ -65,7 +66,11 @@ pub fn scenario(registry: &crate::workload::Registry, name: &str) -> crate::scen
 /// The scenario named `name` (`<group>/<file stem>`) under `dir`, for the workloads of
 /// `registry` (a team's crate keeps its own scenarios directory). Panics when it is missing or
 /// a file does not load.
-pub fn scenario_in(dir: &std::path::Path, registry: &crate::workload::Registry, name: &str) -> crate::scenario::Scenario {
+pub fn scenario_in(
+    dir: &std::path::Path,
+    registry: &crate::workload::Registry,
+    name: &str,
+) -> crate::scenario::Scenario {
     crate::scenario::discover(dir, registry)
         .unwrap_or_else(|e| panic!("scenarios load: {e:#}"))
         .into_iter()

@@ -5,12 +5,16 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crashpoint::scenario::Scenario;
-use crashpoint::System;
 use crashpoint::workload::{Registry, Workload};
+use crashpoint::System;
 
 /// The workloads of the `crashpoint` binary, in its order.
 pub fn registry() -> Registry {
-    Registry::new(vec![Arc::new(crashpoint_payout::Payout), Arc::new(crashpoint_counter::Counter), Arc::new(crashpoint_orders::Orders)])
+    Registry::new(vec![
+        Arc::new(crashpoint_payout::Payout),
+        Arc::new(crashpoint_counter::Counter),
+        Arc::new(crashpoint_orders::Orders),
+    ])
 }
 
 /// The scenario named `name` of the repository's `scenarios/`.
@@ -25,7 +29,10 @@ pub fn payout(name: &str) -> Rc<dyn System> {
 
 /// The payout reference with its consumer (role `c`) replaced by `consumer(the reference's
 /// consumer)`, under the system name `name`: a test's own variant of the handler.
-pub fn payout_with_consumer(name: &'static str, consumer: fn(Rc<dyn crashpoint::Handler>) -> Rc<dyn crashpoint::Handler>) -> Rc<dyn System> {
+pub fn payout_with_consumer(
+    name: &'static str,
+    consumer: fn(Rc<dyn crashpoint::Handler>) -> Rc<dyn crashpoint::Handler>,
+) -> Rc<dyn System> {
     Rc::new(WithConsumer { name, base: payout("reference"), consumer })
 }
 
@@ -53,7 +60,8 @@ impl System for WithConsumer {
 
 /// A schedule's text form parsed for scenario `s`'s workload.
 pub fn schedule(s: &Scenario, text: &str) -> crashpoint::schedule::Schedule {
-    crashpoint::schedule::parse(text, &crashpoint::schedule::Vocabulary::of(s.workload.as_ref())).expect("schedule parses")
+    crashpoint::schedule::parse(text, &crashpoint::schedule::Vocabulary::of(s.workload.as_ref()))
+        .expect("schedule parses")
 }
 
 /// The `crashpoint` binary, run on this test process's services (handed over as the external
@@ -74,9 +82,13 @@ pub fn crashpoint_on_test_services() -> std::process::Command {
 pub fn passes_twice_identically(names: &[&str]) {
     for name in names {
         let s = scenario(name);
-        let first = crashpoint::scenario::run_scenario(&crashpoint::testkit::endpoints(), payout("reference"), &s, None).unwrap();
+        let first =
+            crashpoint::scenario::run_scenario(&crashpoint::testkit::endpoints(), payout("reference"), &s, None)
+                .unwrap();
         assert!(first.passed(), "{name} failed:\n{}", first.trace);
-        let second = crashpoint::scenario::run_scenario(&crashpoint::testkit::endpoints(), payout("reference"), &s, None).unwrap();
+        let second =
+            crashpoint::scenario::run_scenario(&crashpoint::testkit::endpoints(), payout("reference"), &s, None)
+                .unwrap();
         assert_eq!(first.trace, second.trace, "{name}: the same schedule gave another trace");
     }
 }
@@ -88,7 +100,11 @@ pub fn explore_mutants(mutants: &[(&str, u64, &Scenario)]) -> Vec<crashpoint::ex
     use crashpoint::explore::{self, Job, Options};
     let jobs: Vec<Job> = mutants
         .iter()
-        .map(|&(system, budget, scenario)| Job { system, scenario, options: Options { schedules: Some(budget), seed: 1, ..Options::default() } })
+        .map(|&(system, budget, scenario)| Job {
+            system,
+            scenario,
+            options: Options { schedules: Some(budget), seed: 1, ..Options::default() },
+        })
         .collect();
     let mut reports = Vec::new();
     explore::explore_each(&crashpoint::testkit::endpoints(), &jobs, explore::default_jobs(), |job, r| {

@@ -152,7 +152,16 @@ fn ceiling(cpu: &CpuTimes, team: Option<&TeamPerSchedule>, wall_ms: f64, slots: 
     format!("{name} ({:.0}% used)", used * 100.0)
 }
 
-fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3], cpu: CpuTimes, team: TeamCpu, quiet: (u64, f64), localstacks: usize) -> BenchResult {
+/// What was read around an exploration: the processes' CPU, the team's processes' and the
+/// cost of waiting for quiet ([`quiet::cost`]), each as a difference.
+struct Readings {
+    cpu: CpuTimes,
+    team: TeamCpu,
+    quiet: (u64, f64),
+}
+
+fn result(scenario: &str, args: &BenchArgs, st: &Stats, rtt: [u128; 3], read: Readings, localstacks: usize) -> BenchResult {
+    let Readings { cpu, team, quiet } = read;
     let (pg, sqs, redis) = st.calls_per_schedule();
     let of = |f: fn(&Phases) -> f64| spread(st.phases.iter().map(f).collect());
     let n = st.schedules.max(1) as f64;
@@ -224,7 +233,8 @@ pub fn bench(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &BenchAr
         let r = explore::explore(endpoints, scenario::system_of(&s, "reference")?, &s, &options, |_| {})?;
         let team = team_cpu().since(&team_before);
         let quiet = (quiet::cost().0 - quiet_before.0, quiet::cost().1 - quiet_before.1);
-        let b = result(&s.name, args, &r.stats, rtt, probe.read().since(&before), team, quiet, endpoints.sqs_endpoints().count());
+        let read = Readings { cpu: probe.read().since(&before), team, quiet };
+        let b = result(&s.name, args, &r.stats, rtt, read, endpoints.sqs_endpoints().count());
         println!(
             "bench {} (reference), seed {}, {} slot(s): {} schedules in {:.1} s = {:.2} schedules/s",
             b.scenario, b.seed, args.jobs, b.schedules, b.wall_s, b.schedules_per_s

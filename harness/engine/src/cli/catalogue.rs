@@ -205,7 +205,9 @@ fn detection_rate(
     // Per (workload, system, scenario): the seeds that caught it, with its schedules to the
     // first failure, and the seeds that did not.
     type Key = (String, String, String, bool);
-    let mut caught: std::collections::BTreeMap<Key, (Vec<(u64, u64)>, Vec<u64>)> = Default::default();
+    /// (seed, schedules to the first failure) of each seed that caught it; the seeds that did not.
+    type Seeds = (Vec<(u64, u64)>, Vec<u64>);
+    let mut caught: std::collections::BTreeMap<Key, Seeds> = Default::default();
     let mut order: Vec<Key> = Vec::new();
     let result = with_services(rt, opts, |endpoints| {
         explore::explore_each(endpoints, &jobs, args.jobs, |job, r| {
@@ -223,7 +225,7 @@ fn detection_rate(
             }
             let entry = caught.entry(key).or_default();
             match &r.failure {
-                Some(f) => entry.0.push((job.options.seed, f.schedules_until as u64)),
+                Some(f) => entry.0.push((job.options.seed, f.schedules_until)),
                 None => entry.1.push(job.options.seed),
             }
             println!(

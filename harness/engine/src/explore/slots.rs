@@ -53,7 +53,7 @@ impl Ran {
 /// What a slot hands its sink: the result of a case, or word that it waits for the feedback
 /// of cases that other slots run (a sink that takes their results in takes them now).
 enum Handed {
-    Ran(u64, Result<Ran>),
+    Ran(u64, Box<Result<Ran>>),
     Waiting,
 }
 
@@ -134,7 +134,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
         if ran.as_ref().map_or(true, Ran::stops) {
             shared.stop_at.fetch_min(index, Ordering::Relaxed);
         }
-        if !sink(Handed::Ran(index, ran)) {
+        if !sink(Handed::Ran(index, Box::new(ran))) {
             return;
         }
     }
@@ -188,6 +188,9 @@ impl<F: FnMut(Ran) -> Result<bool>> Consumer<'_, F> {
 /// `opts.jobs` is 1 (inside [`super::explore_each`]), the cases are also offered to `board`'s
 /// idle threads, each of which runs them as one more slot. Errors: a service failure of a
 /// case, in case order.
+// Each argument is a different input of the exploration, as `explore` and `explore_each`
+// hand them over; a struct would only repack them once more.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run_cases<'e>(
     endpoints: &'e Endpoints,
     system: &Rc<dyn System>,
@@ -224,7 +227,7 @@ pub(super) fn run_cases<'e>(
         }
         // One slot: every case before a guided case's horizon has been taken in; it never waits.
         _ => slot(endpoints, system.clone(), s, &shared, |h| match h {
-            Handed::Ran(i, r) => order.feed(i, r),
+            Handed::Ran(i, r) => order.feed(i, *r),
             Handed::Waiting => true,
         }),
     }
@@ -239,7 +242,7 @@ fn sending_slot(endpoints: &Endpoints, s: &Scenario, name: &str, shared: &Shared
     slot(endpoints, system, s, shared, |h| match h {
         Handed::Ran(i, r) => {
             ran += 1;
-            tx.send((i, r)).is_ok()
+            tx.send((i, *r)).is_ok()
         }
         // The consumer, on another thread, takes the results in.
         Handed::Waiting => true,
@@ -276,7 +279,7 @@ fn helped<'e, F: FnMut(Ran) -> Result<bool>>(
         // in here: nobody else takes them.
         slot(endpoints, system.clone(), s, shared, |h| {
             let more = match h {
-                Handed::Ran(i, r) => order.feed(i, r),
+                Handed::Ran(i, r) => order.feed(i, *r),
                 Handed::Waiting => true,
             };
             while let Ok((i, r)) = rx.try_recv() {

@@ -125,11 +125,10 @@ fn dispatch_sent_nothing(history: &crate::sim::history::History) -> bool {
     for s in history.steps() {
         for f in &s.facts {
             match f {
-                Fact::Dispatched { identity, .. } => {
-                    if open.insert(&s.worker, (*identity, false)).is_some_and(|(_, sent)| !sent) {
+                Fact::Dispatched { identity, .. }
+                    if open.insert(&s.worker, (*identity, false)).is_some_and(|(_, sent)| !sent) => {
                         return true;
                     }
-                }
                 Fact::Sent { identity, .. } => {
                     if let Some((id, sent)) = open.get_mut(s.worker.as_str()) {
                         *sent |= id == identity;

@@ -190,7 +190,7 @@ pub struct Services {
 
 enum Guard {
     None,
-    Native(native::NativeServices),
+    Native(Box<native::NativeServices>),
     #[cfg(feature = "containers")]
     Containers(Box<containers::ContainerServices>),
 }
@@ -206,7 +206,7 @@ impl Services {
             ProviderKind::External => (external::require_env()?, Guard::None),
             ProviderKind::Native => {
                 let native = native::NativeServices::start().await?;
-                (native.endpoints.clone(), Guard::Native(native))
+                (native.endpoints.clone(), Guard::Native(Box::new(native)))
             }
             ProviderKind::Containers => start_containers().await?,
         };
@@ -231,7 +231,7 @@ impl Services {
     pub async fn stop(self) {
         match self.guard {
             Guard::None => {}
-            Guard::Native(native) => native.stop(),
+            Guard::Native(native) => (*native).stop(),
             #[cfg(feature = "containers")]
             Guard::Containers(c) => c.stop().await,
         }

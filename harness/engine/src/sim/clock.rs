@@ -81,7 +81,7 @@ impl Clock {
                 self.seq += 1;
                 let deadline_ms = self.now_ms.saturating_add(self.visibility_ms.get(queue).copied().unwrap_or(30_000));
                 self.in_flight
-                    .insert(msg.clone(), InFlight { queue: *queue, receipt: receipt.clone(), deadline_ms, seq: self.seq });
+                    .insert(msg.clone(), InFlight { queue, receipt: receipt.clone(), deadline_ms, seq: self.seq });
             }
             Fact::VisibilityChanged { msg, secs: 0, .. } => {
                 // Visible at once: SQS was given 0 too, there is nothing left to expire.

@@ -320,7 +320,8 @@ mod tests {
         let mut b = pool::take(&e, &ddl, &[], crate::sim::admin::SqlClock::Off).unwrap();
         let mut c = alive(std::mem::take(&mut b.kept)).pop().expect("the connection was not kept with the namespace");
         assert_eq!(c.pid, pid, "another backend came back");
-        let ((locks, app, temp, path, prepared), rows): ((i64, String, Option<String>, String, i64), Result<i64, sqlx::Error>) = b.rt.block_on(async {
+        type Session = (i64, String, Option<String>, String, i64);
+        let ((locks, app, temp, path, prepared), rows): (Session, Result<i64, sqlx::Error>) = b.rt.block_on(async {
             let state = sqlx::query_as(
                 "SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()), \
                  current_setting('application_name'), to_regclass('pg_temp.scratch')::text, current_setting('search_path'), \

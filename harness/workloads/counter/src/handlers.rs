@@ -114,7 +114,8 @@ pub struct Bus {
 #[async_trait(?Send)]
 impl Handler for Bus {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
-        let ev: OrderPlaced = serde_json::from_str(&d.body).map_err(|e| CallError::Unrecoverable(format!("OrderPlaced: {e}")))?;
+        let ev: OrderPlaced =
+            serde_json::from_str(&d.body).map_err(|e| CallError::Unrecoverable(format!("OrderPlaced: {e}")))?;
         cx.crash_point(points::AFTER_RECEIVE);
         for (i, h) in self.handlers.iter().enumerate() {
             if i > 0 {
@@ -174,4 +175,3 @@ impl System for CounterSystem {
         }
     }
 }
-

@@ -104,7 +104,8 @@ impl Workload for Counter {
     }
 
     fn config(&self, table: toml::Table) -> Result<Rc<dyn Any>, String> {
-        let c: CounterConfig = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_string())?;
+        let c: CounterConfig =
+            toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_string())?;
         Ok(Rc::new(c))
     }
 
@@ -135,7 +136,9 @@ impl Workload for Counter {
     }
 
     fn systems(&self) -> Vec<SystemInfo> {
-        let mut out = vec![SystemInfo::reference("the counter article's handlers: a claim per (event, handler) in the effect's transaction")];
+        let mut out = vec![SystemInfo::reference(
+            "the counter article's handlers: a claim per (event, handler) in the effect's transaction",
+        )];
         out.extend(mutants::CATALOGUE.iter().map(|v| v.info));
         out
     }

@@ -6,7 +6,9 @@ use std::rc::Rc;
 use async_trait::async_trait;
 use crashpoint::{CallError, Cx, System, SystemInfo, Val};
 
-use crate::handlers::{claim, increment, CounterSystem, Deduplicated, Effect, EventHandler, ORDER_COUNTER, RECEIPT_WRITER};
+use crate::handlers::{
+    claim, increment, CounterSystem, Deduplicated, Effect, EventHandler, ORDER_COUNTER, RECEIPT_WRITER,
+};
 use crate::{points, OrderPlaced};
 
 /// The order counter without a claim: a redelivery counts the order again.
@@ -110,7 +112,11 @@ impl EventHandler for ReadThenWrite {
         cx.crash_point(points::AFTER_CLAIM);
         if claimed {
             let row = cx
-                .fetch_optional("read_count", "SELECT order_count FROM customer_stats WHERE customer_id = $1", &[Val::Uuid(ev.customer_id)])
+                .fetch_optional(
+                    "read_count",
+                    "SELECT order_count FROM customer_stats WHERE customer_id = $1",
+                    &[Val::Uuid(ev.customer_id)],
+                )
                 .await?;
             let n: i64 = row.map(|r| r.try_get(0)).transpose()?.unwrap_or(0);
             cx.execute(

@@ -27,10 +27,12 @@ pub mod replay;
 use std::rc::Rc;
 
 use crashpoint::Invariant;
-use crashpoint::Provider;
 use crashpoint::Labels;
+use crashpoint::Provider;
 use crashpoint::System;
-use crashpoint::{derive_id, event_specs, CrashPoint, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload};
+use crashpoint::{
+    derive_id, event_specs, CrashPoint, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload,
+};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -107,15 +109,30 @@ impl Workload for Orders {
     fn roles(&self) -> Vec<RoleSpec> {
         use points::*;
         vec![
-            RoleSpec { prefix: "p", kind: RoleKind::Producer, points: &[AFTER_SEND], about: "producer of OrderCompleted" },
+            RoleSpec {
+                prefix: "p",
+                kind: RoleKind::Producer,
+                points: &[AFTER_SEND],
+                about: "producer of OrderCompleted",
+            },
             RoleSpec {
                 prefix: "c",
                 kind: RoleKind::Handler { queue: ORDERS },
                 points: &[AFTER_CLAIM, AFTER_COMMIT, AFTER_CALL],
                 about: "OrderCompleted consumer (local effects and operation records)",
             },
-            RoleSpec { prefix: "o", kind: RoleKind::Poller, points: &[AFTER_LEASE, AFTER_CALL], about: "operation processor (calls the providers)" },
-            RoleSpec { prefix: "rec", kind: RoleKind::Poller, points: &[AFTER_LOOKUP], about: "reconciliation job (looks unknown outcomes up by id)" },
+            RoleSpec {
+                prefix: "o",
+                kind: RoleKind::Poller,
+                points: &[AFTER_LEASE, AFTER_CALL],
+                about: "operation processor (calls the providers)",
+            },
+            RoleSpec {
+                prefix: "rec",
+                kind: RoleKind::Poller,
+                points: &[AFTER_LOOKUP],
+                about: "reconciliation job (looks unknown outcomes up by id)",
+            },
         ]
     }
 
@@ -176,6 +193,9 @@ impl Workload for Orders {
         if name == "reference" {
             return Some(Rc::new(OrdersSystem { name: "reference", flaws: Flaws::REFERENCE }));
         }
-        mutants::CATALOGUE.iter().find(|v| v.info.name == name).map(|v| Rc::new(OrdersSystem { name: v.info.name, flaws: v.flaws }) as Rc<dyn System>)
+        mutants::CATALOGUE
+            .iter()
+            .find(|v| v.info.name == name)
+            .map(|v| Rc::new(OrdersSystem { name: v.info.name, flaws: v.flaws }) as Rc<dyn System>)
     }
 }

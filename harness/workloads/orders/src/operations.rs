@@ -1,8 +1,8 @@
 //! A business operation of the orders article: its identity (purpose, order, parameters), the request
 //! that carries it to its provider, and the lookup that reconciles it.
 
-use crashpoint::Request;
 use crashpoint::CallError;
+use crashpoint::Request;
 use serde_json::json;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
@@ -45,7 +45,10 @@ impl Purpose {
 
     /// The purpose named `s`. Errors: another name.
     pub fn parse(s: &str) -> Result<Purpose, CallError> {
-        Purpose::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| CallError::Unrecoverable(format!("unknown purpose `{s}`")))
+        Purpose::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| CallError::Unrecoverable(format!("unknown purpose `{s}`")))
     }
 }
 
@@ -91,8 +94,12 @@ impl Operation {
     /// metadata that lookups search), the order and the parameters.
     pub fn body(&self) -> serde_json::Value {
         match self.purpose {
-            Purpose::Email => json!({"operation_id": self.id, "order_id": self.order_id, "template": "order-confirmation"}),
-            Purpose::Export | Purpose::Charge => json!({"operation_id": self.id, "order_id": self.order_id, "amount": self.amount}),
+            Purpose::Email => {
+                json!({"operation_id": self.id, "order_id": self.order_id, "template": "order-confirmation"})
+            }
+            Purpose::Export | Purpose::Charge => {
+                json!({"operation_id": self.id, "order_id": self.order_id, "amount": self.amount})
+            }
         }
     }
 
@@ -103,7 +110,9 @@ impl Operation {
         let req = match self.purpose {
             Purpose::Charge => Request::new("POST", "/charges"),
             Purpose::Email => Request::new("POST", "/messages"),
-            Purpose::Export => Request::new("PUT", &format!("/invoices/{}", key.clone().unwrap_or_else(|| self.id.to_string()))),
+            Purpose::Export => {
+                Request::new("PUT", &format!("/invoices/{}", key.clone().unwrap_or_else(|| self.id.to_string())))
+            }
         };
         let req = match key {
             Some(k) if self.purpose != Purpose::Export => req.header("Idempotency-Key", k),

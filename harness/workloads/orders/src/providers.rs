@@ -64,26 +64,71 @@ pub struct Api {
 impl Api {
     /// The payment gateway.
     pub fn gateway() -> Api {
-        Api::new(GATEWAY, "payment gateway: POST /charges with Idempotency-Key (kept 24 h; other parameters → 409)", "charges", "ch", KeyFrom::Header, Some(KEY_RETENTION_MS), true)
+        Api::new(
+            GATEWAY,
+            "payment gateway: POST /charges with Idempotency-Key (kept 24 h; other parameters → 409)",
+            "charges",
+            "ch",
+            KeyFrom::Header,
+            Some(KEY_RETENTION_MS),
+            true,
+        )
     }
 
     /// The accounting export.
     pub fn accounting() -> Api {
-        Api::new(ACCOUNTING, "accounting export: PUT /invoices/{operation_id}, idempotent by id", "invoices", "inv", KeyFrom::Path, None, false)
+        Api::new(
+            ACCOUNTING,
+            "accounting export: PUT /invoices/{operation_id}, idempotent by id",
+            "invoices",
+            "inv",
+            KeyFrom::Path,
+            None,
+            false,
+        )
     }
 
     /// The mail provider.
     pub fn mail() -> Api {
-        Api::new(MAIL, "mail provider: POST /messages, Idempotency-Key honoured inside a 10 min window only", "messages", "msg", KeyFrom::Header, Some(MAIL_WINDOW_MS), false)
+        Api::new(
+            MAIL,
+            "mail provider: POST /messages, Idempotency-Key honoured inside a 10 min window only",
+            "messages",
+            "msg",
+            KeyFrom::Header,
+            Some(MAIL_WINDOW_MS),
+            false,
+        )
     }
 
-    fn new(name: &'static str, about: &'static str, collection: &'static str, prefix: &'static str, key_from: KeyFrom, retention_ms: Option<u64>, conflict: bool) -> Api {
-        Api { name, about, collection, prefix, key_from, retention_ms, conflict, keys: Default::default(), effects: Default::default() }
+    fn new(
+        name: &'static str,
+        about: &'static str,
+        collection: &'static str,
+        prefix: &'static str,
+        key_from: KeyFrom,
+        retention_ms: Option<u64>,
+        conflict: bool,
+    ) -> Api {
+        Api {
+            name,
+            about,
+            collection,
+            prefix,
+            key_from,
+            retention_ms,
+            conflict,
+            keys: Default::default(),
+            effects: Default::default(),
+        }
     }
 
     fn lookup(&self, pick: impl Fn(&Effect) -> bool) -> Handled {
         match self.effects.borrow().iter().find(|e| pick(e)) {
-            Some(e) => Handled { reply: Reply::new(200, json!({"id": e.reference, "operation_id": e.body["operation_id"]})), text: format!("lookup: {}", e.reference) },
+            Some(e) => Handled {
+                reply: Reply::new(200, json!({"id": e.reference, "operation_id": e.body["operation_id"]})),
+                text: format!("lookup: {}", e.reference),
+            },
             None => Handled { reply: Reply::new(404, json!({"error": "not found"})), text: "lookup: not found".into() },
         }
     }
@@ -94,14 +139,31 @@ impl Api {
             if let Some(r) = self.keys.borrow().iter().rev().find(live) {
                 if self.conflict && &r.body != body {
                     let text = format!("key {key} reused with other parameters: conflict");
-                    return Handled { reply: Reply::new(409, json!({"error": "idempotency key reused with different parameters"})), text };
+                    return Handled {
+                        reply: Reply::new(409, json!({"error": "idempotency key reused with different parameters"})),
+                        text,
+                    };
                 }
-                return Handled { reply: Reply::new(200, json!({"id": r.reference, "replayed": true})), text: format!("key {key} replayed: {}", r.reference) };
+                return Handled {
+                    reply: Reply::new(200, json!({"id": r.reference, "replayed": true})),
+                    text: format!("key {key} replayed: {}", r.reference),
+                };
             }
         }
         let reference = format!("{}{}", self.prefix, self.effects.borrow().len() + 1);
-        self.effects.borrow_mut().push(Effect { provider: self.name, t_ms: now, reference: reference.clone(), key: key.clone(), body: body.clone() });
-        self.keys.borrow_mut().push(Remembered { key: key.clone(), t_ms: now, body: body.clone(), reference: reference.clone() });
+        self.effects.borrow_mut().push(Effect {
+            provider: self.name,
+            t_ms: now,
+            reference: reference.clone(),
+            key: key.clone(),
+            body: body.clone(),
+        });
+        self.keys.borrow_mut().push(Remembered {
+            key: key.clone(),
+            t_ms: now,
+            body: body.clone(),
+            reference: reference.clone(),
+        });
         let under = if key.is_empty() { "without a key".to_string() } else { format!("under key {key}") };
         Handled { reply: Reply::new(201, json!({"id": reference})), text: format!("{reference} applied {under}") }
     }
@@ -122,14 +184,20 @@ impl Provider for Api {
         match (req.method.as_str(), parts.as_slice(), self.key_from) {
             ("GET", [_], _) if here => match req.query.get("operation_id") {
                 Some(op) => self.lookup(|e| e.body["operation_id"].as_str() == Some(op.as_str())),
-                None => Handled { reply: Reply::new(400, json!({"error": "operation_id is required"})), text: "lookup without operation_id".into() },
+                None => Handled {
+                    reply: Reply::new(400, json!({"error": "operation_id is required"})),
+                    text: "lookup without operation_id".into(),
+                },
             },
             ("GET", [_, id], _) if here => self.lookup(|e| e.key == *id),
             ("POST", [_], KeyFrom::Header) if here => {
                 self.apply(req.headers.get("idempotency-key").cloned().unwrap_or_default(), &req.body, now_ms)
             }
             ("PUT", [_, id], KeyFrom::Path) if here => self.apply(id.to_string(), &req.body, now_ms),
-            _ => Handled { reply: Reply::new(404, json!({"error": "no such route"})), text: format!("no route {} {}", req.method, req.path) },
+            _ => Handled {
+                reply: Reply::new(404, json!({"error": "no such route"})),
+                text: format!("no route {} {}", req.method, req.path),
+            },
         }
     }
 
@@ -143,7 +211,9 @@ mod tests {
     use super::*;
 
     fn charge(key: &str, amount: i64) -> Request {
-        Request::new("POST", "/charges").header("Idempotency-Key", key).json(json!({"operation_id": "op", "amount": amount}))
+        Request::new("POST", "/charges")
+            .header("Idempotency-Key", key)
+            .json(json!({"operation_id": "op", "amount": amount}))
     }
 
     #[test]

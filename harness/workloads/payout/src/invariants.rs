@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
-use crashpoint::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, Verdict};
 use crashpoint::Fact;
+use crashpoint::{decide, CheckCx, CulpritKind, Invariant, Problem, Quiescence, Verdict};
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -32,20 +32,35 @@ struct State {
 
 async fn read_state(pg: &sqlx::PgPool) -> Result<State> {
     let payouts = sqlx::query("SELECT source_payment_id, count(*) FROM merchant_payout GROUP BY 1")
-        .fetch_all(pg).await?
-        .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
+        .fetch_all(pg)
+        .await?
+        .into_iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, sqlx::Error>>()?;
     let dedup = sqlx::query("SELECT consumer_name, message_id FROM processed_message ORDER BY 1, 2")
-        .fetch_all(pg).await?
-        .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
+        .fetch_all(pg)
+        .await?
+        .into_iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, sqlx::Error>>()?;
     let outbox = sqlx::query("SELECT id, causation_id FROM outbox_event ORDER BY created_at, id")
-        .fetch_all(pg).await?
-        .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
+        .fetch_all(pg)
+        .await?
+        .into_iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, sqlx::Error>>()?;
     let settlements = sqlx::query("SELECT outbox_id, count(*) FROM settlement_entry GROUP BY 1")
-        .fetch_all(pg).await?
-        .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
+        .fetch_all(pg)
+        .await?
+        .into_iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, sqlx::Error>>()?;
     let parked = sqlx::query("SELECT message_id, reason FROM failed_message ORDER BY id")
-        .fetch_all(pg).await?
-        .into_iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
+        .fetch_all(pg)
+        .await?
+        .into_iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, sqlx::Error>>()?;
     let balances = sqlx::query(
         "SELECT b.merchant_id, b.available_minor, \
                 COALESCE((SELECT sum(p.amount_minor) FROM merchant_payout p WHERE p.merchant_id = b.merchant_id), 0)::bigint \
@@ -211,7 +226,13 @@ fn published(cx: &CheckCx, f: &Facts) -> Vec<Problem> {
     f.st.outbox
         .iter()
         .filter(|(id, _)| !f.published.contains(id))
-        .map(|(id, cause)| problem(format!("outbox row {} (from {}) was never sent", cx.label(id), cx.label(cause)), Missing, [*id, *cause]))
+        .map(|(id, cause)| {
+            problem(
+                format!("outbox row {} (from {}) was never sent", cx.label(id), cx.label(cause)),
+                Missing,
+                [*id, *cause],
+            )
+        })
         .collect()
 }
 
@@ -219,17 +240,17 @@ fn published(cx: &CheckCx, f: &Facts) -> Vec<Problem> {
 /// downstream consumer parked it in the failure transport with a reason (its handler failed and
 /// its retries ran out: a person decides, as for the payout consumer's parked events).
 fn downstream_once(cx: &CheckCx, f: &Facts) -> Vec<Problem> {
-    let mut problems: Vec<Problem> = f
-        .st
-        .outbox
-        .iter()
-        .filter_map(|(id, _)| {
-            let c = f.st.settlements.get(id).copied().unwrap_or(0);
-            let parked = f.st.parked.get(id).is_some_and(|r| !r.trim().is_empty());
-            let kind = if c > 1 { Excess } else { Missing };
-            (c > 1 || c == 0 && !parked).then(|| problem(format!("publication {} applied {c} times", cx.label(id)), kind, [*id]))
-        })
-        .collect();
+    let mut problems: Vec<Problem> =
+        f.st.outbox
+            .iter()
+            .filter_map(|(id, _)| {
+                let c = f.st.settlements.get(id).copied().unwrap_or(0);
+                let parked = f.st.parked.get(id).is_some_and(|r| !r.trim().is_empty());
+                let kind = if c > 1 { Excess } else { Missing };
+                (c > 1 || c == 0 && !parked)
+                    .then(|| problem(format!("publication {} applied {c} times", cx.label(id)), kind, [*id]))
+            })
+            .collect();
     let known = f.known_publications();
     for id in f.st.settlements.keys().filter(|id| !known.contains(id)) {
         problems.push(problem(format!("settlement for unknown publication {}", cx.label(id)), Excess, [*id]));
@@ -284,9 +305,17 @@ fn no_dedup_without_effect(cx: &CheckCx, f: &Facts) -> Vec<Problem> {
             caused.contains(m) || f.st.settlements.contains_key(m)
         };
         if !ok && !payment_of.contains_key(m) && !known.contains(m) {
-            problems.push(problem(format!("{c} recorded {}, which is no message's identity", cx.label(m)), Missing, [*m]));
+            problems.push(problem(
+                format!("{c} recorded {}, which is no message's identity", cx.label(m)),
+                Missing,
+                [*m],
+            ));
         } else if !ok {
-            problems.push(problem(format!("{c} recorded {} as processed but its effect is missing", cx.label(m)), Missing, [*m]));
+            problems.push(problem(
+                format!("{c} recorded {} as processed but its effect is missing", cx.label(m)),
+                Missing,
+                [*m],
+            ));
         }
     }
     problems

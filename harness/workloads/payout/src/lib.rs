@@ -22,7 +22,9 @@ use std::rc::Rc;
 use crashpoint::Invariant;
 use crashpoint::Labels;
 use crashpoint::System;
-use crashpoint::{derive_id, event_specs, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault};
+use crashpoint::{
+    derive_id, event_specs, Event, Leftover, QueueSpec, RoleKind, RoleSpec, SystemInfo, Workload, WorkloadFault,
+};
 use serde::Deserialize;
 use uuid::Uuid;
 
@@ -30,11 +32,8 @@ pub use replay::{identity_of, Replay};
 
 /// The system named `name`: `reference`, or a mutant of [`crate::mutants::CATALOGUE`].
 pub fn by_name(name: &str) -> Option<Rc<dyn System>> {
-    let system: Rc<dyn system::PayoutSystem> = if name == "reference" {
-        Rc::new(crate::reference::Reference)
-    } else {
-        crate::mutants::by_name(name)?
-    };
+    let system: Rc<dyn system::PayoutSystem> =
+        if name == "reference" { Rc::new(crate::reference::Reference) } else { crate::mutants::by_name(name)? };
     Some(Rc::new(system::AsSystem(system)))
 }
 
@@ -91,24 +90,37 @@ impl Workload for Payout {
     }
 
     fn queues(&self) -> Vec<QueueSpec> {
-        vec![
-            QueueSpec::new(queues::PAYMENTS, "m"),
-            QueueSpec::new(queues::PAYOUTS, "x"),
-        ]
+        vec![QueueSpec::new(queues::PAYMENTS, "m"), QueueSpec::new(queues::PAYOUTS, "x")]
     }
 
     fn roles(&self) -> Vec<RoleSpec> {
         vec![
-            RoleSpec { prefix: "p", kind: RoleKind::Producer, points: points::PRODUCER, about: "producer of PaymentCaptured" },
-            RoleSpec { prefix: "c", kind: RoleKind::Handler { queue: queues::PAYMENTS }, points: points::CONSUMER, about: "payout consumer" },
+            RoleSpec {
+                prefix: "p",
+                kind: RoleKind::Producer,
+                points: points::PRODUCER,
+                about: "producer of PaymentCaptured",
+            },
+            RoleSpec {
+                prefix: "c",
+                kind: RoleKind::Handler { queue: queues::PAYMENTS },
+                points: points::CONSUMER,
+                about: "payout consumer",
+            },
             RoleSpec { prefix: "r", kind: RoleKind::Poller, points: points::RELAY, about: "outbox relay" },
-            RoleSpec { prefix: "d", kind: RoleKind::Handler { queue: queues::PAYOUTS }, points: &[], about: "downstream consumer" },
+            RoleSpec {
+                prefix: "d",
+                kind: RoleKind::Handler { queue: queues::PAYOUTS },
+                points: &[],
+                about: "downstream consumer",
+            },
             RoleSpec { prefix: "ret", kind: RoleKind::Periodic, points: &[], about: "dedup retention job" },
         ]
     }
 
     fn config(&self, table: toml::Table) -> Result<Rc<dyn Any>, String> {
-        let c: SystemConfig = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_string())?;
+        let c: SystemConfig =
+            toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_string())?;
         if !(1..=10).contains(&c.max_messages) {
             return Err(format!(
                 "max_messages: expected 1 to 10 (SQS ReceiveMessage MaxNumberOfMessages), got {}",

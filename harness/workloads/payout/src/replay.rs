@@ -11,11 +11,8 @@ use crate::queues;
 /// MerchantPayoutCreated, payouts queue) or `event_id` (a PaymentCaptured, payments queue).
 /// `None` when the body has neither.
 pub fn identity_of(body: &serde_json::Value) -> Option<(&'static str, Uuid)> {
-    let (queue, key) = if body.get("outbox_id").is_some() {
-        (queues::PAYOUTS, "outbox_id")
-    } else {
-        (queues::PAYMENTS, "event_id")
-    };
+    let (queue, key) =
+        if body.get("outbox_id").is_some() { (queues::PAYOUTS, "outbox_id") } else { (queues::PAYMENTS, "event_id") };
     body.get(key).and_then(|v| v.as_str()).and_then(|s| s.parse().ok()).map(|id| (queue, id))
 }
 

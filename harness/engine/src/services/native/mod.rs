@@ -50,7 +50,7 @@ pub fn services_parent() -> PathBuf {
         return std::env::temp_dir();
     }
     let roomy_tmpfs = nix::sys::statfs::statfs(SHM).is_ok_and(|s| {
-        s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC && s.blocks_available() as u64 * s.block_size() as u64 >= SHM_FREE_MIN
+        s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC && s.blocks_available() * s.block_size() as u64 >= SHM_FREE_MIN
     });
     match roomy_tmpfs {
         true => PathBuf::from(SHM),

@@ -87,7 +87,7 @@ pub async fn start(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<Pos
 async fn serve(bindir: &Path, dir: &Path, data: &Path, user: &Option<nix::unistd::User>, port: u16) -> Result<Postgres> {
     let log = dir.join(format!("postgres-{port}.log"));
     let mut cmd = Command::new(bindir.join("postgres"));
-    cmd.arg("-D").arg(&data).arg("-p").arg(port.to_string()).arg("-k").arg(dir);
+    cmd.arg("-D").arg(data).arg("-p").arg(port.to_string()).arg("-k").arg(dir);
     for (k, v) in SETTINGS {
         cmd.arg("-c").arg(format!("{k}={v}"));
     }

@@ -412,8 +412,8 @@ impl<'a> Run<'a> {
             Decision::Crash { worker, at } => {
                 self.check_worker(worker)?;
                 if let Some(cp) = at {
-                    if let Err(e) = self.run_to(worker, *cp) {
-                        return self.arm_instead(worker, *cp, "crash", e);
+                    if let Err(e) = self.run_to(worker, cp) {
+                        return self.arm_instead(worker, cp, "crash", e);
                     }
                     self.aim(worker, cp);
                 }
@@ -425,8 +425,8 @@ impl<'a> Run<'a> {
             }
             Decision::Fail { worker, at } => {
                 self.check_worker(worker)?;
-                if let Err(e) = self.run_to(worker, *at) {
-                    return self.arm_instead(worker, *at, "fail", e);
+                if let Err(e) = self.run_to(worker, at) {
+                    return self.arm_instead(worker, at, "fail", e);
                 }
                 self.with_slot(worker, |s| s.armed_failures.push(*at));
                 self.step(worker, None)
@@ -633,9 +633,9 @@ impl<'a> Run<'a> {
                 )));
             }
         }
-        return Err(inapplicable(format!(
+        Err(inapplicable(format!(
             "{w} did not reach {what} within {STEPS_TO_POINT_MAX} calls"
-        )));
+        )))
     }
 
     /// `crash@<op>:applied`: runs `w` to call `op`, grants it with its reply withheld (an

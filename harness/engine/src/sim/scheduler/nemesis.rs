@@ -192,7 +192,7 @@ impl Run<'_> {
     /// Wakes the producer if it waits for work.
     pub(super) fn wake_producer(&mut self, producer: &str) {
         if matches!(self.status(producer), Status::Waiting { .. }) {
-            let notify = self.with_slot(&producer, |s| {
+            let notify = self.with_slot(producer, |s| {
                 s.status = Status::Starting;
                 s.notify.clone()
             });

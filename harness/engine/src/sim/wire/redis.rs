@@ -140,7 +140,10 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -
         };
         let mut bytes: Vec<u8> = from_client.drain(..n).collect();
         let name = model::name(&args);
-        let gated = !PASS.contains(&name.as_str()) && !(in_multi && name != "EXEC");
+        // Handshake and health traffic passes, and so do the commands queued in a MULTI: the
+        // transaction is one call, gated at its EXEC.
+        let queued_in_multi = in_multi && name != "EXEC";
+        let gated = !(PASS.contains(&name.as_str()) || queued_in_multi);
         if in_multi && !["EXEC", "DISCARD", "MULTI"].contains(&name.as_str()) {
             queued.push(args.clone());
         }

@@ -1094,14 +1094,13 @@ where
     })
 }
 
+/// (entry id, a field of the entry), one per entry of a batch reply.
+type EntryFields = Vec<(String, String)>;
+
 /// The entries of a batch reply: (`Id`, `field`) of each `Successful` entry and (`Id`, `Code`)
 /// of each `Failed` one, from JSON or from the query protocol's XML (`<op>ResultEntry`,
 /// `BatchResultErrorEntry`).
-fn batch_result(
-    call: &Call,
-    body: &[u8],
-    field: &str,
-) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn batch_result(call: &Call, body: &[u8], field: &str) -> (EntryFields, EntryFields) {
     match call.proto {
         Proto::Json => {
             let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();

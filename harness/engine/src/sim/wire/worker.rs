@@ -491,9 +491,8 @@ impl WireWorker {
     /// when a message came (an idle poll stands nowhere); a poller's poll that found no row is
     /// an idle poll too.
     fn point_reached(&self, op: &str, outcome: &Outcome) -> Option<CrashPoint> {
-        let reached = !outcome.failed()
-            && !matches!(outcome, Outcome::Empty | Outcome::ReceiveLost { .. })
-            && !(self.ext.poll == Some(op) && no_rows(outcome));
+        let idle = matches!(outcome, Outcome::Empty | Outcome::ReceiveLost { .. }) || self.ext.poll == Some(op) && no_rows(outcome);
+        let reached = !outcome.failed() && !idle;
         reached.then(|| self.ext.point_after(op)).flatten()
     }
 
@@ -738,7 +737,6 @@ fn no_rows(outcome: &Outcome) -> bool {
 }
 
 /// What a PostgreSQL reply says, as an [`Outcome`].
-
 pub fn pg_outcome(call: &PgCall, reply: &PgReply) -> Outcome {
     if let Some((_, message)) = &reply.error {
         return Outcome::Error {

@@ -35,7 +35,13 @@ fn text_array<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
 
 /// Records `ops` as operations of `ev` in states `states` with references `refs` (a yield
 /// point named `operations`).
-async fn record(cx: &mut Cx, ev: &OrderCompleted, ops: &[Purpose], states: &[&str], refs: &[String]) -> Result<(), CallError> {
+async fn record(
+    cx: &mut Cx,
+    ev: &OrderCompleted,
+    ops: &[Purpose],
+    states: &[&str],
+    refs: &[String],
+) -> Result<(), CallError> {
     let ids = ops.iter().map(|p| operation_id(ev.order_id, *p).to_string());
     let purposes = ops.iter().map(|p| p.as_str());
     cx.execute(
@@ -74,10 +80,15 @@ async fn call_inline(cx: &mut Cx, op: &Operation, key: Option<String>) -> Result
 #[async_trait(?Send)]
 impl Handler for Consumer {
     async fn on_delivery(&self, cx: &mut Cx, d: Delivery) -> Result<(), CallError> {
-        let ev: OrderCompleted = serde_json::from_str(&d.body).map_err(|e| CallError::Unrecoverable(format!("OrderCompleted: {e}")))?;
+        let ev: OrderCompleted =
+            serde_json::from_str(&d.body).map_err(|e| CallError::Unrecoverable(format!("OrderCompleted: {e}")))?;
         if self.flaws.inbox_lookup_first {
             let seen = cx
-                .fetch_optional("lookup", "SELECT 1 FROM processed_messages WHERE event_id = $1", &[Val::Uuid(ev.event_id)])
+                .fetch_optional(
+                    "lookup",
+                    "SELECT 1 FROM processed_messages WHERE event_id = $1",
+                    &[Val::Uuid(ev.event_id)],
+                )
                 .await?
                 .is_some();
             if seen {
@@ -101,15 +112,26 @@ impl Handler for Consumer {
             cx.execute("effects", LOCAL_EFFECTS, &[Val::Uuid(ev.order_id), Val::I64(ev.amount), Val::Now]).await?;
             match self.flaws.consumer {
                 ConsumerRule::Operations => {
-                    record(cx, &ev, &Purpose::ALL, &["pending"; 3], &[String::new(), String::new(), String::new()]).await?
+                    record(cx, &ev, &Purpose::ALL, &["pending"; 3], &[String::new(), String::new(), String::new()])
+                        .await?
                 }
-                ConsumerRule::FlagClaim => record(cx, &ev, &[Purpose::Email, Purpose::Export], &["pending"; 2], &[String::new(), String::new()]).await?,
+                ConsumerRule::FlagClaim => {
+                    record(
+                        cx,
+                        &ev,
+                        &[Purpose::Email, Purpose::Export],
+                        &["pending"; 2],
+                        &[String::new(), String::new()],
+                    )
+                    .await?
+                }
                 ConsumerRule::OperationsAfterCommit => {
                     // No crash point marked between the two transactions: only the boundary
                     // after the first `commit` reaches the window.
                     cx.commit().await?;
                     cx.begin().await?;
-                    record(cx, &ev, &Purpose::ALL, &["pending"; 3], &[String::new(), String::new(), String::new()]).await?
+                    record(cx, &ev, &Purpose::ALL, &["pending"; 3], &[String::new(), String::new(), String::new()])
+                        .await?
                 }
                 ConsumerRule::AllOrNothing => {
                     // Every step inline, inside the transaction: the email without a key of

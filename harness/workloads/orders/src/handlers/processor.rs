@@ -36,7 +36,8 @@ fn claim_sql(rule: ClaimRule) -> String {
 }
 
 /// Records the outcome of attempt `$5` of operation `$1` (fenced: a later claim wins).
-const RECORD: &str = "UPDATE operations SET state = $2, provider_ref = NULLIF($3, ''), parked_reason = NULLIF($4, ''), \
+const RECORD: &str =
+    "UPDATE operations SET state = $2, provider_ref = NULLIF($3, ''), parked_reason = NULLIF($4, ''), \
      claimed_until = NULL WHERE operation_id = $1 AND attempts = $5 AND state IN ('pending', 'in_progress')";
 
 /// What a call established.
@@ -72,8 +73,22 @@ impl Processor {
 
     /// Records the outcome in its own transaction (its COMMIT tells the other pollers that
     /// something changed), leaving it open when `keep_open`.
-    async fn record_in(&self, cx: &mut Cx, op: &Operation, state: &str, reference: &str, reason: &str, keep_open: bool) -> Result<(), CallError> {
-        let vals = [Val::Uuid(op.id), Val::Text(state.into()), Val::Text(reference.into()), Val::Text(reason.into()), Val::I64(op.attempts.into())];
+    async fn record_in(
+        &self,
+        cx: &mut Cx,
+        op: &Operation,
+        state: &str,
+        reference: &str,
+        reason: &str,
+        keep_open: bool,
+    ) -> Result<(), CallError> {
+        let vals = [
+            Val::Uuid(op.id),
+            Val::Text(state.into()),
+            Val::Text(reference.into()),
+            Val::Text(reason.into()),
+            Val::I64(op.attempts.into()),
+        ];
         cx.begin().await?;
         let n = cx.execute("record", RECORD, &vals).await?;
         if n == 0 {
@@ -85,7 +100,14 @@ impl Processor {
         cx.commit().await
     }
 
-    async fn record(&self, cx: &mut Cx, op: &Operation, state: &str, reference: &str, reason: &str) -> Result<(), CallError> {
+    async fn record(
+        &self,
+        cx: &mut Cx,
+        op: &Operation,
+        state: &str,
+        reference: &str,
+        reason: &str,
+    ) -> Result<(), CallError> {
         self.record_in(cx, op, state, reference, reason, false).await
     }
 }
@@ -115,7 +137,12 @@ impl Poller for Processor {
         let outcome = match reply {
             Ok(r) if r.status < 300 => Outcome::Applied(r.body["id"].as_str().unwrap_or_default().to_string()),
             Ok(r) if r.status >= 500 => Outcome::Unknown(format!("{} answered {}", op.purpose.provider(), r.status)),
-            Ok(r) => Outcome::Rejected(format!("rejected by {}: {} {}", op.purpose.provider(), r.status, r.body["error"].as_str().unwrap_or(""))),
+            Ok(r) => Outcome::Rejected(format!(
+                "rejected by {}: {} {}",
+                op.purpose.provider(),
+                r.status,
+                r.body["error"].as_str().unwrap_or("")
+            )),
             Err(CallError::NoResponse(why)) => Outcome::Unknown(why),
             Err(e) => return Err(e),
         };

@@ -23,14 +23,19 @@ pub struct Reconciler {
 impl Poller for Reconciler {
     async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
         if !self.enabled {
-            let n = cx.fetch_all("unknown", "SELECT operation_id FROM operations WHERE state = 'unknown'", &[]).await?.len();
+            let n = cx
+                .fetch_all("unknown", "SELECT operation_id FROM operations WHERE state = 'unknown'", &[])
+                .await?
+                .len();
             cx.idle(true);
             if n > 0 {
                 cx.note(format!("{n} operation(s) in state unknown; no reconciliation"));
             }
             return Ok(());
         }
-        let sql = format!("SELECT {COLUMNS} FROM operations WHERE state = 'unknown' AND parked_reason IS NULL ORDER BY seq LIMIT 1");
+        let sql = format!(
+            "SELECT {COLUMNS} FROM operations WHERE state = 'unknown' AND parked_reason IS NULL ORDER BY seq LIMIT 1"
+        );
         let row = cx.fetch_optional("unknown", &sql, &[]).await?;
         cx.idle(row.is_none());
         let Some(row) = row else { return Ok(()) };

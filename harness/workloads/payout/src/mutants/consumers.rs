@@ -6,12 +6,12 @@ use async_trait::async_trait;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crashpoint::Val;
-use crate::points;
 use crate::messages::PaymentCaptured;
+use crate::points;
 use crate::reference::consumer::{claim, insert_outbox, insert_payout, CONSUMER};
 use crate::reference::{acknowledge, fail_or_retry, DispatchLock};
 use crate::system::{CallError, Consumer, Cx, Delivery};
+use crashpoint::Val;
 
 fn parse(d: &Delivery) -> Result<PaymentCaptured, CallError> {
     serde_json::from_str(&d.body).map_err(|e| CallError::Service(format!("malformed PaymentCaptured: {e}")))
@@ -145,7 +145,9 @@ impl Body for OutboxInSecondTx {
         cx.crash_point(points::AFTER_CLAIM);
         let payout = insert_payout(cx, ev, true).await?;
         cx.crash_point(points::AFTER_BUSINESS_INSERT);
-        let id = payout.ok_or_else(|| CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id)))?;
+        let id = payout.ok_or_else(|| {
+            CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id))
+        })?;
         cx.commit().await?;
         cx.begin().await?;
         insert_outbox(cx, ev, id).await?;
@@ -173,7 +175,9 @@ impl Consumer for KeyPerAttempt {
             cx.crash_point(points::AFTER_CLAIM);
             let payout = insert_payout(cx, &ev, true).await?;
             cx.crash_point(points::AFTER_BUSINESS_INSERT);
-            let id = payout.ok_or_else(|| CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id)))?;
+            let id = payout.ok_or_else(|| {
+                CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id))
+            })?;
             insert_outbox(cx, &ev, id).await?;
             cx.commit().await
         }

@@ -3,12 +3,12 @@
 
 use async_trait::async_trait;
 
-use crashpoint::Val;
 use crate::messages::PaymentCaptured;
 use crate::points;
 use crate::reference::consumer::{handle, CONSUMER};
 use crate::reference::{acknowledge, park, DispatchLock};
 use crate::system::{CallError, Consumer, Cx, Delivery};
+use crashpoint::Val;
 
 /// `inbox-lookup-first`: before its transaction, looks the event up in `processed_message` (a
 /// yield point named `lookup`) and acknowledges a duplicate it finds there without opening

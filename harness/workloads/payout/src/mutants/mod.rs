@@ -2,8 +2,8 @@
 //! the [`crate::reference::Reference`] system, and possibly its schema.
 
 mod batches;
-mod harmless;
 mod consumers;
+mod harmless;
 mod others;
 
 use std::rc::Rc;
@@ -14,8 +14,8 @@ use crate::system::*;
 use crashpoint::SystemInfo;
 
 pub use batches::*;
-pub use harmless::*;
 pub use consumers::*;
+pub use harmless::*;
 pub use others::*;
 
 /// The reference system with some roles, and possibly the schema, replaced.
@@ -100,10 +100,7 @@ impl PayoutSystem for Mutant {
 
 /// The reference schema without the payout's business unique constraint.
 pub fn schema_without_payout_unique() -> String {
-    let s = reference::SCHEMA_SQL.replace(
-        ",\n    CONSTRAINT uq_payout_source_payment UNIQUE (source_payment_id)",
-        "",
-    );
+    let s = reference::SCHEMA_SQL.replace(",\n    CONSTRAINT uq_payout_source_payment UNIQUE (source_payment_id)", "");
     assert_ne!(s, reference::SCHEMA_SQL, "the payout constraint moved in fixtures/schema.sql");
     s
 }

@@ -5,14 +5,14 @@ use std::collections::BTreeSet;
 
 use async_trait::async_trait;
 
-use crashpoint::Val;
-use crate::queues;
-use crate::points;
 use crate::messages::MerchantPayoutCreated;
+use crate::points;
+use crate::queues;
 use crate::reference::downstream::{apply_settlement, DOWNSTREAM};
-use crate::reference::relay::{mark, publication, select_batch};
 use crate::reference::fail_or_retry;
+use crate::reference::relay::{mark, publication, select_batch};
 use crate::system::{CallError, Cx, Delivery, Downstream, Relay, Retention};
+use crashpoint::Val;
 
 /// `relay-mark-before-send`: commits `published_at`, then sends. A crash in between loses
 /// the publication (the payout article: "Marking the row first creates the opposite failure").
@@ -69,7 +69,8 @@ impl Relay for MarkFailsAfterSend {
 pub struct WatermarkRelay;
 
 /// The watermark relay's table, added to the reference schema.
-pub const WATERMARK_SQL: &str = "\nCREATE TABLE relay_watermark (\n    relay TEXT PRIMARY KEY,\n    last_created_at TIMESTAMPTZ NOT NULL\n);\n";
+pub const WATERMARK_SQL: &str =
+    "\nCREATE TABLE relay_watermark (\n    relay TEXT PRIMARY KEY,\n    last_created_at TIMESTAMPTZ NOT NULL\n);\n";
 
 /// Unpublished rows above the watermark, oldest first; the same columns as the reference's.
 const SELECT_ABOVE_WATERMARK: &str = "SELECT id, aggregate_id, payload FROM outbox_event \
@@ -136,7 +137,8 @@ pub struct ShortRetention;
 #[async_trait(?Send)]
 impl Retention for ShortRetention {
     async fn run_once(&self, cx: &mut Cx) -> Result<(), CallError> {
-        let n = cx.execute("purge", "DELETE FROM processed_message WHERE processed_at < $1", &[Val::NowMinusS(1)]).await?;
+        let n =
+            cx.execute("purge", "DELETE FROM processed_message WHERE processed_at < $1", &[Val::NowMinusS(1)]).await?;
         cx.note(format!("retention purged {n} dedup rows older than 1s"));
         Ok(())
     }

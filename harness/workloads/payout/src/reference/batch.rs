@@ -18,10 +18,10 @@
 //! acknowledgements unsent has them redelivered ([`OnStop::DropAcks`]); one that sends them
 //! back as new copies while the originals go back too doubles them ([`OnStop::ResendCopies`]).
 
+use super::transaction::{handle, CONSUMER};
 use super::{fail_or_retry, park, DispatchLock};
 use crate::messages::PaymentCaptured;
 use crate::points;
-use super::transaction::{handle, CONSUMER};
 use crate::system::{CallError, Cx, Delivery};
 
 /// How a batch consumer names its DeleteMessageBatch entries.
@@ -70,7 +70,8 @@ pub struct BatchAck {
 
 /// The reference's policy: positions as entry ids, failed entries deleted again, a stop
 /// releases what was not started and acknowledges what was handled.
-pub const REFERENCE: BatchAck = BatchAck { entry_id: EntryId::Position, on_failed: OnFailed::Retry, on_stop: OnStop::Release };
+pub const REFERENCE: BatchAck =
+    BatchAck { entry_id: EntryId::Position, on_failed: OnFailed::Retry, on_stop: OnStop::Release };
 
 /// Handles one receive's `deliveries`: each in its own transaction ([`handle`]); a handled one
 /// stands at crash point `after_commit` and has its dispatch lock released; a failed one is
@@ -132,7 +133,12 @@ async fn resend_copy(cx: &mut Cx, d: &Delivery) -> Result<(), CallError> {
 /// Handles one message of a batch: parked when malformed; else its transaction, and when it
 /// committed its dispatch lock released and an entry added to `handled`; a failed one rolled
 /// back and retried or parked. Errors: the services'.
-async fn handle_one(cx: &mut Cx, d: Delivery, ack: BatchAck, handled: &mut Vec<(String, Delivery)>) -> Result<(), CallError> {
+async fn handle_one(
+    cx: &mut Cx,
+    d: Delivery,
+    ack: BatchAck,
+    handled: &mut Vec<(String, Delivery)>,
+) -> Result<(), CallError> {
     let ev: PaymentCaptured = match serde_json::from_str(&d.body) {
         Ok(ev) => ev,
         Err(e) => return park(cx, CONSUMER, &d, &format!("malformed PaymentCaptured: {e}"), None).await,

@@ -1,9 +1,9 @@
 use async_trait::async_trait;
 
 use super::fail_or_retry;
-use crashpoint::Val;
 use crate::messages::MerchantPayoutCreated;
 use crate::system::{CallError, Cx, Delivery, Downstream};
+use crashpoint::Val;
 
 /// The downstream consumer of `MerchantPayoutCreated`: its own `processed_message` claim under
 /// its own `consumer_name`, then one settlement entry, in one transaction; then delete.

@@ -1,10 +1,10 @@
 //! Messenger's failure handling: retry with backoff through redelivery, or park the message
 //! in the failure transport when the error is unrecoverable or retries are exhausted.
 
-use crashpoint::Val;
 use super::DispatchLock;
 use crate::points;
 use crate::system::{CallError, Cx, Delivery};
+use crashpoint::Val;
 
 /// After a failed attempt (the transaction already rolled back): parks the message when the
 /// error is [`CallError::Unrecoverable`] or when `receive_count > max_retries`, else makes it
@@ -42,8 +42,7 @@ pub async fn park(
     reason: &str,
     lock: Option<&DispatchLock>,
 ) -> Result<(), CallError> {
-    let body: serde_json::Value =
-        serde_json::from_str(&d.body).unwrap_or(serde_json::Value::String(d.body.clone()));
+    let body: serde_json::Value = serde_json::from_str(&d.body).unwrap_or(serde_json::Value::String(d.body.clone()));
     let id = body
         .get("event_id")
         .or_else(|| body.get("outbox_id"))

@@ -1,9 +1,9 @@
 use async_trait::async_trait;
 
 use super::lock_key;
-use crate::queues;
-use crate::points;
 use crate::messages::PaymentCaptured;
+use crate::points;
+use crate::queues;
 use crate::system::{CallError, Cx, Producer};
 
 /// Dispatch with a DeduplicateStamp: `SET payment-captured.<event_id> <token> NX PX ttl`, then

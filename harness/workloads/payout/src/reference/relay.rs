@@ -1,11 +1,11 @@
 use async_trait::async_trait;
 use sqlx::Row;
 
-use crashpoint::Val;
-use crate::queues;
-use crate::points;
 use crate::messages::MerchantPayoutCreated;
+use crate::points;
+use crate::queues;
 use crate::system::{CallError, Cx, Relay};
+use crashpoint::Val;
 
 /// the payout article's outbox relay: in one transaction, `SELECT … FOR UPDATE SKIP LOCKED LIMIT n`,
 /// SendMessage with the stable outbox id, set `published_at`, commit. At-least-once: a crash

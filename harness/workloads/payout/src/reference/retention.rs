@@ -1,7 +1,7 @@
 use async_trait::async_trait;
 
-use crashpoint::Val;
 use crate::system::{CallError, Cx, Retention};
+use crashpoint::Val;
 
 /// Deletes `processed_message` rows older than `retention_s`, where "older" is decided by the
 /// logical clock (`processed_at` is written from it), not by PostgreSQL's `now()`.
@@ -14,7 +14,10 @@ impl Retention for DedupRetention {
         let n = cx
             .execute("purge", "DELETE FROM processed_message WHERE processed_at < $1", &[Val::NowMinusS(window)])
             .await?;
-        cx.note(format!("retention purged {n} dedup rows older than {}s", cx.config::<crate::SystemConfig>().retention_s));
+        cx.note(format!(
+            "retention purged {n} dedup rows older than {}s",
+            cx.config::<crate::SystemConfig>().retention_s
+        ));
         // A run that purged nothing found nothing to do (the trace folds it in the drain).
         cx.idle(n == 0);
         Ok(())

@@ -4,10 +4,10 @@
 
 use sqlx::Row;
 
-use crashpoint::Val;
 use crate::messages::PaymentCaptured;
 use crate::points;
 use crate::system::{CallError, Cx};
+use crashpoint::Val;
 
 /// `consumer_name` of the payout consumer (the payout article).
 pub const CONSUMER: &str = "create-merchant-payout-v1";
@@ -64,7 +64,12 @@ pub async fn insert_payout(cx: &mut Cx, ev: &PaymentCaptured, guarded: bool) -> 
         "INSERT INTO merchant_payout (id, source_payment_id, merchant_id, amount_minor, currency) \
          VALUES (gen_random_uuid(), $1, $2, $3, $4) RETURNING id"
     };
-    let vals = [Val::Uuid(ev.payment_id), Val::Uuid(ev.merchant_id), Val::I64(ev.amount_minor), Val::Text(ev.currency.clone())];
+    let vals = [
+        Val::Uuid(ev.payment_id),
+        Val::Uuid(ev.merchant_id),
+        Val::I64(ev.amount_minor),
+        Val::Text(ev.currency.clone()),
+    ];
     let row = cx.fetch_optional("insert_payout", sql, &vals).await?;
     let id = row.map(|r| r.try_get::<uuid::Uuid, _>(0)).transpose()?;
     if let Some(id) = id {
@@ -94,10 +99,7 @@ pub async fn handle_with(cx: &mut Cx, ev: &PaymentCaptured, guarded: bool) -> Re
     let payout = insert_payout(cx, ev, guarded).await?;
     cx.crash_point(points::AFTER_BUSINESS_INSERT);
     let Some(payout_id) = payout else {
-        return Err(CallError::Unrecoverable(format!(
-            "Payment {} already has a merchant payout",
-            ev.payment_id
-        )));
+        return Err(CallError::Unrecoverable(format!("Payment {} already has a merchant payout", ev.payment_id)));
     };
     insert_outbox(cx, ev, payout_id).await?;
     cx.commit().await?;
