@@ -132,7 +132,7 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    checker, cli, duration, error, explore, model, nemesis, provider, report, scenario, schedule, services, sim, spec,
+    checker, cli, duration, error, explore, nemesis, provider, report, scenario, schedule, services, sim, spec,
     workload
 );
 

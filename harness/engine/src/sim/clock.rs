@@ -1,14 +1,14 @@
 //! The logical clock: the one authority on time. It tracks visibility deadlines of in-flight
 //! messages, the retention of every message not yet deleted, and the expiry of Redis keys (a
-//! lock's TTL, any key's `EX`/`PX`/`EXPIRE`: [`crate::model::redis`]), in logical ms, and says
+//! lock's TTL, any key's `EX`/`PX`/`EXPIRE`: [`crate::sim::model::redis`]), in logical ms, and says
 //! which are due when time advances. Real services are configured with long timeouts; the
 //! scheduler forces each due expiry (ChangeMessageVisibility to 0, DeleteMessage of a message
 //! past its queue's retention, DEL of the key). A key without an expiry is never due.
 
 use std::collections::BTreeMap;
 
-use super::history::Fact;
-use crate::model::redis::Expiry;
+use super::history::{Expiry, Fact};
+
 
 /// A message that was received and not yet deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -39,8 +39,8 @@ pub enum Fact {
     /// none (`None`: the key stays until deleted).
     LockTaken { key: String, ttl_ms: Option<u64> },
     /// A Redis command wrote `key` (any command but a lock's `SET … NX`) and left its expiry as
-    /// `expiry` says ([`crate::model::redis`]).
-    KeyWritten { key: String, expiry: crate::model::redis::Expiry },
+    /// `expiry` says ([`crate::sim::model::redis`]).
+    KeyWritten { key: String, expiry: Expiry },
     /// A Redis lock was deleted (recorded only when the call deleted it). `checked` when the
     /// release proved it held the lock (a compare-and-delete of its token, which deletes
     /// nothing otherwise); `false` for a plain `DEL`.
@@ -48,6 +48,20 @@ pub enum Fact {
     /// The call's outcome depends on an SQS behaviour that endpoints differ on; `behaviour` is
     /// the calibration probe's name (e.g. `stale-receipt-handle`).
     DependsOn { behaviour: String },
+}
+
+/// What a command that wrote a key did to its expiry (Redis documentation, "EXPIRE").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expiry {
+    /// Left as it was (`INCR`, `HSET`, `LPUSH`, `SET … KEEPTTL`, a Lua script's writes).
+    Keep,
+    /// None from now on: the key was overwritten (`SET` without an expiry, `GETSET`, `MSET`),
+    /// made persistent (`PERSIST`), or deleted (`DEL`, `UNLINK`, `GETDEL`, a non-positive
+    /// `EXPIRE`).
+    Never,
+    /// Expires this many logical ms from now.
+    In(u64),
 }
 
 /// Counts of real calls, per service.

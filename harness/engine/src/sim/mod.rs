@@ -1,6 +1,7 @@
 //! The simulation: a turmoil fleet of workers, the gate that makes every service call a yield
 //! point, the logical clock, and the scheduler; [`wire`] gates external worker processes at
-//! the wire with the same yield points.
+//! the wire with the same yield points; [`model`] decides what a service does with a call, once
+//! for both front-ends ([`cx`] in-process, [`wire`] at the wire).
 
 pub(crate) mod admin;
 pub(crate) mod clock;
@@ -12,6 +13,7 @@ pub(crate) mod host_spec;
 pub(crate) mod io;
 pub(crate) mod net;
 pub mod history;
+pub mod model;
 pub mod trace;
 pub(crate) mod pool;
 pub(crate) mod programs;

@@ -23,7 +23,7 @@ pub use program::{handle_one, handler_failed, Handler, Poller, Producer, Program
 
 use super::history::{Fact, Outcome, Service, Step};
 use super::world::{SharedWorld, Status};
-use crate::model::redis as model;
+use crate::sim::model::redis as model;
 use crate::nemesis::pg::PgFault;
 use crate::spec::CrashPoint;
 
@@ -434,7 +434,7 @@ impl Cx {
 
     // ---- Redis ----
 
-    /// `SET key <token> NX PX ttl_ms`, on the logical clock ([`crate::model::redis`]: the real
+    /// `SET key <token> NX PX ttl_ms`, on the logical clock ([`crate::sim::model::redis`]: the real
     /// server gets the TTL an hour longer, the logical clock expires the key). A yield point
     /// named `op`. Returns the lock's token when it was taken, `None` when the key was held: a
     /// value unique within the schedule (`<worker>.<n>`), to be carried to whoever releases the

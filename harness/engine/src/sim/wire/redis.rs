@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::worker::WireWorker;
-use crate::model::redis::{self as model, Reply};
+use crate::sim::model::redis::{self as model, Reply};
 use crate::sim::history::{Outcome, Service};
 
 /// Commands that pass ungated.

@@ -15,6 +15,7 @@
 //! Paths in `command` and `setup` are relative to the directory that holds `scenarios/` (the
 //! process's working directory).
 
+use crate::spec::intern;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -235,17 +236,3 @@ impl External {
     }
 }
 
-/// Interns a call label as a `&'static str` (labels are few: one per distinct call).
-pub fn intern(label: &str) -> &'static str {
-    use std::collections::HashSet;
-    use std::sync::Mutex;
-    static LABELS: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    let mut g = LABELS.lock().unwrap_or_else(|e| e.into_inner());
-    let set = g.get_or_insert_with(HashSet::new);
-    if let Some(s) = set.get(label) {
-        return s;
-    }
-    let s: &'static str = Box::leak(label.to_string().into_boxed_str());
-    set.insert(s);
-    s
-}

@@ -12,7 +12,8 @@ use std::rc::Rc;
 use async_trait::async_trait;
 
 use super::gate::{Admit, PgCall, PgGate, PgReply};
-use super::spec::{intern, External};
+use super::spec::External;
+use crate::spec::intern;
 use crate::nemesis::pg::PgFault;
 use crate::sim::cx::QueueUrls;
 use crate::sim::history::{Fact, Outcome, Service, Step};

@@ -19,27 +19,13 @@
 //! `FLUSHDB`/`FLUSHALL`, and a worker reading a TTL back (`TTL`, `PTTL`, `EXPIRETIME` answer
 //! what the real server holds, the pad included).
 
-use crate::sim::history::{Fact, Outcome};
+use crate::sim::history::{Expiry, Fact, Outcome};
 use crate::sim::trace::{one_line, SUBJECT_MAX};
 
 /// Added to every positive TTL a command gives the real server, ms: the real key outlives its
 /// logical deadline by an hour, so that only the logical clock expires it (the harness deletes
 /// the key then). Added, not substituted, so that `EXPIRE … GT|LT` still compare as written.
 pub const REAL_TTL_PAD_MS: u64 = 3_600_000;
-
-/// What a command that wrote a key did to its expiry (Redis documentation, "EXPIRE").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Expiry {
-    /// Left as it was (`INCR`, `HSET`, `LPUSH`, `SET … KEEPTTL`, a Lua script's writes).
-    Keep,
-    /// None from now on: the key was overwritten (`SET` without an expiry, `GETSET`, `MSET`),
-    /// made persistent (`PERSIST`), or deleted (`DEL`, `UNLINK`, `GETDEL`, a non-positive
-    /// `EXPIRE`).
-    Never,
-    /// Expires this many logical ms from now.
-    In(u64),
-}
 
 /// A server reply, as far as the model reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +81,7 @@ pub fn label(args: &[String]) -> &'static str {
         "SET" if is_lock(args) => "lock",
         "DEL" | "UNLINK" => "unlock",
         "EVAL" if is_compare_and_delete(args) => "unlock",
-        other => crate::sim::wire::spec::intern(&other.to_ascii_lowercase()),
+        other => crate::spec::intern(&other.to_ascii_lowercase()),
     }
 }
 
