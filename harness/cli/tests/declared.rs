@@ -118,13 +118,10 @@ fn the_node_invoice_variants_are_caught_shrunk_and_reproduced() {
     // At seed 7 its first failure shrinks only to 5 decisions (two events of order o1 need no
     // crash, and the shrinker keeps two pg:connection-reset); at seed 1 to 2.
     caught_shrunk_and_reproduced_with_seed(&dir, "invoices/explore", "check-then-insert", "one invoice per order", "1");
-    // A batch handler that acknowledges the whole batch after one message failed.
-    caught_shrunk_and_reproduced(
-        &dir,
-        "invoices/explore",
-        "batch-delete-all",
-        "every dispatched event has its invoice",
-    );
+    // A batch handler that acknowledges the whole batch after one message failed: at seed 7 the
+    // failed one's COMMIT applied (its reply lost), so its invoice exists and its publication is
+    // what is lost.
+    caught_shrunk_and_reproduced(&dir, "invoices/explore", "batch-delete-all", "every invoice published at least once");
     // Only concurrency inside one process reaches it: one worker, two events of one order.
     caught_shrunk_and_reproduced(&dir, "invoices/explore-batch", "batch-check-then-insert", "one invoice per order");
 }
