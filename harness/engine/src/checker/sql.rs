@@ -75,8 +75,8 @@ impl Invariant for SqlInvariant {
                     .iter()
                     .enumerate()
                     .map(|(i, c)| {
-                        if let Ok(Some(u)) = row.try_get::<Option<Uuid>, _>(i) {
-                            ids.push(u);
+                        if c.type_info().name() == "UUID" {
+                            ids.extend(row.try_get::<Option<Uuid>, _>(i).ok().flatten());
                         }
                         format!("{}={}", c.name(), value(row, i, c.type_info().name()))
                     })

@@ -83,7 +83,7 @@ impl CpuProbe {
         let stats: BTreeMap<i32, procfs::process::Stat> = procfs::process::all_processes()
             .map(|ps| ps.flatten().filter_map(|p| Some((p.pid, p.stat().ok()?))).collect())
             .unwrap_or_default();
-        let ms_per_tick = 1e3 / procfs::ticks_per_second() as f64;
+        let ms_per_tick = ms_per_tick();
         let own = |s: &procfs::process::Stat| (s.utime + s.stime) as f64 * ms_per_tick;
         let tree = |root: Option<i32>| -> Option<f64> {
             let root = root?;
@@ -102,6 +102,19 @@ impl CpuProbe {
             redis_ms: tree(self.redis),
         }
     }
+}
+
+/// Milliseconds per clock tick of `/proc/<pid>/stat`'s times.
+fn ms_per_tick() -> f64 {
+    1e3 / procfs::ticks_per_second() as f64
+}
+
+/// The CPU time of process `pid` and of the children it reaped, ms (`/proc/<pid>/stat`:
+/// utime + stime + cutime + cstime); `None` when it is gone. One read: for a process whose
+/// live children do not matter (a team's worker, read at its first call and before its kill).
+pub fn process_ms(pid: u32) -> Option<f64> {
+    let s = procfs::process::Process::new(pid as i32).ok()?.stat().ok()?;
+    Some((s.utime + s.stime) as f64 * ms_per_tick() + (s.cutime + s.cstime).max(0) as f64 * ms_per_tick())
 }
 
 /// Whether `pid` is `root` or one of its descendants in `stats` (ppid links).

@@ -68,12 +68,7 @@ impl Labels {
     /// another trace on every run. Known ids keep their labels; the same unknown id gets the
     /// same `k<n>` each time it appears.
     pub fn relabel_all(&mut self, text: &str) -> String {
-        for id in uuids_in(text) {
-            if !self.labels.contains_key(id) && !self.unknown.contains_key(id) {
-                let n = self.unknown.len() + 1;
-                self.unknown.insert(id.to_string(), format!("{UNKNOWN_PREFIX}{n}"));
-            }
-        }
+        self.relabel_all_after(text, 0);
         self.relabel(text)
     }
 

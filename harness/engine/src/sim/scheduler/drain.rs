@@ -317,10 +317,7 @@ impl Run<'_> {
             for f in facts {
                 match f {
                     // What an outbound queue holds is another service's to delete.
-                    Fact::Sent { msg, queue, .. } if self.admin.queues.outbound.contains(queue) => {
-                        deleted.insert(msg.clone());
-                        sent.insert(msg.clone());
-                    }
+                    Fact::Sent { queue, .. } if self.admin.queues.outbound.contains(queue) => {}
                     Fact::Sent { msg, .. } => {
                         sent.insert(msg.clone());
                     }

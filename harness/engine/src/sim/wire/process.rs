@@ -9,6 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use crate::services::cpu::process_ms;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
@@ -20,16 +21,29 @@ pub struct WorkerProcess {
     /// Where its stdout and stderr go (under [`logs_dir`]).
     pub log: PathBuf,
     keep_log: bool,
-    /// When it was started.
-    started: Instant,
-    /// Its CPU time, ms, and the wall time since its start, when its first call reached a
-    /// proxy ([`WorkerProcess::first_call`]); `None` before.
-    first_call: FirstCall,
+    /// What its start cost, once its first call reached a proxy ([`StartProbe`]).
+    start: StartProbe,
 }
 
-/// Where a worker's host records the CPU and wall time its process took to reach its first
-/// call (ms each), for [`team_cpu`].
-pub type FirstCall = Rc<Cell<Option<(f64, f64)>>>;
+/// What a worker process's start cost: its CPU time and the wall time from its start to its
+/// first call at a proxy (ms each), recorded by its host ([`StartProbe::first_call`]) and
+/// summed into [`team_cpu`] when the process ends. Clones share the record.
+#[derive(Clone)]
+pub struct StartProbe {
+    pid: u32,
+    started: Instant,
+    at_first_call: Rc<Cell<Option<(f64, f64)>>>,
+}
+
+impl StartProbe {
+    /// Records, once, that the process's first call reached a proxy now.
+    pub fn first_call(&self) {
+        if self.at_first_call.get().is_none() {
+            let cpu = process_ms(self.pid).unwrap_or(0.0);
+            self.at_first_call.set(Some((cpu, self.started.elapsed().as_secs_f64() * 1e3)));
+        }
+    }
+}
 
 /// What the team's worker processes this harness process started cost, summed over the
 /// processes that ended (each is counted when the harness kills and reaps it).
@@ -65,13 +79,6 @@ pub fn team_cpu() -> TeamCpu {
     *TEAM.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The CPU time of process `pid` and of its children it reaped, ms (`/proc/<pid>/stat`:
-/// utime + stime + cutime + cstime); `None` when it is gone.
-pub fn process_cpu_ms(pid: u32) -> Option<f64> {
-    let s = procfs::process::Process::new(pid as i32).ok()?.stat().ok()?;
-    let ticks = s.utime + s.stime + (s.cutime + s.cstime).max(0) as u64;
-    Some(ticks as f64 * 1e3 / procfs::ticks_per_second() as f64)
-}
 
 /// This process's directory for external workers' logs (see [`logs_dir`]).
 static LOGS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -131,26 +138,13 @@ impl WorkerProcess {
             .process_group(0)
             .spawn()
             .with_context(|| format!("starting external worker `{}` in {}", command.join(" "), cwd.display()))?;
-        Ok(WorkerProcess { child, log, keep_log: false, started: Instant::now(), first_call: Rc::default() })
+        let start = StartProbe { pid: child.id(), started: Instant::now(), at_first_call: Rc::default() };
+        Ok(WorkerProcess { child, log, keep_log: false, start })
     }
 
-    /// The cell its host fills when the process's first call reaches a proxy: its CPU so far
-    /// and the wall time since its start ([`WorkerProcess::record_first_call`]).
-    pub fn first_call(&self) -> FirstCall {
-        self.first_call.clone()
-    }
-
-    /// Records, once, that the process's first call reached a proxy now.
-    pub fn record_first_call(cell: &FirstCall, pid: u32, started: Instant) {
-        if cell.get().is_none() {
-            let cpu = process_cpu_ms(pid).unwrap_or(0.0);
-            cell.set(Some((cpu, started.elapsed().as_secs_f64() * 1e3)));
-        }
-    }
-
-    /// When it was started.
-    pub fn started(&self) -> Instant {
-        self.started
+    /// What records its start's cost, for its host ([`StartProbe::first_call`]).
+    pub fn start_probe(&self) -> StartProbe {
+        self.start.clone()
     }
 
     /// Its pid (also its process group id).
@@ -172,12 +166,12 @@ impl WorkerProcess {
 impl Drop for WorkerProcess {
     fn drop(&mut self) {
         // Its CPU in all, read before the kill (a reaped process is gone from /proc).
-        let total = process_cpu_ms(self.child.id());
+        let total = process_ms(self.child.id());
         {
             let mut team = TEAM.lock().unwrap_or_else(|e| e.into_inner());
             team.processes += 1;
             team.total_ms += total.unwrap_or(0.0);
-            if let Some((cpu, wall)) = self.first_call.get() {
+            if let Some((cpu, wall)) = self.start.at_first_call.get() {
                 team.start_ms += cpu;
                 team.start_wall_ms += wall;
             }

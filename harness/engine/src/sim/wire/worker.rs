@@ -58,7 +58,7 @@ pub struct WireWorker {
     settle_at: Cell<Option<(u64, Option<CrashPoint>)>>,
     /// Its process, once started: where the CPU of its start goes, its pid and its start
     /// ([`super::process::WorkerProcess::record_first_call`]).
-    process: RefCell<Option<(super::process::FirstCall, u32, std::time::Instant)>>,
+    process: RefCell<Option<super::process::StartProbe>>,
 }
 
 /// An ungated exchange under way ([`WireWorker::pending_guard`]).
@@ -135,7 +135,7 @@ impl WireWorker {
 
     /// Names its process, started now: its first call then records what its start cost.
     pub fn started(&self, p: &super::process::WorkerProcess) {
-        *self.process.borrow_mut() = Some((p.first_call(), p.pid(), p.started()));
+        *self.process.borrow_mut() = Some(p.start_probe());
     }
 
     /// Records a client library the wire named (`ioredis 5.4.1`), for errors.
@@ -195,8 +195,8 @@ impl WireWorker {
     /// Parks the worker before `call` until the scheduler grants it. Returns how it was granted.
     pub async fn hold(&self, call: Held) -> Granted {
         self.world.borrow_mut().mailbox(&self.me).made_calls = true;
-        if let Some((cell, pid, started)) = &*self.process.borrow() {
-            super::process::WorkerProcess::record_first_call(cell, *pid, *started);
+        if let Some(probe) = &*self.process.borrow() {
+            probe.first_call();
         }
         if self.ext.concurrent {
             return self.hold_unit(call).await;
