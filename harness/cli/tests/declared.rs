@@ -165,6 +165,77 @@ fn the_redeliver_window_charges_twice_without_an_idempotency_key() {
     assert!(t.contains("FAIL at most one charge per order: row order_id=o1 charges=2"), "{t}");
 }
 
+/// Issue 53 §2: the job worker declares `reuse = true`. An exploration runs most schedules on
+/// processes kept from the schedule before, and `--check-determinism` replays each on fresh
+/// processes: the same trace byte for byte.
+#[test]
+fn a_reusable_worker_serves_the_next_schedules_and_its_fresh_replays_match() {
+    let out = crashpoint_in(
+        &example("pg-jobs"),
+        &["run", "jobs/explore", "--schedules", "12", "--seed", "3", "--check-determinism", "--no-calibrate"],
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("determinism: 12 schedule(s) ran twice, every trace the same byte for byte"), "{t}");
+    let kept: u64 = t
+        .lines()
+        .find_map(|l| l.strip_prefix("kept worker processes: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no line on kept processes:\n{t}"));
+    assert!(kept >= 3, "only {kept} of 12 schedules ran on kept processes:\n{t}");
+}
+
+/// Issue 53 §2: a role declared `reuse = true` whose process keeps state between schedules
+/// (a count of the jobs it handled, after which it leaves them undone) fails only on a kept
+/// process. The failure is replayed on fresh processes before it is reported; the replay
+/// passes, and the run stops with a harness error (exit 2) naming the role, not a verdict.
+#[test]
+fn a_reused_worker_that_keeps_state_between_schedules_is_named_not_reported() {
+    let workload = WORKLOAD.replace("poll = \"claim\"\n", "poll = \"claim\"\nreuse = true\n").replace(
+        "name = \"clocks\"\nsql = \"SELECT 1 WHERE false\"",
+        "name = \"every job done\"\nsql = \"SELECT body FROM jobs WHERE NOT done\"",
+    );
+    let explore =
+        "description = \"x\"\nworkers = \"p w1\"\n\n[explore]\ndecisions_max = 3\n\n[[events]]\nname = \"e1\"\n";
+    let dir = bad_dir(&workload, &one_event("p:send"));
+    std::fs::write(dir.path().join("scenarios/t/explore.toml"), explore).unwrap();
+    std::fs::write(
+        dir.path().join("schema.sql"),
+        "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n",
+    )
+    .unwrap();
+    // It reconnects when its connection is closed, as a kept process must; its defect is the
+    // count it keeps in memory.
+    std::fs::write(
+        dir.path().join("worker.py"),
+        "import os, psycopg\n\
+         handled, c = 0, None\n\
+         while True:\n\
+         \x20   try:\n\
+         \x20       if c is None:\n\
+         \x20           c = psycopg.connect(os.environ['DATABASE_URL'], autocommit=True)\n\
+         \x20       if handled < 2:\n\
+         \x20           if c.execute('/* crashpoint:claim */ UPDATE jobs SET done = true WHERE NOT done RETURNING body').fetchone():\n\
+         \x20               handled += 1\n\
+         \x20       else:\n\
+         \x20           c.execute('/* crashpoint:claim */ SELECT 1 WHERE false')\n\
+         \x20   except psycopg.Error:\n\
+         \x20       c = None\n",
+    )
+    .unwrap();
+    let out = crashpoint_in(dir.path(), &["run", "t/explore", "--schedules", "30", "--seed", "1", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("a run on worker processes kept from the schedule before and its replay on fresh processes differ")
+            && t.contains("broken on kept processes: [\"every job done\"]; on fresh ones: []")
+            && t.contains("Role `w` keeps state between schedules"),
+        "{t}"
+    );
+    assert!(!t.contains("FAIL t/explore"), "a failure only a kept process shows was reported:\n{t}");
+}
+
 /// The catalogue of a declared workload: every variant caught, the reference passes 100
 /// explored schedules.
 fn catalogue_passes(dir: &Path, workload: &str, variants: &[&str]) {

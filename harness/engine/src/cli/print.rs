@@ -75,6 +75,9 @@ pub fn exploration(s: &Scenario, system: &str, r: &Report) {
     if let Some(d) = &st.determinism {
         println!("{}", d.line());
     }
+    if let Some(line) = st.reused_line() {
+        println!("{line}");
+    }
     coverage(st);
     let Some(f) = &r.failure else {
         println!("PASS {} ({system})\n", s.name);

@@ -123,10 +123,25 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
                 true => crate::schedule::mutate(&menu, &parents, &mut runner),
                 false => strategy.new_tree(&mut runner).map_err(|e| anyhow!("{e}"))?.current(),
             };
-            let outcome = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
+            // On the processes the namespace kept, where roles declare `reuse = true`; a
+            // failure found on them is reported only as fresh processes replay it.
+            let outcome = crate::sim::wire::keep::reusing(|| run_scenario(endpoints, system.clone(), s, Some(&schedule)))?;
+            let outcome = match outcome.reused.is_empty() || outcome.passed() {
+                true => outcome,
+                false => {
+                    let fresh = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
+                    same_on_fresh(&outcome, &fresh)?;
+                    fresh
+                }
+            };
             let signal = super::signal::signal(&outcome.history, &roles);
+            // The second run on fresh processes: it checks the reuse too.
             let divergence = match shared.opts.check_determinism {
-                true => first_divergence(&outcome.trace, &run_scenario(endpoints, system.clone(), s, Some(&schedule))?.trace),
+                true => {
+                    let again = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
+                    same_on_fresh(&outcome, &again)?;
+                    first_divergence(&outcome.trace, &again.trace)
+                }
                 false => None,
             };
             Ok(Ran { index, seed, mutation, schedule, outcome, divergence, signal })
@@ -138,6 +153,32 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
             return;
         }
     }
+}
+
+/// Checks that `fresh`, a replay on fresh processes, gives the verdict and the trace of
+/// `reused`, a run on processes kept from the schedule before. Nothing to check when `reused`
+/// took no kept process. Errors: they differ, naming the reused roles: a process of theirs
+/// kept state between schedules (or the run is not deterministic).
+fn same_on_fresh(reused: &ScenarioOutcome, fresh: &ScenarioOutcome) -> Result<()> {
+    if reused.reused.is_empty() {
+        return Ok(());
+    }
+    let broken = |o: &ScenarioOutcome| -> Vec<String> {
+        o.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.clone()).chain(o.missing_trace_facts.iter().cloned()).collect()
+    };
+    let differs = match (broken(reused), broken(fresh)) {
+        (a, b) if a != b => Some(format!("broken on kept processes: {a:?}; on fresh ones: {b:?}")),
+        _ => first_divergence(&reused.trace, &fresh.trace).map(|d| format!("the traces differ at {d} (kept ≠ fresh)")),
+    };
+    let Some(differs) = differs else { return Ok(()) };
+    let roles: Vec<String> = reused.reused.iter().map(|r| format!("`{r}`")).collect();
+    Err(anyhow!(
+        "schedule `{}`: a run on worker processes kept from the schedule before and its replay on fresh processes differ: {differs}. \
+         Role {} keeps state between schedules (or the run is not deterministic: run again with `--check-determinism` after removing \
+         `reuse = true` to tell): do not declare it `reuse = true`",
+        reused.schedule,
+        roles.join(", ")
+    ))
 }
 
 /// Puts results back in case order and hands them to the consumer.

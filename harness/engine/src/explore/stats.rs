@@ -75,6 +75,9 @@ pub struct Stats {
     /// With `--check-determinism`: schedules run a second time, and how many of those gave the
     /// same trace byte for byte (the rest is a failure). `None` when not checked.
     pub determinism: Option<Determinism>,
+    /// Schedules that ran on worker processes kept from the schedule before instead of
+    /// started (roles declared `reuse = true`, [`crate::sim::wire::keep`]).
+    pub reused: u64,
 }
 
 /// Schedules run twice to check determinism ([`Stats::determinism`]).
@@ -142,6 +145,19 @@ fn dispatch_sent_nothing(history: &crate::sim::history::History) -> bool {
 }
 
 impl Stats {
+    /// The summary line of [`Stats::reused`], `None` when no schedule reused a process:
+    /// `kept worker processes: 98 of 100 schedules ran on processes of the schedule before
+    /// (reuse = true); every failure is replayed on fresh ones before it is reported`.
+    pub fn reused_line(&self) -> Option<String> {
+        (self.reused > 0).then(|| {
+            format!(
+                "kept worker processes: {} of {} schedules ran on processes of the schedule before (reuse = true); \
+                 a failure is reported only as fresh processes replay it",
+                self.reused, self.schedules
+            )
+        })
+    }
+
     /// Empty counters for a scenario of `workload`.
     pub fn new(workload: &dyn crate::workload::Workload) -> Stats {
         let roles = workload.roles();
@@ -159,6 +175,7 @@ impl Stats {
     /// slot computes it beside the run, for a guided exploration's corpus too).
     pub(super) fn record_with(&mut self, o: &ScenarioOutcome, signal: std::collections::BTreeSet<String>) {
         self.schedules += 1;
+        self.reused += u64::from(!o.reused.is_empty());
         self.signal.extend(signal);
         if self.schedules % SIGNAL_EVERY == 0 {
             self.signal_growth.push(self.signal.len());

@@ -206,6 +206,10 @@ pub struct ScenarioReport {
     /// for byte. Left out of report.json when not checked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub determinism: Option<crate::explore::Determinism>,
+    /// Schedules that ran on worker processes kept from the schedule before (roles declared
+    /// `reuse = true`); left out of report.json when none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reused_schedules: Option<u64>,
 }
 
 /// The coverage an exploration reached, as distinct elements of the abstract signal.
@@ -312,6 +316,7 @@ impl ScenarioReport {
             signal: None,
             external_workers: s.external.iter().map(|e| crate::sim::wire::info(e)).collect(),
             determinism: st.determinism,
+            reused_schedules: (st.reused > 0).then_some(st.reused),
         }
     }
 

@@ -43,6 +43,9 @@ pub struct ScenarioOutcome {
     pub phases: Phases,
     /// The recorded history.
     pub history: crate::sim::history::History,
+    /// The roles whose processes were kept from the schedule before instead of started
+    /// ([`crate::sim::wire::keep`]; empty outside [`crate::sim::wire::keep::reusing`]).
+    pub reused: std::collections::BTreeSet<&'static str>,
 }
 
 /// Where a schedule's wall time went, ms.
@@ -229,6 +232,7 @@ pub(crate) fn run_driven(
         wall: started.elapsed(),
         phases,
         history: fin.history,
+        reused: fin.reused,
     })
 }
 

@@ -107,6 +107,9 @@ pub struct Admin {
     /// The workers' PostgreSQL connections kept for the namespace's next schedule
     /// ([`super::worker_pg`]); closed before the schema is dropped.
     pub(super) kept: Vec<super::worker_pg::WorkerPg>,
+    /// External worker processes kept for the namespace's next schedule, with their proxies'
+    /// listening sockets ([`super::wire::keep`]); killed when the namespace is dropped.
+    pub(super) processes: Vec<super::wire::keep::Kept>,
 }
 
 impl Admin {
@@ -174,7 +177,7 @@ impl Admin {
             let snapshot = snapshot::take(&pg, &schema).await.context("taking the schema's snapshot for its reset")?;
             anyhow::Ok((pg, sqs, redis, QueueUrls { queues: urls, fifo, outbound }, snapshot))
         })?;
-        Ok(Admin { rt, pg, sqs, redis, endpoints: endpoints.clone(), schema, sql_clock, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default(), kept: Vec::new() })
+        Ok(Admin { rt, pg, sqs, redis, endpoints: endpoints.clone(), schema, sql_clock, queues, sqs_calls, snapshot, shape: String::new(), pg_gone: Default::default(), kept: Vec::new(), processes: Vec::new() })
     }
 
     /// Records that PostgreSQL did not answer (the checker's probe timed out): a later
@@ -395,8 +398,8 @@ impl Admin {
     }
 
     /// Empties the outbound queues ([`QueueSpec::outbound`]) for the namespace's next schedule:
-    /// receives and deletes what the schedule published until a receive returns nothing (no
-    /// PurgeQueue, which AWS allows once a minute per queue). Nobody else receives from them,
+    /// receives and deletes (DeleteMessageBatch) what the schedule published until a receive
+    /// returns nothing (no PurgeQueue, which AWS allows once a minute per queue). Nobody else receives from them,
     /// so every message is visible. Errors: SQS failing.
     fn empty_outbound(&self) -> Result<()> {
         let urls: Vec<&String> = self.queues.queues.iter().filter(|(n, _, _)| self.queues.outbound.contains(n)).map(|(_, u, _)| u).collect();
@@ -415,14 +418,28 @@ impl Admin {
                     if messages.is_empty() {
                         break;
                     }
-                    for m in messages {
-                        self.sqs
-                            .delete_message()
-                            .queue_url(url)
-                            .set_receipt_handle(m.receipt_handle)
-                            .send()
-                            .await
-                            .map_err(|e| anyhow::anyhow!("DeleteMessage: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                    // One DeleteMessageBatch for the (at most 10) messages received.
+                    let entries = messages
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, m)| {
+                            aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                                .id(i.to_string())
+                                .set_receipt_handle(m.receipt_handle)
+                                .build()
+                                .map_err(|e| anyhow::anyhow!("DeleteMessageBatch entry: {e}"))
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let out = self
+                        .sqs
+                        .delete_message_batch()
+                        .queue_url(url)
+                        .set_entries(Some(entries))
+                        .send()
+                        .await
+                        .map_err(|e| anyhow::anyhow!("DeleteMessageBatch: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+                    if let Some(f) = out.failed.first() {
+                        anyhow::bail!("DeleteMessageBatch: entry {} failed: {} {}", f.id, f.code, f.message.as_deref().unwrap_or(""));
                     }
                 }
             }
@@ -499,9 +516,11 @@ impl Admin {
     /// cleanup must not hide the verdict. The DROP waits at most [`LOCK_TIMEOUT_MS`] for its
     /// locks; past that the schema is left behind, with a warning naming it.
     pub fn destroy(self, keys: &[String]) {
-        let Admin { rt, pg, sqs, mut redis, schema, queues, pg_gone, kept, .. } = self;
-        // Closed before their schema goes (idle, they hold no lock the DROP waits for).
+        let Admin { rt, pg, sqs, mut redis, schema, queues, pg_gone, kept, processes, .. } = self;
+        // Closed before their schema goes (idle, they hold no lock the DROP waits for); the
+        // kept processes are killed before their queues go.
         drop(kept);
+        drop(processes);
         let seed = baseline_schema(&schema);
         rt.block_on(async {
             for (_, url, _) in &queues.queues {

@@ -43,6 +43,9 @@ pub struct HostSpec {
     /// PostgreSQL connections kept from the namespace's schedule before, for the workers to
     /// take, and where they leave theirs at the schedule's end.
     pub pg_kept: Rc<super::worker_pg::Shelf>,
+    /// External worker processes kept from the namespace's schedule before, for the hosts to
+    /// take, and where they leave theirs at the schedule's end ([`super::wire::keep`]).
+    pub processes: Rc<super::wire::keep::Shelf>,
     /// Raised when a host's task is woken from another thread ([`super::io`]): the scheduler
     /// steps when it is.
     pub wake: std::sync::Arc<super::io::Signal>,

@@ -126,8 +126,16 @@ impl Drop for ManagedChild {
     }
 }
 
-fn unregister_group(pgid: i32) {
-    REGISTRY.lock().unwrap().groups.retain(|(g, _, _)| *g != pgid);
+/// Registers process group `pgid` (`name`, for the log) to be sent `graceful` on SIGINT or
+/// SIGTERM ([`cleanup_all`]): a child the harness started with a plain [`Command`], such as a
+/// team's worker process.
+pub fn register_group(pgid: i32, name: &str, graceful: Signal) {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).groups.push((pgid, name.to_string(), graceful));
+}
+
+/// Forgets process group `pgid` (it was stopped, or handed over).
+pub fn unregister_group(pgid: i32) {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).groups.retain(|(g, _, _)| *g != pgid);
 }
 
 /// Whether any process of group `pgid` is alive.

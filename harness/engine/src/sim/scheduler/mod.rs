@@ -111,6 +111,10 @@ const IDLE_SPINS: u32 = 0;
 const IDLE_PAUSE_US: u64 = 100;
 /// The longest pause between idle simulation steps, µs.
 const IDLE_PAUSE_MAX_US: u64 = 400;
+/// The pause between steps while the scheduler only waits for concurrent processes to be
+/// still ([`Run::wait_for_io`]), µs: a third of [`quiet::QUIET_MS`], so that about three
+/// steps see a quiet window instead of about ten.
+const QUIET_PAUSE_US: u64 = quiet::QUIET_MS * 1000 / 3;
 /// The longest wait between steps while only in-process workers are moving, ms: their
 /// replies wake the scheduler ([`crate::sim::io`]), so the bound only matters for a worker
 /// that waits on something else, such as a row lock another worker holds (checked every
@@ -124,6 +128,8 @@ pub struct Run<'a> {
     sim: turmoil::Sim<'a>,
     /// The workers' PostgreSQL connections kept between the namespace's schedules.
     pg_kept: Rc<super::worker_pg::Shelf>,
+    /// The external worker processes kept between the namespace's schedules.
+    processes: Rc<super::wire::keep::Shelf>,
     /// Raised when a host task is woken ([`crate::sim::io`]).
     wake: std::sync::Arc<crate::sim::io::Signal>,
     world: SharedWorld,
@@ -188,6 +194,9 @@ pub struct Finished {
     pub effects: Vec<crate::provider::Effect>,
     /// Simulation steps the schedule took (each ticks every running host).
     pub steps: u64,
+    /// The roles whose processes were kept from the namespace's schedule before
+    /// ([`super::wire::keep`]).
+    pub reused: BTreeSet<&'static str>,
 }
 
 /// The role of each worker name: its rank among the workload's roles and its kind.
@@ -226,6 +235,7 @@ impl<'a> Run<'a> {
         let pg_kept = Rc::new(super::worker_pg::Shelf::new(super::worker_pg::alive(
             std::mem::take(&mut admin.kept),
         )));
+        let processes = Rc::new(super::wire::keep::Shelf::new(std::mem::take(&mut admin.processes)));
         let identity = Rc::new(setup.identity);
         let step_timeout = setup
             .external
@@ -252,6 +262,7 @@ impl<'a> Run<'a> {
             providers: setup.providers.clone(),
             sqs_calls: admin.sqs_calls.clone(),
             pg_kept: pg_kept.clone(),
+            processes: processes.clone(),
             wake: wake.clone(),
         });
         let sim = fleet::build(&setup.workers, spec)?;
@@ -286,6 +297,7 @@ impl<'a> Run<'a> {
         let mut run = Run {
             sim,
             pg_kept,
+            processes,
             wake,
             world,
             admin,
@@ -864,10 +876,22 @@ impl<'a> Run<'a> {
     /// moving worker is in-process (its sockets are on the I/O runtime, whose wakes reach
     /// this thread); else (an external worker's proxy, whose sockets only a step polls) the
     /// `idle`-th pause of [`IDLE_PAUSE_US`] doubling to [`IDLE_PAUSE_MAX_US`].
+    ///
+    /// When every moving worker is a concurrent process with nothing in flight, which the
+    /// scheduler only waits to see still for [`quiet::QUIET_MS`], the pause is
+    /// [`QUIET_PAUSE_US`]: a call it makes meanwhile is held at its proxy and seen at the next
+    /// step, and the stillness is judged only after a step ([`quiet::Quiet::settled`]).
     fn wait_for_io(&self, moving: &[String], idle: u32) {
-        let max = match moving.iter().any(|w| self.is_external(w)) {
-            false => Duration::from_millis(WAKE_WAIT_MAX_MS),
-            true => Duration::from_micros((IDLE_PAUSE_US << idle.min(16)).min(IDLE_PAUSE_MAX_US)),
+        let only_quiet = moving.iter().all(|w| {
+            self.concurrent.contains(w)
+                && self.with_slot(w, |s| {
+                    s.pending == 0 && s.in_flight.is_empty() && !matches!(s.status, Status::Starting | Status::Running { .. })
+                })
+        });
+        let max = match (only_quiet, moving.iter().any(|w| self.is_external(w))) {
+            (true, _) => Duration::from_micros(QUIET_PAUSE_US),
+            (false, false) => Duration::from_millis(WAKE_WAIT_MAX_MS),
+            (false, true) => Duration::from_micros((IDLE_PAUSE_US << idle.min(16)).min(IDLE_PAUSE_MAX_US)),
         };
         self.wake.wait(max);
     }
@@ -1114,11 +1138,16 @@ impl<'a> Run<'a> {
             providers,
             steps,
             pg_kept,
+            processes,
             ..
         } = self;
-        // The hosts stop: the connections their workers leave idle are kept.
+        // The hosts stop: the connections their workers leave idle are kept, and the
+        // processes of reusable roles left running.
         pg_kept.collect();
+        processes.collect();
         drop(sim);
+        admin.processes = processes.drain();
+        let reused = processes.reused();
         // Reset now, before the checker's statements and the namespace's TRUNCATE: a
         // transaction a workload opened by hand would hold the locks the TRUNCATE waits for.
         admin.kept = super::worker_pg::reset(pg_kept.drain());
@@ -1139,6 +1168,7 @@ impl<'a> Run<'a> {
             names,
             effects,
             steps,
+            reused,
         }
     }
 }

@@ -6,7 +6,8 @@
 //! start a transaction), so the scheduler waits until its process is quiet: no byte moved
 //! through its proxies ([`crate::sim::world::Mailbox::activity`]), no ungated exchange or granted
 //! call under way, and its CPU time (its CPU-time clock, ns, every thread's) unchanged for
-//! [`QUIET_MS`], none of its threads runnable (`/proc/<pid>/task/*/stat`, read only then). A process that reacts to its own timers (a heartbeat) moves on real
+//! [`QUIET_MS`], none of its threads runnable (`/proc/<pid>/task/*/stat`, read only then, and
+//! not again while its CPU time stays unchanged). A process that reacts to its own timers (a heartbeat) moves on real
 //! time: the calls such a timer makes are held like any other, in the settle they arrive in.
 
 use std::collections::BTreeMap;
@@ -29,6 +30,8 @@ struct Seen {
     activity: u64,
     cpu_ns: u64,
     since: Instant,
+    /// Whether it was found settled at `cpu_ns` (no thread runnable then).
+    settled: bool,
 }
 
 impl Quiet {
@@ -45,12 +48,14 @@ impl Quiet {
             activity: u64::MAX,
             cpu_ns: 0,
             since: now,
+            settled: false,
         });
         if seen.activity != activity {
             *seen = Seen {
                 activity,
                 cpu_ns: cpu_ns(pid),
                 since: now,
+                settled: false,
             };
             return false;
         }
@@ -58,15 +63,18 @@ impl Quiet {
             return false;
         }
         let cpu = cpu_ns(pid);
-        // Still for QUIET_MS by its CPU clock: only then are its threads looked at one by one.
-        if cpu != seen.cpu_ns || runnable(pid) {
+        // Still for QUIET_MS by its CPU clock: only then are its threads looked at one by one,
+        // and once only while it stays still (a thread that wakes uses CPU, or moves bytes).
+        if cpu != seen.cpu_ns || (!seen.settled && runnable(pid)) {
             *seen = Seen {
                 activity,
                 cpu_ns: cpu,
                 since: now,
+                settled: false,
             };
             return false;
         }
+        seen.settled = true;
         let mut world = world.borrow_mut();
         let s = world.mailbox(w);
         if !s.has_units() && s.pending == 0 {

@@ -1,13 +1,15 @@
 //! The turmoil host of an external worker: its three proxies, on loopback ports chosen by the
 //! system, and its process. A crash of the host (`Sim::crash`) drops all of it: the proxies'
 //! sockets close (PostgreSQL rolls back the open transaction) and the process group is killed.
+//! At a schedule's end, a role declared `reuse = true` leaves its running process and listening
+//! sockets for the namespace's next schedule instead ([`super::keep`]).
 
 use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
-use tokio::net::TcpListener;
 
+use super::keep::{Kept, Listeners, Shelf};
 use super::process::WorkerProcess;
 use crate::services::native::process::tail;
 use super::spec::External;
@@ -26,29 +28,56 @@ const EXIT_POLL_MS: u64 = 20;
 /// ended. Errors: a port that cannot be bound, a command that cannot start, a process that
 /// exits by itself before the worker's first call (with the last lines of its log).
 pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'static str>, spec: Rc<HostSpec>) -> Result<()> {
-    let bind = || TcpListener::bind("127.0.0.1:0");
-    let (pg_l, sqs_l, redis_l) = (bind().await?, bind().await?, bind().await?);
-    let (pg_port, sqs_port, redis_port) = (pg_l.local_addr()?.port(), sqs_l.local_addr()?.port(), redis_l.local_addr()?.port());
+    let (command, extra) = ext.for_system(spec.system.name());
+    let key = Kept::key(&name, &command, &ext.cwd, &extra, &spec.search_path);
+    let key = format!("{key}\u{0}{}\u{0}{}", spec.config_json, spec.system.name());
+    let kept = spec.processes.take(&key);
+    let reused = kept.is_some();
     let worker = Rc::new(WireWorker::new(name.clone(), spec.world.clone(), ext.clone(), queue, spec.queues.clone(), spec.identity.clone()));
+    let kept = match kept {
+        Some(k) => k,
+        None => {
+            let listeners = Listeners::bind()?;
+            let (pg_port, sqs_port, redis_port) = listeners.ports()?;
+            let env = environment(&name, &spec, pg_port, sqs_port, redis_port)?;
+            let env: Vec<(String, String)> = env.into_iter().chain(extra).collect();
+            let log = super::process::logs_dir()?.join(format!("{}-{name}.log", spec.schema));
+            let process = WorkerProcess::spawn(&command, &ext.cwd, &env, log)?;
+            worker.started(&process);
+            tracing::info!(worker = %name, pid = process.pid(), log = %process.log.display(), command = %command.join(" "), "external worker started");
+            Kept::new(key, ext.role, process, listeners)
+        }
+    };
+    let [pg_l, sqs_l, redis_l] = kept.listeners.for_runtime()?;
     let e = &spec.endpoints;
     tokio::task::spawn_local(pg::serve(pg_l, host_port(&e.database_url, 5432)?, worker.clone()));
     let proxy = SqsProxy::new(worker.clone(), host_port(&e.sqs_endpoint_url, 4566)?, clients::sqs_client_counted(&e.sqs_endpoint_url, &spec.sqs_calls));
     tokio::task::spawn_local(sqs::serve(sqs_l, Rc::new(proxy)));
     tokio::task::spawn_local(redis::serve(redis_l, host_port(&e.redis_url, 6379)?, worker.clone()));
-    let env = environment(&name, &spec, pg_port, sqs_port, redis_port)?;
-    let (command, extra) = ext.for_system(spec.system.name());
-    let env: Vec<(String, String)> = env.into_iter().chain(extra).collect();
-    let log = super::process::logs_dir()?.join(format!("{}-{name}.log", spec.schema));
-    let mut process = WorkerProcess::spawn(&command, &ext.cwd, &env, log.clone())?;
-    worker.started(&process);
-    spec.world.borrow_mut().mailbox(&name).process_pid = Some(process.pid());
-    tracing::info!(worker = %name, pid = process.pid(), log = %log.display(), command = %command.join(" "), "external worker started");
+    spec.world.borrow_mut().mailbox(&name).process_pid = Some(kept.process.pid());
+    if reused {
+        tracing::debug!(worker = %name, pid = kept.process.pid(), "external worker kept from the namespace's schedule before");
+    }
+    // The host's end (a crash, or the schedule's end) drops this: the process is killed, or
+    // kept for the next schedule when the schedule ends with it running and its role reusable.
+    let mut running = Running { kept: Some(kept), shelf: spec.processes.clone(), reuse: ext.reuse };
     loop {
         tokio::time::sleep(Duration::from_millis(EXIT_POLL_MS)).await;
+        let process = running.process();
         if let Some(status) = process.exited() {
             process.keep_log();
+            let log = process.log.clone();
             let last = tail(&log, 15);
             if !spec.world.borrow_mut().mailbox(&name).made_calls {
+                if reused {
+                    bail!(
+                        "external worker {name} exited by itself ({status}) before its first call in this schedule, on a process kept \
+                         from the schedule before (role `{}` declares `reuse = true`): it does not survive its connections being \
+                         closed between schedules; remove `reuse = true`, or let it reconnect; the last lines of {}:\n{last}",
+                        ext.role,
+                        log.display()
+                    );
+                }
                 bail!("external worker {name} exited by itself before its first call ({status}): it cannot start; the last lines of {}:\n{last}", log.display());
             }
             // A finding, not a harness error: the scheduler ends this host as a crash the
@@ -56,6 +85,30 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
             tracing::info!(worker = %name, %status, "external worker exited by itself");
             spec.world.borrow_mut().mailbox(&name).exited = Some((status.to_string(), last));
             std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// A host's process while the host runs ([`run`]).
+struct Running {
+    kept: Option<Kept>,
+    shelf: Rc<Shelf>,
+    /// Whether its role declares `reuse = true`.
+    reuse: bool,
+}
+
+impl Running {
+    fn process(&mut self) -> &mut WorkerProcess {
+        &mut self.kept.as_mut().expect("taken only when dropped").process
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut k) = self.kept.take() {
+            if self.reuse && k.process.exited().is_none() {
+                self.shelf.leave(k);
+            }
         }
     }
 }

@@ -9,6 +9,7 @@
 pub mod gate;
 pub mod pg;
 pub mod host;
+pub mod keep;
 pub mod process;
 pub mod redis;
 pub mod spec;

@@ -1,11 +1,9 @@
 //! An external worker's process: started in a process group of its own, killed with SIGKILL
 //! to the whole group (a crash), and reaped.
 
-use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::rc::Rc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -32,24 +30,29 @@ pub struct WorkerProcess {
 pub struct StartProbe {
     pid: u32,
     started: Instant,
-    at_first_call: Rc<Cell<Option<(f64, f64)>>>,
+    at_first_call: Arc<Mutex<Option<(f64, f64)>>>,
 }
 
 impl StartProbe {
     /// Records, once, that the process's first call reached a proxy now.
     pub fn first_call(&self) {
-        if self.at_first_call.get().is_none() {
+        let mut at = self.at_first_call.lock().unwrap_or_else(|e| e.into_inner());
+        if at.is_none() {
             let cpu = process_ms(self.pid).unwrap_or(0.0);
-            self.at_first_call.set(Some((cpu, self.started.elapsed().as_secs_f64() * 1e3)));
+            *at = Some((cpu, self.started.elapsed().as_secs_f64() * 1e3));
         }
+    }
+
+    fn recorded(&self) -> Option<(f64, f64)> {
+        *self.at_first_call.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// What the team's worker processes this harness process started cost, summed over the
-/// processes that ended (each is counted when the harness kills and reaps it).
+/// What the team's worker processes this harness process started cost: those that ended, and
+/// those still running (a process kept between schedules, [`super::keep`]) as far as they got.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct TeamCpu {
-    /// Processes started and ended.
+    /// Processes started.
     pub processes: u64,
     /// CPU time from exec to the first call at a proxy (the runtime's and libraries' start,
     /// the connections opened), ms, summed over those that made one.
@@ -72,13 +75,33 @@ impl TeamCpu {
     }
 }
 
-static TEAM: Mutex<TeamCpu> = Mutex::new(TeamCpu { processes: 0, start_ms: 0.0, start_wall_ms: 0.0, total_ms: 0.0 });
-
-/// The team's processes' CPU so far ([`TeamCpu`]).
-pub fn team_cpu() -> TeamCpu {
-    *TEAM.lock().unwrap_or_else(|e| e.into_inner())
+/// The ended processes' sums, and the running ones' start probes.
+struct Team {
+    ended: TeamCpu,
+    running: Vec<StartProbe>,
 }
 
+static TEAM: Mutex<Team> =
+    Mutex::new(Team { ended: TeamCpu { processes: 0, start_ms: 0.0, start_wall_ms: 0.0, total_ms: 0.0 }, running: Vec::new() });
+
+fn team() -> std::sync::MutexGuard<'static, Team> {
+    TEAM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The team's processes' CPU so far ([`TeamCpu`]): the ended ones', and the running ones' as
+/// `/proc` gives it now.
+pub fn team_cpu() -> TeamCpu {
+    let t = team();
+    let mut sum = t.ended;
+    for p in &t.running {
+        sum.total_ms += process_ms(p.pid).unwrap_or(0.0);
+        if let Some((cpu, wall)) = p.recorded() {
+            sum.start_ms += cpu;
+            sum.start_wall_ms += wall;
+        }
+    }
+    sum
+}
 
 /// This process's directory for external workers' logs (see [`logs_dir`]).
 static LOGS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -138,7 +161,14 @@ impl WorkerProcess {
             .process_group(0)
             .spawn()
             .with_context(|| format!("starting external worker `{}` in {}", command.join(" "), cwd.display()))?;
-        let start = StartProbe { pid: child.id(), started: Instant::now(), at_first_call: Rc::default() };
+        let start = StartProbe { pid: child.id(), started: Instant::now(), at_first_call: Arc::default() };
+        {
+            let mut t = team();
+            t.ended.processes += 1;
+            t.running.push(start.clone());
+        }
+        // Killed on Ctrl-C and SIGTERM too, wherever it is (a kept one waits between schedules).
+        crate::services::native::process::register_group(child.id() as i32, "external worker", Signal::SIGKILL);
         Ok(WorkerProcess { child, log, keep_log: false, start })
     }
 
@@ -168,17 +198,18 @@ impl Drop for WorkerProcess {
         // Its CPU in all, read before the kill (a reaped process is gone from /proc).
         let total = process_ms(self.child.id());
         {
-            let mut team = TEAM.lock().unwrap_or_else(|e| e.into_inner());
-            team.processes += 1;
-            team.total_ms += total.unwrap_or(0.0);
-            if let Some((cpu, wall)) = self.start.at_first_call.get() {
-                team.start_ms += cpu;
-                team.start_wall_ms += wall;
+            let mut t = team();
+            t.running.retain(|p| p.pid != self.start.pid);
+            t.ended.total_ms += total.unwrap_or(0.0);
+            if let Some((cpu, wall)) = self.start.recorded() {
+                t.ended.start_ms += cpu;
+                t.ended.start_wall_ms += wall;
             }
         }
         let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
+        crate::services::native::process::unregister_group(self.child.id() as i32);
         if !self.keep_log && !keep_all_logs() {
             let _ = std::fs::remove_file(&self.log);
         }

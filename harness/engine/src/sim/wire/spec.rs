@@ -10,6 +10,7 @@
 //! pass = ["SELECT version()"]                              # more statements that pass ungated
 //! step_timeout_s = 10
 //! concurrent = false    # true: several calls in flight (a batch in parallel, heartbeats)
+//! reuse = false         # true: a process still running at a schedule's end serves the next
 //! ```
 //!
 //! Paths in `command` and `setup` are relative to the directory that holds `scenarios/` (the
@@ -47,6 +48,8 @@ pub struct ExternalRaw {
     poll: Option<String>,
     #[serde(default)]
     concurrent: bool,
+    #[serde(default)]
+    reuse: bool,
 }
 
 fn default_step_timeout_s() -> u64 {
@@ -97,6 +100,11 @@ pub struct External {
     /// scheduler waits for the process to settle after each reply; else a second call while
     /// one is held stops the run (exit 2), naming both.
     pub concurrent: bool,
+    /// Whether a process that is still running at a schedule's end may serve the next
+    /// schedule of the same namespace (`reuse = true`, [`super::keep`]): its connections to the
+    /// proxies are closed in between and it must reconnect; it must keep no state of its own
+    /// between messages (an in-memory cache, a counter, a timer that outlives a message).
+    pub reuse: bool,
 }
 
 /// How one system (variant) runs an external worker's command.
@@ -194,6 +202,7 @@ impl External {
             variants: BTreeMap::new(),
             origin: None,
             concurrent: raw.concurrent,
+            reuse: raw.reuse,
         })
     }
 

@@ -1,0 +1,166 @@
+//! External worker processes kept between the schedules of one namespace (a role declared
+//! `reuse = true`), so that a schedule need not pay a runtime's start (issue 53).
+//!
+//! A worker's host listens on three loopback ports ([`Listeners`]). At a schedule's end, a
+//! reusable role's process that is still running is left, with its listening sockets, on the
+//! [`Shelf`]; the namespace keeps it ([`crate::sim::admin::Admin`]), and a schedule that
+//! ends otherwise than quiescent drops the namespace and kills it. Every connection the process
+//! had to the proxies closes with the schedule's hosts: its pools see their connections reset
+//! and reconnect, and those connections wait in the listening sockets' backlog until the next
+//! schedule of the namespace serves them. That schedule's host of the same worker name, command,
+//! variant and configuration takes the process instead of starting one: its calls are then held
+//! as a started process's are. Its schema, queues and Redis keys are the namespace's own and
+//! were reset in between ([`crate::sim::pool`]).
+//!
+//! Only generated cases of an exploration take kept processes, inside [`reusing`]; a failure
+//! found on them is run again on fresh processes before it is reported, and a shrink, a repro
+//! and the second run of `--check-determinism` start fresh processes.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+
+use anyhow::{Context, Result};
+
+use super::process::WorkerProcess;
+
+/// An external worker's three listening sockets (PostgreSQL, SQS, Redis), on loopback ports
+/// the kernel chose. They outlive a schedule's host when its process is kept.
+pub struct Listeners {
+    /// PostgreSQL's proxy.
+    pub pg: std::net::TcpListener,
+    /// SQS's proxy.
+    pub sqs: std::net::TcpListener,
+    /// Redis's proxy.
+    pub redis: std::net::TcpListener,
+}
+
+impl Listeners {
+    /// Three sockets listening on `127.0.0.1:0`, non-blocking. Errors: a socket that cannot be
+    /// bound.
+    pub fn bind() -> Result<Listeners> {
+        let one = || -> Result<std::net::TcpListener> {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a proxy's loopback port")?;
+            l.set_nonblocking(true)?;
+            Ok(l)
+        };
+        Ok(Listeners { pg: one()?, sqs: one()?, redis: one()? })
+    }
+
+    /// Their ports: (PostgreSQL, SQS, Redis).
+    pub fn ports(&self) -> Result<(u16, u16, u16)> {
+        Ok((self.pg.local_addr()?.port(), self.sqs.local_addr()?.port(), self.redis.local_addr()?.port()))
+    }
+
+    /// Tokio listeners on duplicates of the sockets, for the current runtime (a turmoil host's):
+    /// dropping them with the runtime leaves these listening. Errors: a descriptor that cannot
+    /// be duplicated or registered.
+    pub fn for_runtime(&self) -> Result<[tokio::net::TcpListener; 3]> {
+        let dup = |l: &std::net::TcpListener| -> Result<tokio::net::TcpListener> {
+            Ok(tokio::net::TcpListener::from_std(l.try_clone()?)?)
+        };
+        Ok([dup(&self.pg)?, dup(&self.sqs)?, dup(&self.redis)?])
+    }
+}
+
+/// A worker process with its listening sockets, kept for the namespace's next schedule.
+pub struct Kept {
+    /// What it serves: [`Kept::key`] of its worker name and start.
+    key: String,
+    /// Its role (`c`).
+    pub role: &'static str,
+    /// The process (killed when this is dropped).
+    pub process: WorkerProcess,
+    /// Where its proxies listen (the process's environment names these ports).
+    pub listeners: Listeners,
+}
+
+impl Kept {
+    /// A process started as `key` says ([`Kept::key`]), of role `role`.
+    pub fn new(key: String, role: &'static str, process: WorkerProcess, listeners: Listeners) -> Kept {
+        Kept { key, role, process, listeners }
+    }
+
+    /// What a process must have been started as to serve worker `name` now: its name, command
+    /// line, working directory, environment (but for the proxies' ports, which the kept
+    /// listeners keep) and the namespace's `search_path`. A process serves only a schedule that
+    /// would have started the same.
+    pub fn key(name: &str, command: &[String], cwd: &std::path::Path, env: &[(String, String)], search_path: &str) -> String {
+        format!("{name}\u{0}{command:?}\u{0}{}\u{0}{env:?}\u{0}{search_path}", cwd.display())
+    }
+}
+
+thread_local! {
+    /// Whether the schedules this thread runs now may take kept processes ([`reusing`]).
+    static REUSING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` (a generated case of an exploration) with kept processes served to its schedule's
+/// hosts; outside it, every schedule starts its processes afresh and kills those kept.
+pub fn reusing<T>(f: impl FnOnce() -> T) -> T {
+    struct Back(bool);
+    impl Drop for Back {
+        fn drop(&mut self) {
+            REUSING.with(|r| r.set(self.0));
+        }
+    }
+    let _back = Back(REUSING.with(|r| r.replace(true)));
+    f()
+}
+
+/// One schedule's external processes: those kept from the namespace's schedule before, taken
+/// by its hosts as they start ([`Shelf::take`]); and, from [`Shelf::collect`] on (the
+/// schedule's end), those its hosts leave running ([`Shelf::leave`]).
+#[derive(Default)]
+pub struct Shelf {
+    kept: RefCell<Vec<Kept>>,
+    collecting: Cell<bool>,
+    left: RefCell<Vec<Kept>>,
+    /// The roles whose processes were taken from the shelf in this schedule.
+    reused: RefCell<BTreeSet<&'static str>>,
+}
+
+impl Shelf {
+    /// A shelf holding `kept` when this thread runs inside [`reusing`]; else the kept
+    /// processes are killed now, and every host starts its own.
+    pub fn new(kept: Vec<Kept>) -> Shelf {
+        let kept = match REUSING.with(Cell::get) {
+            true => kept,
+            false => Vec::new(),
+        };
+        Shelf { kept: RefCell::new(kept), ..Shelf::default() }
+    }
+
+    /// The kept process started as `key`, if there is one.
+    pub fn take(&self, key: &str) -> Option<Kept> {
+        let mut kept = self.kept.borrow_mut();
+        let at = kept.iter().position(|k| k.key == key)?;
+        let k = kept.remove(at);
+        self.reused.borrow_mut().insert(k.role);
+        Some(k)
+    }
+
+    /// From now on, processes left with [`Shelf::leave`] are kept (the schedule ends).
+    pub fn collect(&self) {
+        self.collecting.set(true);
+    }
+
+    /// A host stops with its process still running: it is kept if the schedule is ending
+    /// ([`Shelf::collect`]), else killed (a crash).
+    pub fn leave(&self, k: Kept) {
+        if self.collecting.get() {
+            self.left.borrow_mut().push(k);
+        }
+    }
+
+    /// The processes left at the schedule's end, for the namespace; those kept before and not
+    /// taken are killed.
+    pub fn drain(&self) -> Vec<Kept> {
+        self.kept.borrow_mut().clear();
+        std::mem::take(&mut *self.left.borrow_mut())
+    }
+
+    /// The roles whose processes this schedule took from the shelf.
+    pub fn reused(&self) -> BTreeSet<&'static str> {
+        self.reused.borrow().clone()
+    }
+}
