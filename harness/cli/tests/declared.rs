@@ -196,19 +196,12 @@ fn a_reused_worker_that_keeps_state_between_schedules_is_named_not_reported() {
         "name = \"clocks\"\nsql = \"SELECT 1 WHERE false\"",
         "name = \"every job done\"\nsql = \"SELECT body FROM jobs WHERE NOT done\"",
     );
-    let explore =
-        "description = \"x\"\nworkers = \"p w1\"\n\n[explore]\ndecisions_max = 3\n\n[[events]]\nname = \"e1\"\n";
-    let dir = bad_dir(&workload, &one_event("p:send"));
-    std::fs::write(dir.path().join("scenarios/t/explore.toml"), explore).unwrap();
-    std::fs::write(
-        dir.path().join("schema.sql"),
-        "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n",
-    )
-    .unwrap();
     // It reconnects when its connection is closed, as a kept process must; its defect is the
     // count it keeps in memory.
-    std::fs::write(
-        dir.path().join("worker.py"),
+    let dir = jobs_dir(
+        &workload,
+        "p:send",
+        3,
         "import os, psycopg\n\
          handled, c = 0, None\n\
          while True:\n\
@@ -222,8 +215,7 @@ fn a_reused_worker_that_keeps_state_between_schedules_is_named_not_reported() {
          \x20           c.execute('/* crashpoint:claim */ SELECT 1 WHERE false')\n\
          \x20   except psycopg.Error:\n\
          \x20       c = None\n",
-    )
-    .unwrap();
+    );
     let out = crashpoint_in(dir.path(), &["run", "t/explore", "--schedules", "30", "--seed", "1", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
@@ -302,17 +294,10 @@ fn a_worker_that_exits_on_an_injected_error_is_caught_shrunk_and_reproduced() {
 /// which the coverage table lists under its role.
 #[test]
 fn a_role_without_points_is_crashed_after_its_calls_scripted_and_explored() {
-    let explore =
-        "description = \"x\"\nworkers = \"p w1\"\n\n[explore]\ndecisions_max = 8\n\n[[events]]\nname = \"e1\"\n";
-    let dir = bad_dir(WORKLOAD, &one_event("p:send w1:crash@after_claim"));
-    std::fs::write(dir.path().join("scenarios/t/explore.toml"), explore).unwrap();
-    std::fs::write(
-        dir.path().join("schema.sql"),
-        "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("worker.py"),
+    let dir = jobs_dir(
+        WORKLOAD,
+        "p:send w1:crash@after_claim",
+        8,
         "import os, psycopg\n\
          c = psycopg.connect(os.environ['DATABASE_URL'], autocommit=True)\n\
          while True:\n\
@@ -321,8 +306,7 @@ fn a_role_without_points_is_crashed_after_its_calls_scripted_and_explored() {
          \x20           c.execute('/* crashpoint:mark */ SELECT 1')\n\
          \x20   except psycopg.Error:\n\
          \x20       pass\n",
-    )
-    .unwrap();
+    );
     let out = crashpoint_in(dir.path(), &["run", "t/clocks", "--no-calibrate"]);
     let t = text(&out);
     assert!(t.contains("w1   ✗ CRASH at after_claim"), "{t}");
@@ -489,6 +473,24 @@ fn bad_dir(workload: &str, scenario: &str) -> tempfile::TempDir {
          while True:\n    c.execute('/* crashpoint:claim */ SELECT 1 WHERE false')\n",
     )
     .unwrap();
+    dir
+}
+
+/// [`bad_dir`] with `scenario` as `t/clocks`'s schedule, an exploration `t/explore` of one
+/// event with at most `decisions_max` decisions, a `jobs (body, done)` table and `worker` as
+/// the Python worker.
+fn jobs_dir(workload: &str, scenario: &str, decisions_max: u32, worker: &str) -> tempfile::TempDir {
+    let dir = bad_dir(workload, &one_event(scenario));
+    let explore = format!(
+        "description = \"x\"\nworkers = \"p w1\"\n\n[explore]\ndecisions_max = {decisions_max}\n\n[[events]]\nname = \"e1\"\n"
+    );
+    std::fs::write(dir.path().join("scenarios/t/explore.toml"), explore).unwrap();
+    std::fs::write(
+        dir.path().join("schema.sql"),
+        "CREATE TABLE jobs (body jsonb, done boolean NOT NULL DEFAULT false);\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("worker.py"), worker).unwrap();
     dir
 }
 

@@ -7,7 +7,7 @@
 //! through its proxies ([`crate::sim::world::Mailbox::activity`]), no ungated exchange or granted
 //! call under way, and its CPU time (its CPU-time clock, ns, every thread's) unchanged for
 //! [`QUIET_MS`], none of its threads runnable (`/proc/<pid>/task/*/stat`, read only then, and
-//! not again while its CPU time stays unchanged). A process that reacts to its own timers (a heartbeat) moves on real
+//! again every [`QUIET_MS`] while its CPU time stays unchanged). A process that reacts to its own timers (a heartbeat) moves on real
 //! time: the calls such a timer makes are held like any other, in the settle they arrive in.
 
 use std::collections::BTreeMap;
@@ -30,8 +30,9 @@ struct Seen {
     activity: u64,
     cpu_ns: u64,
     since: Instant,
-    /// Whether it was found settled at `cpu_ns` (no thread runnable then).
-    settled: bool,
+    /// When its threads were last found not runnable at `cpu_ns`, once it was still for
+    /// [`QUIET_MS`].
+    scanned: Option<Instant>,
 }
 
 impl Quiet {
@@ -48,14 +49,14 @@ impl Quiet {
             activity: u64::MAX,
             cpu_ns: 0,
             since: now,
-            settled: false,
+            scanned: None,
         });
         if seen.activity != activity {
             *seen = Seen {
                 activity,
                 cpu_ns: cpu_ns(pid),
                 since: now,
-                settled: false,
+                scanned: None,
             };
             return false;
         }
@@ -64,17 +65,21 @@ impl Quiet {
         }
         let cpu = cpu_ns(pid);
         // Still for QUIET_MS by its CPU clock: only then are its threads looked at one by one,
-        // and once only while it stays still (a thread that wakes uses CPU, or moves bytes).
-        if cpu != seen.cpu_ns || (!seen.settled && runnable(pid)) {
+        // and again every QUIET_MS while it stays still (a thread a timer woke may wait for a
+        // CPU without using any yet).
+        let scan = seen.scanned.is_none_or(|t| now.duration_since(t) >= Duration::from_millis(QUIET_MS));
+        if cpu != seen.cpu_ns || (scan && runnable(pid)) {
             *seen = Seen {
                 activity,
                 cpu_ns: cpu,
                 since: now,
-                settled: false,
+                scanned: None,
             };
             return false;
         }
-        seen.settled = true;
+        if scan {
+            seen.scanned = Some(now);
+        }
         let mut world = world.borrow_mut();
         let s = world.mailbox(w);
         if !s.has_units() && s.pending == 0 {

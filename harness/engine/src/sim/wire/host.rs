@@ -29,8 +29,10 @@ const EXIT_POLL_MS: u64 = 20;
 /// exits by itself before the worker's first call (with the last lines of its log).
 pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'static str>, spec: Rc<HostSpec>) -> Result<()> {
     let (command, extra) = ext.for_system(spec.system.name());
-    let key = Kept::key(&name, &command, &ext.cwd, &extra, &spec.search_path);
-    let key = format!("{key}\u{0}{}\u{0}{}", spec.config_json, spec.system.name());
+    // Everything it would be started with but its proxies' ports (the kept listeners keep
+    // theirs): the queue URLs of its role, the system, the configuration, the search_path.
+    let started_as: Vec<(String, String)> = environment(&name, &spec, 0, 0, 0)?.into_iter().chain(extra.iter().cloned()).collect();
+    let key = Kept::key(&name, &command, &ext.cwd, &started_as, &spec.search_path);
     let kept = spec.processes.take(&key);
     let reused = kept.is_some();
     let worker = Rc::new(WireWorker::new(name.clone(), spec.world.clone(), ext.clone(), queue, spec.queues.clone(), spec.identity.clone()));

@@ -31,6 +31,9 @@ pub struct StartProbe {
     pid: u32,
     started: Instant,
     at_first_call: Arc<Mutex<Option<(f64, f64)>>>,
+    /// Its CPU time at the last reading, ms: a process that exited and was reaped reads as
+    /// gone, and counts what it used until then.
+    last_ms: Arc<Mutex<f64>>,
 }
 
 impl StartProbe {
@@ -45,6 +48,16 @@ impl StartProbe {
 
     fn recorded(&self) -> Option<(f64, f64)> {
         *self.at_first_call.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Its CPU time now, ms, or at the last reading when it can no longer be read (it was
+    /// reaped): never less than an earlier reading.
+    fn cpu_ms(&self) -> f64 {
+        let mut last = self.last_ms.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(now) = process_ms(self.pid) {
+            *last = last.max(now);
+        }
+        *last
     }
 }
 
@@ -94,7 +107,7 @@ pub fn team_cpu() -> TeamCpu {
     let t = team();
     let mut sum = t.ended;
     for p in &t.running {
-        sum.total_ms += process_ms(p.pid).unwrap_or(0.0);
+        sum.total_ms += p.cpu_ms();
         if let Some((cpu, wall)) = p.recorded() {
             sum.start_ms += cpu;
             sum.start_wall_ms += wall;
@@ -149,6 +162,11 @@ impl WorkerProcess {
     /// appended to `log`. Errors: the program cannot be started (with its path and the reason).
     pub fn spawn(command: &[String], cwd: &Path, env: &[(String, String)], log: PathBuf) -> Result<WorkerProcess> {
         use std::os::unix::process::CommandExt;
+        // After Ctrl-C or SIGTERM the signal thread has stopped every registered process: one
+        // started now would outlive crashpoint.
+        if let Some(sig) = crate::services::native::process::interrupted() {
+            anyhow::bail!("not starting external worker `{}`: crashpoint is stopping (signal {sig})", command.join(" "));
+        }
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).with_context(|| format!("opening {}", log.display()))?;
         let err = out.try_clone()?;
         let child = Command::new(&command[0])
@@ -161,7 +179,7 @@ impl WorkerProcess {
             .process_group(0)
             .spawn()
             .with_context(|| format!("starting external worker `{}` in {}", command.join(" "), cwd.display()))?;
-        let start = StartProbe { pid: child.id(), started: Instant::now(), at_first_call: Arc::default() };
+        let start = StartProbe { pid: child.id(), started: Instant::now(), at_first_call: Arc::default(), last_ms: Arc::default() };
         {
             let mut t = team();
             t.ended.processes += 1;
@@ -187,20 +205,34 @@ impl WorkerProcess {
         self.keep_log = true;
     }
 
-    /// Its exit status, if it has exited.
+    /// Its exit status, if it has exited (its CPU time read first: a reaped process is gone
+    /// from `/proc`).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        // waitid(2) with WNOWAIT: whether it exited, leaving it a zombie whose CPU time
+        // /proc still gives.
+        // SAFETY: `info` is a valid, writable siginfo_t for the duration of the call.
+        let gone = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PID, self.child.id() as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) == 0
+                && info.si_pid() != 0
+        };
+        if !gone {
+            return None;
+        }
+        self.start.cpu_ms();
         self.child.try_wait().ok().flatten()
     }
 }
 
 impl Drop for WorkerProcess {
     fn drop(&mut self) {
-        // Its CPU in all, read before the kill (a reaped process is gone from /proc).
-        let total = process_ms(self.child.id());
+        // Its CPU in all, read before the kill (a reaped process is gone from /proc: then its
+        // last reading).
+        let total = self.start.cpu_ms();
         {
             let mut t = team();
             t.running.retain(|p| p.pid != self.start.pid);
-            t.ended.total_ms += total.unwrap_or(0.0);
+            t.ended.total_ms += total;
             if let Some((cpu, wall)) = self.start.recorded() {
                 t.ended.start_ms += cpu;
                 t.ended.start_wall_ms += wall;
