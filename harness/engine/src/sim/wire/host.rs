@@ -30,9 +30,10 @@ const EXIT_POLL_MS: u64 = 20;
 pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'static str>, spec: Rc<HostSpec>) -> Result<()> {
     let (command, extra) = ext.for_system(spec.system.name());
     // Everything it would be started with but its proxies' ports (the kept listeners keep
-    // theirs): the queue URLs of its role, the system, the configuration, the search_path.
+    // theirs): the queue URLs of its role, the system, the configuration, the search_path in
+    // DATABASE_URL.
     let started_as: Vec<(String, String)> = environment(&name, &spec, 0, 0, 0)?.into_iter().chain(extra.iter().cloned()).collect();
-    let key = Kept::key(&name, &command, &ext.cwd, &started_as, &spec.search_path);
+    let key = Kept::key(&name, &command, &ext.cwd, &started_as);
     let kept = spec.processes.take(&key);
     let reused = kept.is_some();
     let worker = Rc::new(WireWorker::new(name.clone(), spec.world.clone(), ext.clone(), queue, spec.queues.clone(), spec.identity.clone()));

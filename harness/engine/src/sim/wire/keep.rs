@@ -81,11 +81,11 @@ impl Kept {
     }
 
     /// What a process must have been started as to serve worker `name` now: its name, command
-    /// line, working directory, environment `env` (as it would be started, its proxies' ports
-    /// left out: the kept listeners keep theirs) and the namespace's `search_path`. A process
-    /// serves only a schedule that would have started the same.
-    pub fn key(name: &str, command: &[String], cwd: &std::path::Path, env: &[(String, String)], search_path: &str) -> String {
-        format!("{name}\u{0}{command:?}\u{0}{}\u{0}{env:?}\u{0}{search_path}", cwd.display())
+    /// line, working directory and environment `env` (as it would be started, its proxies'
+    /// ports left out: the kept listeners keep theirs; `DATABASE_URL` carries the namespace's
+    /// search_path). A process serves only a schedule that would have started the same.
+    pub fn key(name: &str, command: &[String], cwd: &std::path::Path, env: &[(String, String)]) -> String {
+        format!("{name}\u{0}{command:?}\u{0}{}\u{0}{env:?}", cwd.display())
     }
 }
 

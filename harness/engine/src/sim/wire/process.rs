@@ -46,8 +46,14 @@ impl StartProbe {
         }
     }
 
-    fn recorded(&self) -> Option<(f64, f64)> {
-        *self.at_first_call.lock().unwrap_or_else(|e| e.into_inner())
+    /// Adds what the process cost so far to `sum`: its CPU in all ([`StartProbe::cpu_ms`]) and,
+    /// once its first call was recorded, its start's CPU and wall time.
+    fn add_to(&self, sum: &mut TeamCpu) {
+        sum.total_ms += self.cpu_ms();
+        if let Some((cpu, wall)) = *self.at_first_call.lock().unwrap_or_else(|e| e.into_inner()) {
+            sum.start_ms += cpu;
+            sum.start_wall_ms += wall;
+        }
     }
 
     /// Its CPU time now, ms, or at the last reading when it can no longer be read (it was
@@ -107,11 +113,7 @@ pub fn team_cpu() -> TeamCpu {
     let t = team();
     let mut sum = t.ended;
     for p in &t.running {
-        sum.total_ms += p.cpu_ms();
-        if let Some((cpu, wall)) = p.recorded() {
-            sum.start_ms += cpu;
-            sum.start_wall_ms += wall;
-        }
+        p.add_to(&mut sum);
     }
     sum
 }
@@ -226,17 +228,12 @@ impl WorkerProcess {
 
 impl Drop for WorkerProcess {
     fn drop(&mut self) {
-        // Its CPU in all, read before the kill (a reaped process is gone from /proc: then its
-        // last reading).
-        let total = self.start.cpu_ms();
+        // Its cost, read before the kill (a reaped process is gone from /proc: then its last
+        // reading), moves from the running to the ended.
         {
             let mut t = team();
             t.running.retain(|p| p.pid != self.start.pid);
-            t.ended.total_ms += total;
-            if let Some((cpu, wall)) = self.start.recorded() {
-                t.ended.start_ms += cpu;
-                t.ended.start_wall_ms += wall;
-            }
+            self.start.add_to(&mut t.ended);
         }
         let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
         let _ = self.child.kill();
