@@ -37,6 +37,8 @@ struct Raw {
     systems: BTreeMap<String, SystemRaw>,
     #[serde(default)]
     catalogue: Option<String>,
+    #[serde(default)]
+    providers: Vec<Spanned<crate::providers::ProviderRaw>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -149,6 +151,8 @@ pub struct Decl {
     pub invariants: Vec<SqlInvariant>,
     pub systems: Vec<SystemDecl>,
     pub catalogue: Option<String>,
+    /// Its `[[providers]]` ([`crate::providers`]).
+    pub providers: Vec<crashpoint::http_api::ApiSpec>,
 }
 
 fn leak(s: String) -> &'static str {
@@ -435,6 +439,7 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
         });
     }
     let invariants = InvariantSpec::resolve_all(path, &text, &raw.invariants)?;
+    let providers = crate::providers::read(path, &text, &raw.providers)?;
     Ok(Decl {
         name: leak(name),
         about: leak(raw.about),
@@ -449,6 +454,7 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
         invariants,
         systems,
         catalogue: raw.catalogue,
+        providers,
     })
 }
 

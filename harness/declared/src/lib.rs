@@ -43,6 +43,11 @@
 //! count_sql = "SELECT count(*) FROM jobs"
 //! due_sql = "SELECT min(delivered_at) + interval '60 s' FROM jobs WHERE delivered_at IS NOT NULL"
 //!
+//! [[providers]]                                      # the team's HTTP API dependencies ([`providers`])
+//! name = "cards"                                     # its URL in url_env; faults net:…@cards
+//! url_env = "CARDS_API_BASE"
+//! routes = [{ label = "charge", method = "POST", path = "/v1/charges", effect = "apply", response = { status = 200, body = { id = "{{new ch_}}" } } }]
+//!
 //! [[invariants]]                                     # SQL returning the violating rows
 //! name = "one invoice per order"
 //! sql = "SELECT order_id FROM invoice GROUP BY order_id HAVING count(*) > 1"
@@ -61,8 +66,8 @@
 //!   `clock_timestamp()`) follows the logical clock in the schedule's schema, for every
 //!   connection and the DDL's defaults ([`crashpoint::SqlClock::Everywhere`]);
 //!   `CURRENT_TIMESTAMP` and `LOCALTIMESTAMP` are keywords and stay wall time.
-//! - The tables `crashpoint_dispatched` and `crashpoint_messages`, filled before the
-//!   invariants run ([`crashpoint::facts`]), so that an invariant can say "every
+//! - The tables `crashpoint_dispatched`, `crashpoint_messages` and
+//!   `crashpoint_provider_calls`, filled before the invariants run ([`crashpoint::facts`]), so that an invariant can say "every
 //!   dispatched event has its effect".
 //! - The engine's own invariants (quiescence, nothing expired, locks released by their
 //!   holders, failed acknowledgements handled, …), as for every workload.
@@ -70,6 +75,7 @@
 
 mod file;
 mod init;
+mod providers;
 mod system;
 mod template;
 
@@ -177,6 +183,16 @@ impl Workload for Declared {
         };
         let id = body.pointer(&self.decl.identity)?.as_str()?.parse().ok()?;
         Some((queue, id))
+    }
+
+    /// Its `[[providers]]`, fresh for one schedule, each the engine's model of an idempotent
+    /// API ([`crashpoint::http_api::Api`]): served to the team's processes at the wire.
+    fn providers(&self) -> Vec<Rc<dyn crashpoint::Provider>> {
+        self.decl
+            .providers
+            .iter()
+            .map(|s| Rc::new(crashpoint::http_api::Api::new(s.clone())) as Rc<dyn crashpoint::Provider>)
+            .collect()
     }
 
     fn leftovers(&self) -> Vec<Leftover> {

@@ -149,7 +149,9 @@ pub use checker::{
     STOPPED_HOLDS_NOTHING, WORKERS_SURVIVE,
 };
 pub use cli::{main, main_with, Declarations};
-pub use provider::{Effect, Handled, Provider, Reply, Request};
+pub use duration::parse_duration_ms;
+pub use provider::api as http_api;
+pub use provider::{Call as ProviderCall, Effect, Handled, Provider, Reply, Request};
 pub use scenario::InvariantSpec;
 pub use sim::admin::SqlClock;
 pub use sim::cx::{

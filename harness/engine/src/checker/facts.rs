@@ -27,6 +27,20 @@
 //! | `deleted` | `boolean` | a DeleteMessage (or batch entry) succeeded for it |
 //! | `dead_lettered` | `boolean` | SQS moved it to a dead-letter queue (redrive policy) |
 //! | `expired` | `boolean` | it outlived its queue's retention and SQS deleted it |
+//!
+//! `crashpoint_provider_calls`: each request to a provider ([`crate::provider::Call`]), in the
+//! order they arrived: "at most one charge per order" is a `GROUP BY` over it.
+//!
+//! | column | type | what |
+//! |---|---|---|
+//! | `provider` | `text` | the provider (`cards`) |
+//! | `route` | `text` | its route's label (`charge`; empty when it took none) |
+//! | `idempotency_key` | `text` | its idempotency key (empty: none) |
+//! | `body` | `jsonb` | its body (a form body decoded: `metadata[order_id]=…` is `{"metadata": {"order_id": …}}`) |
+//! | `applied` | `boolean` | it applied an effect |
+//! | `status` | `integer` | what the provider answered, even when that answer was lost; `NULL` when it never arrived |
+//! | `reference` | `text` | the effect's reference when it applied one (`pi_1`) |
+//! | `t_ms` | `bigint` | when it arrived, logical ms |
 
 use std::collections::BTreeMap;
 
@@ -41,7 +55,9 @@ use crate::spec::Event;
 /// [`crate::workload::Workload::history_tables`] is true.
 pub const DDL: &str = "CREATE TABLE crashpoint_dispatched (event text PRIMARY KEY, identity uuid NOT NULL, body jsonb NOT NULL);\n\
 CREATE TABLE crashpoint_messages (msg text PRIMARY KEY, queue text NOT NULL, identity uuid NOT NULL, receives integer NOT NULL, \
-deleted boolean NOT NULL, dead_lettered boolean NOT NULL, expired boolean NOT NULL);\n";
+deleted boolean NOT NULL, dead_lettered boolean NOT NULL, expired boolean NOT NULL);\n\
+CREATE TABLE crashpoint_provider_calls (provider text NOT NULL, route text NOT NULL, idempotency_key text NOT NULL, body jsonb, \
+applied boolean NOT NULL, status integer, reference text, t_ms bigint NOT NULL);\n";
 
 /// One message's row of `crashpoint_messages`.
 #[derive(Debug, Default, serde::Serialize)]
@@ -103,11 +119,13 @@ fn rows(history: &History, events: &[Event]) -> (serde_json::Value, serde_json::
     (serde_json::Value::Array(dispatched), serde_json::Value::Array(messages))
 }
 
-/// Writes the facts of `history` into the schedule's `crashpoint_dispatched` and
-/// `crashpoint_messages` (two statements). Errors: PostgreSQL's (the tables are missing when
-/// the system's DDL left out [`DDL`]).
-pub fn fill(admin: &Admin, history: &History, events: &[Event]) -> Result<()> {
+/// Writes the facts of `history` and the providers' `calls` into the schedule's
+/// `crashpoint_dispatched`, `crashpoint_messages` and `crashpoint_provider_calls` (three
+/// statements). Errors: PostgreSQL's (the tables are missing when the system's DDL left out
+/// [`DDL`]).
+pub fn fill(admin: &Admin, history: &History, events: &[Event], calls: &[crate::provider::Call]) -> Result<()> {
     let (dispatched, messages) = rows(history, events);
+    let calls = serde_json::to_value(calls).context("the provider calls as JSON")?;
     admin.on_pg(async {
         sqlx::query(
             "INSERT INTO crashpoint_dispatched (event, identity, body) \
@@ -126,6 +144,15 @@ pub fn fill(admin: &Admin, history: &History, events: &[Event]) -> Result<()> {
         .execute(&admin.pg)
         .await
         .context("filling crashpoint_messages")?;
+        sqlx::query(
+            "INSERT INTO crashpoint_provider_calls (provider, route, idempotency_key, body, applied, status, reference, t_ms) \
+             SELECT * FROM jsonb_to_recordset($1) AS x(provider text, route text, idempotency_key text, body jsonb, \
+             applied boolean, status integer, reference text, t_ms bigint)",
+        )
+        .bind(&calls)
+        .execute(&admin.pg)
+        .await
+        .context("filling crashpoint_provider_calls")?;
         Ok(())
     })
 }

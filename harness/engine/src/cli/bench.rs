@@ -240,7 +240,7 @@ pub fn bench(rt: &tokio::runtime::Runtime, opts: &ServiceOptions, args: &BenchAr
             b.scenario, b.seed, args.jobs, b.schedules, b.wall_s, b.schedules_per_s
         );
         println!(
-            "  calls per schedule: {:.1} pg, {:.1} sqs, {:.1} redis, {:.1} http (simulated network)",
+            "  calls per schedule: {:.1} pg, {:.1} sqs, {:.1} redis, {:.1} http to providers",
             b.calls_per_schedule[0], b.calls_per_schedule[1], b.calls_per_schedule[2], b.http_per_schedule
         );
         let ops: Vec<String> = b.sqs_per_schedule.iter().map(|(op, n)| format!("{op} {n:.1}")).collect();

@@ -42,7 +42,7 @@ pub fn outcome(s: &Scenario, o: &ScenarioOutcome) {
         println!("breaks at: {}", b.trim());
     }
     exit_logs(o);
-    let net = if o.calls.net > 0 { format!(", {} http (simulated network)", o.calls.net) } else { String::new() };
+    let net = if o.calls.net > 0 { format!(", {} http to providers", o.calls.net) } else { String::new() };
     println!("calls: {} pg, {} sqs, {} redis{net}", o.calls.pg, o.calls.sqs, o.calls.redis);
     println!("{} {}\n", if o.passed() { "PASS" } else { "FAIL" }, s.name);
 }
@@ -50,7 +50,7 @@ pub fn outcome(s: &Scenario, o: &ScenarioOutcome) {
 fn throughput(st: &Stats) -> String {
     let (pg, sqs, redis) = st.calls_per_schedule();
     let net = match st.net_per_schedule() {
-        n if n > 0.0 => format!(", {n:.1} http (simulated network)"),
+        n if n > 0.0 => format!(", {n:.1} http to providers"),
         _ => String::new(),
     };
     format!(

@@ -327,7 +327,7 @@ pre .hl {{ background: #fde2e1; font-weight: bold; }}
         let _ = writeln!(html, "<p>reproduce: <code>{}</code></p>", escape(r));
     }
     html.push_str(
-        r#"<p class="legend"><span><i class="sw" style="background:#bcd7f5"></i> PostgreSQL call</span><span><i class="sw" style="background:#ffd8a8"></i> SQS call</span><span><i class="sw" style="background:#f8c4c4"></i> Redis call</span><span><i class="sw" style="background:#c9e8c9"></i> provider call (HTTP, simulated network)</span><span><i class="sw" style="background:#e4e7eb"></i> injected failure</span><span style="color:#b00020">✗ crash, or a message the network lost</span><span style="color:#137333">↻ restart</span><span><i class="sw" style="background:#f0b429"></i> fault / blocked (wait)</span><span><i class="sw" style="background:#fde2e1;border:2px solid #b00020"></i> where the invariant breaks</span></p>
+        r#"<p class="legend"><span><i class="sw" style="background:#bcd7f5"></i> PostgreSQL call</span><span><i class="sw" style="background:#ffd8a8"></i> SQS call</span><span><i class="sw" style="background:#f8c4c4"></i> Redis call</span><span><i class="sw" style="background:#c9e8c9"></i> provider call (HTTP)</span><span><i class="sw" style="background:#e4e7eb"></i> injected failure</span><span style="color:#b00020">✗ crash, or a message the network lost</span><span style="color:#137333">↻ restart</span><span><i class="sw" style="background:#f0b429"></i> fault / blocked (wait)</span><span><i class="sw" style="background:#fde2e1;border:2px solid #b00020"></i> where the invariant breaks</span></p>
 "#,
     );
     let _ = writeln!(html, "<div class=\"scroll\">\n{svg}</div>");

@@ -180,7 +180,7 @@ impl Workload for Orders {
     }
 
     fn providers(&self) -> Vec<Rc<dyn Provider>> {
-        vec![Rc::new(providers::Api::gateway()), Rc::new(providers::Api::accounting()), Rc::new(providers::Api::mail())]
+        vec![Rc::new(providers::gateway()), Rc::new(providers::accounting()), Rc::new(providers::mail())]
     }
 
     fn systems(&self) -> Vec<SystemInfo> {

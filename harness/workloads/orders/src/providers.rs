@@ -10,10 +10,12 @@
 //! `GET /invoices/{id}`, `GET /messages?operation_id=…`), which reconciliation uses. State is
 //! kept in memory, per schedule, and survives a restart of the provider's host (its database
 //! is durable). References are counters (`ch1`, `inv1`, `msg1`): nothing random.
+//!
+//! The rules (keys, windows, conflicts, lookups) are the engine's
+//! ([`crashpoint::http_api`]), the same a team's declared provider follows; this module
+//! only says which.
 
-use std::cell::RefCell;
-
-use crashpoint::{Effect, Handled, Provider, Reply, Request};
+use crashpoint::http_api::{parse_path, Answer, Api, ApiSpec, Idempotency, KeyFrom, Match, Route, RouteKind};
 use serde_json::json;
 
 /// How long the gateway keeps an idempotency key, logical ms (24 h, as Stripe).
@@ -28,187 +30,109 @@ pub const ACCOUNTING: &str = "accounting";
 /// The mail provider's name.
 pub const MAIL: &str = "mail";
 
-/// Where a request's idempotency key comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum KeyFrom {
-    /// The `Idempotency-Key` header of a `POST /<collection>`.
-    Header,
-    /// The id in `PUT /<collection>/{id}`.
-    Path,
+/// The payment gateway.
+pub fn gateway() -> Api {
+    let conflict = Answer::new(409, json!({"error": "idempotency key reused with different parameters"}));
+    api(
+        GATEWAY,
+        "payment gateway: POST /charges with Idempotency-Key (kept 24 h; other parameters → 409)",
+        "charges",
+        "ch",
+        Idempotency {
+            key: KeyFrom::Header("idempotency-key".into()),
+            window_ms: Some(KEY_RETENTION_MS),
+            other_params: Some(conflict),
+        },
+    )
 }
 
-/// One key the API remembers: when it was first used, the parameters, the reference.
-#[derive(Debug, Clone)]
-struct Remembered {
-    key: String,
-    t_ms: u64,
-    body: serde_json::Value,
-    reference: String,
+/// The accounting export.
+pub fn accounting() -> Api {
+    api(
+        ACCOUNTING,
+        "accounting export: PUT /invoices/{operation_id}, idempotent by id",
+        "invoices",
+        "inv",
+        Idempotency { key: KeyFrom::Path("id".into()), window_ms: None, other_params: None },
+    )
 }
 
-/// An idempotent HTTP API: one collection, one way to take keys, a retention, a conflict rule.
-pub struct Api {
-    name: &'static str,
-    about: &'static str,
-    collection: &'static str,
-    prefix: &'static str,
-    key_from: KeyFrom,
-    /// How long a key deduplicates, logical ms (`None`: forever).
-    retention_ms: Option<u64>,
-    /// Whether a key reused with other parameters is a 409 conflict (else a replay).
-    conflict: bool,
-    keys: RefCell<Vec<Remembered>>,
-    effects: RefCell<Vec<Effect>>,
+/// The mail provider.
+pub fn mail() -> Api {
+    api(
+        MAIL,
+        "mail provider: POST /messages, Idempotency-Key honoured inside a 10 min window only",
+        "messages",
+        "msg",
+        Idempotency {
+            key: KeyFrom::Header("idempotency-key".into()),
+            window_ms: Some(MAIL_WINDOW_MS),
+            other_params: None,
+        },
+    )
 }
 
-impl Api {
-    /// The payment gateway.
-    pub fn gateway() -> Api {
-        Api::new(
-            GATEWAY,
-            "payment gateway: POST /charges with Idempotency-Key (kept 24 h; other parameters → 409)",
-            "charges",
-            "ch",
-            KeyFrom::Header,
-            Some(KEY_RETENTION_MS),
-            true,
-        )
-    }
-
-    /// The accounting export.
-    pub fn accounting() -> Api {
-        Api::new(
-            ACCOUNTING,
-            "accounting export: PUT /invoices/{operation_id}, idempotent by id",
-            "invoices",
-            "inv",
-            KeyFrom::Path,
-            None,
-            false,
-        )
-    }
-
-    /// The mail provider.
-    pub fn mail() -> Api {
-        Api::new(
-            MAIL,
-            "mail provider: POST /messages, Idempotency-Key honoured inside a 10 min window only",
-            "messages",
-            "msg",
-            KeyFrom::Header,
-            Some(MAIL_WINDOW_MS),
-            false,
-        )
-    }
-
-    fn new(
-        name: &'static str,
-        about: &'static str,
-        collection: &'static str,
-        prefix: &'static str,
-        key_from: KeyFrom,
-        retention_ms: Option<u64>,
-        conflict: bool,
-    ) -> Api {
-        Api {
-            name,
-            about,
-            collection,
-            prefix,
-            key_from,
-            retention_ms,
-            conflict,
-            keys: Default::default(),
-            effects: Default::default(),
-        }
-    }
-
-    fn lookup(&self, pick: impl Fn(&Effect) -> bool) -> Handled {
-        match self.effects.borrow().iter().find(|e| pick(e)) {
-            Some(e) => Handled {
-                reply: Reply::new(200, json!({"id": e.reference, "operation_id": e.body["operation_id"]})),
-                text: format!("lookup: {}", e.reference),
-            },
-            None => Handled { reply: Reply::new(404, json!({"error": "not found"})), text: "lookup: not found".into() },
-        }
-    }
-
-    fn apply(&self, key: String, body: &serde_json::Value, now: u64) -> Handled {
-        let live = |r: &&Remembered| r.key == key && self.retention_ms.is_none_or(|ms| now < r.t_ms + ms);
-        if !key.is_empty() {
-            if let Some(r) = self.keys.borrow().iter().rev().find(live) {
-                if self.conflict && &r.body != body {
-                    let text = format!("key {key} reused with other parameters: conflict");
-                    return Handled {
-                        reply: Reply::new(409, json!({"error": "idempotency key reused with different parameters"})),
-                        text,
-                    };
-                }
-                return Handled {
-                    reply: Reply::new(200, json!({"id": r.reference, "replayed": true})),
-                    text: format!("key {key} replayed: {}", r.reference),
-                };
-            }
-        }
-        let reference = format!("{}{}", self.prefix, self.effects.borrow().len() + 1);
-        self.effects.borrow_mut().push(Effect {
-            provider: self.name,
-            t_ms: now,
-            reference: reference.clone(),
-            key: key.clone(),
-            body: body.clone(),
-        });
-        self.keys.borrow_mut().push(Remembered {
-            key: key.clone(),
-            t_ms: now,
-            body: body.clone(),
-            reference: reference.clone(),
-        });
-        let under = if key.is_empty() { "without a key".to_string() } else { format!("under key {key}") };
-        Handled { reply: Reply::new(201, json!({"id": reference})), text: format!("{reference} applied {under}") }
-    }
-}
-
-impl Provider for Api {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn about(&self) -> &'static str {
-        self.about
-    }
-
-    fn handle(&self, req: &Request, now_ms: u64) -> Handled {
-        let parts: Vec<&str> = req.path.trim_start_matches('/').split('/').collect();
-        let here = parts.first() == Some(&self.collection);
-        match (req.method.as_str(), parts.as_slice(), self.key_from) {
-            ("GET", [_], _) if here => match req.query.get("operation_id") {
-                Some(op) => self.lookup(|e| e.body["operation_id"].as_str() == Some(op.as_str())),
-                None => Handled {
-                    reply: Reply::new(400, json!({"error": "operation_id is required"})),
-                    text: "lookup without operation_id".into(),
+/// One collection `/<collection>`: applied by `POST /<collection>` (a header key) or
+/// `PUT /<collection>/{id}` (the id is the key), answered `201 {"id": "<prefix>N"}` and on a
+/// replay `200 {"id", "replayed": true}`; looked up by `GET /<collection>?operation_id=…` (the
+/// body's `operation_id`) and `GET /<collection>/{key}`.
+fn api(name: &'static str, about: &'static str, collection: &str, prefix: &str, idempotency: Idempotency) -> Api {
+    let path = |p: &str| parse_path(p).expect("the orders providers' paths are well-formed");
+    let apply_path = match idempotency.key {
+        KeyFrom::Header(_) => format!("/{collection}"),
+        KeyFrom::Path(_) => format!("/{collection}/{{id}}"),
+    };
+    let method = match idempotency.key {
+        KeyFrom::Header(_) => "POST",
+        KeyFrom::Path(_) => "PUT",
+    };
+    let found = Some(Answer::new(200, json!({"id": "{{effect.id}}", "operation_id": "{{effect.req.operation_id}}"})));
+    let missing = Answer::new(404, json!({"error": "not found"}));
+    Api::new(ApiSpec {
+        name,
+        about,
+        url_env: format!("{}_URL", name.to_ascii_uppercase()),
+        routes: vec![
+            Route {
+                label: "apply",
+                method: method.into(),
+                path: path(&apply_path),
+                kind: RouteKind::Apply {
+                    idempotency: Some(idempotency),
+                    response: Answer::new(201, json!({"id": format!("{{{{new {prefix}}}}}")})),
+                    replay: Some(Answer::new(200, json!({"id": "{{effect.id}}", "replayed": true}))),
                 },
             },
-            ("GET", [_, id], _) if here => self.lookup(|e| e.key == *id),
-            ("POST", [_], KeyFrom::Header) if here => {
-                self.apply(req.headers.get("idempotency-key").cloned().unwrap_or_default(), &req.body, now_ms)
-            }
-            ("PUT", [_, id], KeyFrom::Path) if here => self.apply(id.to_string(), &req.body, now_ms),
-            _ => Handled {
-                reply: Reply::new(404, json!({"error": "no such route"})),
-                text: format!("no route {} {}", req.method, req.path),
+            Route {
+                label: "lookup",
+                method: "GET".into(),
+                path: path(&format!("/{collection}")),
+                kind: RouteKind::Lookup {
+                    by: Match::Query { param: "operation_id".into(), pattern: None, field: "operation_id".into() },
+                    of: vec![],
+                    found: found.clone(),
+                    missing: missing.clone(),
+                },
             },
-        }
-    }
-
-    fn effects(&self) -> Vec<Effect> {
-        self.effects.borrow().clone()
-    }
+            Route {
+                label: "get",
+                method: "GET".into(),
+                path: path(&format!("/{collection}/{{id}}")),
+                kind: RouteKind::Lookup {
+                    by: Match::Path { param: "id".into(), key: true },
+                    of: vec![],
+                    found,
+                    missing,
+                },
+            },
+        ],
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crashpoint::{Provider, Reply, Request};
 
     fn charge(key: &str, amount: i64) -> Request {
         Request::new("POST", "/charges")
@@ -218,7 +142,7 @@ mod tests {
 
     #[test]
     fn the_gateway_replays_a_key_conflicts_on_other_parameters_and_forgets_after_24h() {
-        let g = Api::gateway();
+        let g = gateway();
         assert_eq!(g.handle(&charge("k", 5), 0).reply.status, 201);
         assert_eq!(g.handle(&charge("k", 5), 1000).reply, Reply::new(200, json!({"id": "ch1", "replayed": true})));
         assert_eq!(g.handle(&charge("k", 6), 1000).reply.status, 409);
@@ -232,7 +156,7 @@ mod tests {
 
     #[test]
     fn the_mail_provider_deduplicates_inside_its_window_only() {
-        let m = Api::mail();
+        let m = mail();
         let send = Request::new("POST", "/messages").header("Idempotency-Key", "k").json(json!({"operation_id": "op"}));
         m.handle(&send, 0);
         m.handle(&send, MAIL_WINDOW_MS - 1);
@@ -247,7 +171,7 @@ mod tests {
 
     #[test]
     fn accounting_is_idempotent_by_id_and_answers_lookups_by_id() {
-        let a = Api::accounting();
+        let a = accounting();
         let put = Request::new("PUT", "/invoices/op1").json(json!({"operation_id": "op1"}));
         assert_eq!(a.handle(&put, 0).reply.status, 201);
         assert_eq!(a.handle(&put, 99 * KEY_RETENTION_MS).reply.status, 200);

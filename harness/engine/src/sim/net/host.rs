@@ -10,8 +10,7 @@ use hyper::body::Incoming;
 use hyper::Response;
 use hyper_util::rt::TokioIo;
 
-use super::{Cut, Held};
-use crate::nemesis::net::NetFaultKind;
+use super::{Cut, Handoff};
 use crate::provider::{Provider, Reply, Request, PORT};
 use crate::sim::world::SharedWorld;
 
@@ -56,7 +55,9 @@ async fn decode(req: hyper::Request<Incoming>) -> (Request, String) {
     (Request { method: parts.method.to_string(), path: parts.uri.path().to_string(), query, headers, body }, caller)
 }
 
-fn encode(reply: &Reply) -> Response<Full<Bytes>> {
+/// `reply` as an HTTP/1 response with a JSON body (none when the body is `null`): the answer
+/// of a provider on either front-end.
+pub(crate) fn encode(reply: &Reply) -> Response<Full<Bytes>> {
     let body = if reply.body.is_null() { Bytes::new() } else { Bytes::from(reply.body.to_string()) };
     Response::builder()
         .status(reply.status)
@@ -67,43 +68,14 @@ fn encode(reply: &Reply) -> Response<Full<Bytes>> {
 
 async fn respond(provider: &dyn Provider, world: &SharedWorld, req: hyper::Request<Incoming>) -> Response<Full<Bytes>> {
     let (request, caller) = decode(req).await;
-    let name = provider.name();
-    let line = format!("{} {} from {caller}", request.method, request.target());
-    let (now, fault) = {
-        let mut w = world.borrow_mut();
-        let fault = w.net.take(name, |k| {
-            matches!(k, NetFaultKind::DropResponse | NetFaultKind::Delay(_) | NetFaultKind::Error5xxBefore | NetFaultKind::Error5xxAfter)
-        });
-        (w.now_ms, fault)
-    };
-    let log = |text: String| world.borrow_mut().net.log.push((name, text));
-    match fault {
-        Some(NetFaultKind::Delay(ms)) => {
-            log(format!("{line}: held on the link for {}", crate::duration::format_duration_ms(ms)));
-            world.borrow_mut().net.held.push(Held { due_ms: now + ms, provider: name, caller, request });
-            // The caller gives up; the request is delivered when the logical clock gets there.
-            std::future::pending::<()>().await;
-            unreachable!("a pending future never completes")
+    match super::deliver(provider, world, request, caller.clone()) {
+        Handoff::Reply(reply) => encode(&reply),
+        Handoff::Lost(reply) => {
+            world.borrow_mut().net.to_cut.push(Cut { from: provider.name().to_string(), to: caller });
+            encode(&reply)
         }
-        Some(NetFaultKind::Error5xxBefore) => {
-            log(format!("{line} → 503 (injected): not applied"));
-            encode(&Reply::new(503, serde_json::json!({"error": "service unavailable"})))
-        }
-        Some(NetFaultKind::Error5xxAfter) => {
-            let h = provider.handle(&request, now);
-            log(format!("{line}: {}; then 503 (injected)", h.text));
-            encode(&Reply::new(503, serde_json::json!({"error": "service unavailable"})))
-        }
-        Some(NetFaultKind::DropResponse) => {
-            let h = provider.handle(&request, now);
-            log(format!("{line} → {}: {}; the response is lost", h.reply.status, h.text));
-            world.borrow_mut().net.to_cut.push(Cut { from: name.to_string(), to: caller });
-            encode(&h.reply)
-        }
-        _ => {
-            let h = provider.handle(&request, now);
-            log(format!("{line} → {}: {}", h.reply.status, h.text));
-            encode(&h.reply)
-        }
+        // The caller gives up; the request is delivered when the logical clock gets there.
+        // (A request dropped on its way never gets here: its caller's link is cut.)
+        Handoff::Held | Handoff::Dropped => std::future::pending().await,
     }
 }

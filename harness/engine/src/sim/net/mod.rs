@@ -12,7 +12,8 @@ pub(crate) mod host;
 use std::collections::BTreeSet;
 
 use crate::nemesis::net::{NetFault, NetFaultKind};
-use crate::provider::Request;
+use crate::provider::{Call, Handled, Provider, Reply, Request};
+use crate::sim::world::SharedWorld;
 
 /// Latency of every simulated message, turmoil ms (min = max: no random latency).
 pub const LATENCY_MS: u64 = 1;
@@ -57,6 +58,124 @@ pub struct NetState {
     pub held: Vec<Held>,
     /// Lines for the providers' lanes since the scheduler last looked: (provider, text).
     pub log: Vec<(&'static str, String)>,
+    /// Every request that reached a provider or was lost on its way, in order (the facts table
+    /// `crashpoint_provider_calls`).
+    pub calls: Vec<Call>,
+}
+
+/// What a provider's front-end does with one request once the faults armed for it are applied
+/// ([`deliver`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Handoff {
+    /// Answer with this.
+    Reply(Reply),
+    /// The provider handled it (applied or not) and this, its answer, is lost: the front-end
+    /// cuts the link or closes the caller's connection without answering.
+    Lost(Reply),
+    /// It is held on the link (`net:delay`): never answered; the provider gets it when the
+    /// logical clock reaches its due time ([`Held`]).
+    Held,
+    /// It never reaches the provider (`net:drop-request`, or the provider is partitioned): the
+    /// front-end closes the caller's connection.
+    Dropped,
+}
+
+/// Hands `request` from `caller` to `provider`, after the fault armed for its next request
+/// (`net:`/`provider:` faults, [`crate::nemesis::net`]) or its partition: one front-end's
+/// decisions for both, the turmoil host of an in-process workload ([`host`]) and the wire
+/// front-end of a team's process ([`crate::sim::wire::http`]). Records the provider's lane
+/// line and the [`Call`].
+pub fn deliver(provider: &dyn Provider, world: &SharedWorld, request: Request, caller: String) -> Handoff {
+    let name = provider.name();
+    let line = format!("{} {} from {caller}", request.method, request.shown());
+    let (now, fault, partitioned) = {
+        let mut w = world.borrow_mut();
+        let partitioned = w.net.partitioned.contains(name);
+        let fault = match partitioned {
+            true => None,
+            false => w.net.take(name, |k| {
+                matches!(
+                    k,
+                    NetFaultKind::DropRequest | NetFaultKind::DropResponse | NetFaultKind::Delay(_) | NetFaultKind::Error5xxBefore | NetFaultKind::Error5xxAfter
+                )
+            }),
+        };
+        (w.now_ms, fault, partitioned)
+    };
+    let record = |h: Option<&Handled>, status: Option<u16>, text: String| {
+        let mut w = world.borrow_mut();
+        w.net.log.push((name, text));
+        w.net.calls.push(Call {
+            provider: name,
+            route: h.and_then(|h| h.route).or_else(|| provider.route(&request)).unwrap_or_default().to_string(),
+            idempotency_key: h.map(|h| h.key.clone()).unwrap_or_default(),
+            body: request.body.clone(),
+            applied: h.is_some_and(|h| h.applied.is_some()),
+            status,
+            reference: h.and_then(|h| h.applied.clone()),
+            t_ms: now,
+        });
+    };
+    let unavailable = || Reply::new(503, serde_json::json!({"error": "service unavailable"}));
+    match fault {
+        _ if partitioned => {
+            record(None, None, format!("{line}: lost on its way, {name} is partitioned"));
+            Handoff::Dropped
+        }
+        Some(NetFaultKind::DropRequest) => {
+            record(None, None, format!("{line}: lost on its way, never arrived"));
+            Handoff::Dropped
+        }
+        Some(NetFaultKind::Delay(ms)) => {
+            world.borrow_mut().net.log.push((name, format!("{line}: held on the link for {}", crate::duration::format_duration_ms(ms))));
+            world.borrow_mut().net.held.push(Held { due_ms: now + ms, provider: name, caller, request: request.clone() });
+            Handoff::Held
+        }
+        Some(NetFaultKind::Error5xxBefore) => {
+            record(None, Some(503), format!("{line} → 503 (injected): not applied"));
+            Handoff::Reply(unavailable())
+        }
+        Some(NetFaultKind::Error5xxAfter) => {
+            let h = provider.handle(&request, now);
+            record(Some(&h), Some(h.reply.status), format!("{line}: {}; then 503 (injected)", h.text));
+            Handoff::Reply(unavailable())
+        }
+        Some(NetFaultKind::DropResponse) => {
+            let h = provider.handle(&request, now);
+            record(Some(&h), Some(h.reply.status), format!("{line} → {}: {}; the response is lost", h.reply.status, h.text));
+            Handoff::Lost(h.reply)
+        }
+        _ => {
+            let h = provider.handle(&request, now);
+            record(Some(&h), Some(h.reply.status), format!("{line} → {}: {}", h.reply.status, h.text));
+            Handoff::Reply(h.reply)
+        }
+    }
+}
+
+/// Hands a request `net:delay` held to its provider at `now_ms`, with the lane line and the
+/// [`Call`]; `partitioned`: its provider is cut off now, and it is lost.
+pub fn deliver_held(provider: Option<&dyn Provider>, world: &SharedWorld, h: &Held, now_ms: u64, partitioned: bool) {
+    let head = format!("{} {} from {}, held on the link,", h.request.method, h.request.shown(), h.caller);
+    let (text, handled) = match provider {
+        Some(p) if !partitioned => {
+            let handled = p.handle(&h.request, now_ms);
+            (format!("{head} arrives → {}: {}", handled.reply.status, handled.text), Some(handled))
+        }
+        _ => (format!("{head} is lost: {} is partitioned", h.provider), None),
+    };
+    let mut w = world.borrow_mut();
+    w.net.log.push((h.provider, text));
+    w.net.calls.push(Call {
+        provider: h.provider,
+        route: handled.as_ref().and_then(|x| x.route).or_else(|| provider.and_then(|p| p.route(&h.request))).unwrap_or_default().to_string(),
+        idempotency_key: handled.as_ref().map(|x| x.key.clone()).unwrap_or_default(),
+        body: h.request.body.clone(),
+        applied: handled.as_ref().is_some_and(|x| x.applied.is_some()),
+        status: handled.as_ref().map(|x| x.reply.status),
+        reference: handled.and_then(|x| x.applied),
+        t_ms: now_ms,
+    });
 }
 
 impl NetState {

@@ -192,6 +192,9 @@ pub struct Finished {
     pub names: Labels,
     /// The effects the providers applied, provider by provider, in order.
     pub effects: Vec<crate::provider::Effect>,
+    /// Every request that reached a provider or was lost on its way, in order
+    /// ([`crate::sim::net::NetState::calls`]).
+    pub provider_calls: Vec<crate::provider::Call>,
     /// Simulation steps the schedule took (each ticks every running host).
     pub steps: u64,
     /// The roles whose processes were kept from the namespace's schedule before
@@ -1159,6 +1162,7 @@ impl<'a> Run<'a> {
             .flat_map(|(n, s)| s.passed.iter().map(move |cp| (n.clone(), *cp)))
             .collect();
         let names = std::mem::take(&mut w.names);
+        let provider_calls = std::mem::take(&mut w.net.calls);
         Finished {
             history,
             admin,
@@ -1167,6 +1171,7 @@ impl<'a> Run<'a> {
             keys: keys.into_iter().collect(),
             names,
             effects,
+            provider_calls,
             steps,
             reused,
         }

@@ -87,22 +87,9 @@ impl Run<'_> {
         };
         due.sort_by_key(|h| h.due_ms);
         for h in due {
-            if self.world.borrow().net.partitioned.contains(h.provider) {
-                let text = format!("{} {} from {}, held on the link, is lost: {} is partitioned", h.request.method, h.request.target(), h.caller, h.provider);
-                self.world.borrow_mut().net.log.push((h.provider, text));
-                continue;
-            }
-            let Some(p) = self.providers.iter().find(|p| p.name() == h.provider).cloned() else { continue };
-            let handled = p.handle(&h.request, now);
-            let text = format!(
-                "{} {} from {}, held on the link, arrives → {}: {}",
-                h.request.method,
-                h.request.target(),
-                h.caller,
-                handled.reply.status,
-                handled.text
-            );
-            self.world.borrow_mut().net.log.push((h.provider, text));
+            let partitioned = self.world.borrow().net.partitioned.contains(h.provider);
+            let p = self.providers.iter().find(|p| p.name() == h.provider).cloned();
+            crate::sim::net::deliver_held(p.as_deref(), &self.world, &h, now, partitioned);
         }
         self.collect_provider_log();
     }

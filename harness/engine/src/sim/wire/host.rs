@@ -40,10 +40,11 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
     let kept = match kept {
         Some(k) => k,
         None => {
-            let listeners = Listeners::bind()?;
+            let listeners = Listeners::bind(spec.providers.len())?;
             let (pg_port, sqs_port, redis_port) = listeners.ports()?;
             let env = environment(&name, &spec, pg_port, sqs_port, redis_port)?;
-            let env: Vec<(String, String)> = env.into_iter().chain(extra).collect();
+            let providers = super::http::environment(&spec.providers, &listeners.provider_ports()?);
+            let env: Vec<(String, String)> = env.into_iter().chain(providers).chain(extra).collect();
             let log = super::process::logs_dir()?.join(format!("{}-{name}.log", spec.schema));
             let process = WorkerProcess::spawn(&command, &ext.cwd, &env, log)?;
             worker.started(&process);
@@ -51,7 +52,10 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
             Kept::new(key, ext.role, process, listeners)
         }
     };
-    let [pg_l, sqs_l, redis_l] = kept.listeners.for_runtime()?;
+    let ([pg_l, sqs_l, redis_l], provider_ls) = kept.listeners.for_runtime()?;
+    for (l, p) in provider_ls.into_iter().zip(&spec.providers) {
+        tokio::task::spawn_local(super::http::serve(l, p.clone(), worker.clone()));
+    }
     let e = &spec.endpoints;
     tokio::task::spawn_local(pg::serve(pg_l, host_port(&e.database_url, 5432)?, worker.clone()));
     let proxy = SqsProxy::new(worker.clone(), host_port(&e.sqs_endpoint_url, 4566)?, clients::sqs_client_counted(&e.sqs_endpoint_url, &spec.sqs_calls));
@@ -126,7 +130,8 @@ fn host_port(url: &str, default_port: u16) -> Result<String> {
 /// `DATABASE_URL` (libpq URI with `sslmode=disable` and the schedule's search_path),
 /// `AWS_ENDPOINT_URL_SQS` and test credentials, `CRASHPOINT_QUEUE_URL` (its role's queue) and
 /// `CRASHPOINT_QUEUE_URL_<NAME>` for each queue, `REDIS_URL`, `CRASHPOINT_SYSTEM`,
-/// `CRASHPOINT_WORKER` and `CRASHPOINT_CONFIG` (the scenario's `[config]` as JSON).
+/// `CRASHPOINT_WORKER` and `CRASHPOINT_CONFIG` (the scenario's `[config]` as JSON). The providers'
+/// URLs are added at spawn ([`super::http::environment`]).
 fn environment(name: &str, spec: &HostSpec, pg: u16, sqs: u16, redis: u16) -> Result<Vec<(String, String)>> {
     let mut db = url::Url::parse(&spec.endpoints.database_url)?;
     db.set_host(Some("127.0.0.1"))?;

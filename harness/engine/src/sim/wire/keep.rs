@@ -23,8 +23,9 @@ use anyhow::{Context, Result};
 
 use super::process::WorkerProcess;
 
-/// An external worker's three listening sockets (PostgreSQL, SQS, Redis), on loopback ports
-/// the kernel chose. They outlive a schedule's host when its process is kept.
+/// An external worker's listening sockets: its three proxies' (PostgreSQL, SQS, Redis) and one
+/// per provider of the workload ([`super::http`]), on loopback ports the kernel chose. They
+/// outlive a schedule's host when its process is kept.
 pub struct Listeners {
     /// PostgreSQL's proxy.
     pub pg: std::net::TcpListener,
@@ -32,18 +33,27 @@ pub struct Listeners {
     pub sqs: std::net::TcpListener,
     /// Redis's proxy.
     pub redis: std::net::TcpListener,
+    /// The providers', in the workload's order.
+    pub providers: Vec<std::net::TcpListener>,
+}
+
+/// A socket listening on `127.0.0.1:0`, non-blocking.
+fn listen() -> Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a proxy's loopback port")?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// A tokio listener on a duplicate of `l`, for the current runtime.
+fn dup(l: &std::net::TcpListener) -> Result<tokio::net::TcpListener> {
+    Ok(tokio::net::TcpListener::from_std(l.try_clone()?)?)
 }
 
 impl Listeners {
-    /// Three sockets listening on `127.0.0.1:0`, non-blocking. Errors: a socket that cannot be
-    /// bound.
-    pub fn bind() -> Result<Listeners> {
-        let one = || -> Result<std::net::TcpListener> {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a proxy's loopback port")?;
-            l.set_nonblocking(true)?;
-            Ok(l)
-        };
-        Ok(Listeners { pg: one()?, sqs: one()?, redis: one()? })
+    /// Three sockets and `providers` more listening on `127.0.0.1:0`, non-blocking. Errors: a
+    /// socket that cannot be bound.
+    pub fn bind(providers: usize) -> Result<Listeners> {
+        Ok(Listeners { pg: listen()?, sqs: listen()?, redis: listen()?, providers: (0..providers).map(|_| listen()).collect::<Result<_>>()? })
     }
 
     /// Their ports: (PostgreSQL, SQS, Redis).
@@ -51,14 +61,16 @@ impl Listeners {
         Ok((self.pg.local_addr()?.port(), self.sqs.local_addr()?.port(), self.redis.local_addr()?.port()))
     }
 
+    /// The providers' ports, in order.
+    pub fn provider_ports(&self) -> Result<Vec<u16>> {
+        self.providers.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+    }
+
     /// Tokio listeners on duplicates of the sockets, for the current runtime (a turmoil host's):
-    /// dropping them with the runtime leaves these listening. Errors: a descriptor that cannot
-    /// be duplicated or registered.
-    pub fn for_runtime(&self) -> Result<[tokio::net::TcpListener; 3]> {
-        let dup = |l: &std::net::TcpListener| -> Result<tokio::net::TcpListener> {
-            Ok(tokio::net::TcpListener::from_std(l.try_clone()?)?)
-        };
-        Ok([dup(&self.pg)?, dup(&self.sqs)?, dup(&self.redis)?])
+    /// dropping them with the runtime leaves these listening. The three proxies', then the
+    /// providers'. Errors: a descriptor that cannot be duplicated or registered.
+    pub fn for_runtime(&self) -> Result<([tokio::net::TcpListener; 3], Vec<tokio::net::TcpListener>)> {
+        Ok(([dup(&self.pg)?, dup(&self.sqs)?, dup(&self.redis)?], self.providers.iter().map(dup).collect::<Result<_>>()?))
     }
 }
 

@@ -2,13 +2,15 @@
 //! schedules as an in-process [`crate::sim::cx::Program`], gated at the wire.
 //!
 //! For each external worker, crashpoint listens on loopback ports of its own choosing with one
-//! gating proxy per service ([`pg`], [`sqs`], [`redis`]). Each proxy reads one complete call
+//! gating proxy per service ([`pg`], [`sqs`], [`redis`]), and serves the workload's providers
+//! ([`http`]). Each proxy reads one complete call
 //! from the worker, holds it until the scheduler grants it ([`gate`]), forwards it to the real
 //! service and relays the reply. A crash is SIGKILL of the worker's process group.
 
 pub mod gate;
 pub mod pg;
 pub mod host;
+pub mod http;
 pub mod keep;
 pub mod process;
 pub mod redis;

@@ -51,6 +51,8 @@ pub struct WireWorker {
     clients: RefCell<BTreeSet<String>>,
     /// The last unit number handed out.
     units: Cell<u64>,
+    /// Calls held so far ([`WireWorker::calls_held`]).
+    held: Cell<u64>,
     /// Where in [`Mailbox::completed`] the call completed last went (for [`WireWorker::set_idle`]).
     last_completed: Cell<Option<usize>>,
     /// The settle of a concurrent worker's first completion in it, and the crash point it
@@ -127,6 +129,7 @@ impl WireWorker {
             receipts: RefCell::new(BTreeMap::new()),
             clients: RefCell::new(BTreeSet::new()),
             units: Cell::new(0),
+            held: Cell::new(0),
             last_completed: Cell::new(None),
             settle_at: Cell::new(None),
             process: RefCell::new(None),
@@ -195,6 +198,7 @@ impl WireWorker {
     /// Parks the worker before `call` until the scheduler grants it. Returns how it was granted.
     pub async fn hold(&self, call: Held) -> Granted {
         self.world.borrow_mut().mailbox(&self.me).made_calls = true;
+        self.held.set(self.held.get() + 1);
         if let Some(probe) = &*self.process.borrow() {
             probe.first_call();
         }
@@ -390,6 +394,13 @@ impl WireWorker {
             },
         );
         granted
+    }
+
+    /// How many calls it has presented to be held so far: a request that comes with this
+    /// unchanged is no new call of the worker's code (an HTTP client's own retry,
+    /// [`super::http`]).
+    pub fn calls_held(&self) -> u64 {
+        self.held.get()
     }
 
     /// Starts a call that passes without a hold (an SDK retry of a granted call): it is

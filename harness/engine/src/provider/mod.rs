@@ -11,6 +11,8 @@
 //! I/O, so the same schedule gives the same provider interleaving. It keeps a ledger of the
 //! effects it applied, which the checker reads after the drain ([`crate::checker::CheckCx::effects`]).
 
+pub mod api;
+
 use std::collections::BTreeMap;
 
 /// The port every provider listens on, on its turmoil host.
@@ -55,6 +57,16 @@ impl Request {
         self
     }
 
+    /// `path?k=v&…` as a reader writes it, the query not encoded (for the providers' lanes of a
+    /// trace: `search?query=metadata['order_id']:'o1'`).
+    pub fn shown(&self) -> String {
+        let q: Vec<String> = self.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        match q.is_empty() {
+            true => self.path.clone(),
+            false => format!("{}?{}", self.path, q.join("&")),
+        }
+    }
+
     /// `path?k=v&…`, the query encoded (for the wire and the trace).
     pub fn target(&self) -> String {
         if self.query.is_empty() {
@@ -93,6 +105,44 @@ pub struct Handled {
     /// One line for the trace, ids as they are (the engine relabels them), e.g.
     /// `charge ch1 applied for key <uuid>` or `key <uuid> replayed: ch1`.
     pub text: String,
+    /// The label of the route the request took ([`Provider::route`]; `None`: none).
+    pub route: Option<&'static str>,
+    /// The request's idempotency key (empty: none).
+    pub key: String,
+    /// The reference of the effect the request applied (`None`: it applied nothing: a
+    /// replayed key, a conflict, a lookup).
+    pub applied: Option<String>,
+}
+
+impl Handled {
+    /// `reply` with trace line `text`, no route, key or effect.
+    pub fn new(reply: Reply, text: String) -> Handled {
+        Handled { reply, text, route: None, key: String::new(), applied: None }
+    }
+}
+
+/// One request a provider received, as the facts table `crashpoint_provider_calls` has it
+/// ([`crate::checker::facts`]): filled by every front-end, in the order they arrived.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Call {
+    /// The provider, e.g. `cards`.
+    pub provider: &'static str,
+    /// Its route's label (`charge`; empty when it took none).
+    pub route: String,
+    /// Its idempotency key (empty: none).
+    pub idempotency_key: String,
+    /// Its JSON body (a form body decoded into objects).
+    pub body: serde_json::Value,
+    /// Whether it applied an effect.
+    pub applied: bool,
+    /// What the provider answered, even when that answer was then lost or replaced by an
+    /// injected 503 after applying; 503 for an injected 503 before applying; `None` when the
+    /// request never reached the provider (dropped on its way, partitioned).
+    pub status: Option<u16>,
+    /// The effect's reference when it applied one (`pi_1`).
+    pub reference: Option<String>,
+    /// When it arrived, logical ms.
+    pub t_ms: u64,
 }
 
 /// One effect a provider applied: a charge made, an invoice recorded, an email sent.
@@ -100,6 +150,8 @@ pub struct Handled {
 pub struct Effect {
     /// The provider, e.g. `gateway`.
     pub provider: &'static str,
+    /// The label of the route that applied it, e.g. `charge`.
+    pub route: &'static str,
     /// When it was applied, logical ms.
     pub t_ms: u64,
     /// The provider's reference of it, e.g. `ch1`.
@@ -119,6 +171,20 @@ pub trait Provider {
 
     /// One line for `crashpoint list`, e.g. `payment gateway: POST /charges with Idempotency-Key`.
     fn about(&self) -> &'static str;
+
+    /// The environment variable a team's process finds the provider's base URL in
+    /// (`http://127.0.0.1:<port>`, [`crate::sim::wire`]). Default
+    /// `CRASHPOINT_PROVIDER_URL_<NAME>`.
+    fn url_env(&self) -> String {
+        format!("CRASHPOINT_PROVIDER_URL_{}", self.name().to_ascii_uppercase())
+    }
+
+    /// The label of the route `request` takes: its call label at the wire (trace, crash point
+    /// `after_<label>`). `None`: the provider has no such route, and a team's process that
+    /// sends it ends the run with exit 2 ([`crate::sim::wire`]). Default `None`.
+    fn route(&self, _request: &Request) -> Option<&'static str> {
+        None
+    }
 
     /// Handles one request at logical time `now_ms` (its clock is the schedule's logical clock).
     /// Deterministic: no I/O, no randomness.

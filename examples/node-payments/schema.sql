@@ -1,0 +1,4 @@
+-- crashpoint runs this in a fresh schema before every schedule (examples/node-payments).
+-- One row per order: the payment intent that charged it and what the worker concluded. The
+-- card processor's own ledger is crashpoint's table crashpoint_provider_calls.
+CREATE TABLE payment (order_id uuid PRIMARY KEY, intent_id text NOT NULL, amount_minor bigint NOT NULL, status text NOT NULL);

@@ -1,0 +1,256 @@
+//! A workload's providers at the wire: each provider ([`crate::provider::Provider`], e.g. a
+//! team's `[[providers]]` payment API) is served to a team's process over plain HTTP/1 on a
+//! loopback port of the harness, whose URL the process finds in the provider's
+//! [`crate::provider::Provider::url_env`]. The process's own HTTP client (an SDK such as
+//! `stripe`, `fetch`, `requests`) is used unchanged.
+//!
+//! Each request is a call of the worker: held until the scheduler grants it (its label is the
+//! route's, so the worker stands at `after_<label>` once it is answered), then handed to the
+//! provider through the same [`crate::sim::net::deliver`] as an in-process worker's request,
+//! with the same faults. What the wire does with a lost answer, a request held on the link or
+//! dropped: it closes the worker's connection without answering (the client sees a reset
+//! connection, "socket hang up": the outcome is unknown to it). A JSON body is read as JSON,
+//! a form body (`application/x-www-form-urlencoded`, Stripe's SDKs) as nested objects
+//! (`metadata[order_id]=o1` → `{"metadata": {"order_id": "o1"}}`, `items[0]=a` → a list).
+//!
+//! An HTTP client retries a request whose connection closed without an answer by itself (Node's
+//! keep-alive race: stripe-node retries once even with `maxNetworkRetries: 0`, 0.5 s later, the
+//! same request with the same key). Such a retry, identical to the worker's last call to the
+//! provider, sent before any other call, is part of that call, as an SQS SDK's retries are:
+//! it passes without a hold and meets the call's fault again (a lost answer is lost again, a
+//! request lost on its way is lost again: the link is still down), so that one fault leaves the
+//! worker's code with the unknown outcome it must handle, as it does for an in-process worker.
+//! The provider still handles each retry that reaches it (a replay from its key, or a second
+//! effect when it has none), and the provider's lane says it was a retry.
+//!
+//! A request no route of the provider takes ends the run with exit 2 naming it: the harness
+//! cannot know what the real provider would answer, and a made-up 404 would test the worker
+//! against an API that does not exist.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::Response;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+use super::worker::{injected_error, Granted, Held, WireWorker};
+use crate::nemesis::net::{NetFault, NetFaultKind};
+use crate::provider::{Provider, Reply, Request};
+use crate::sim::history::{Outcome, Service};
+use crate::sim::net::host::encode;
+use crate::sim::net::Handoff;
+
+/// The connection is closed without an answer (the service's error: hyper then drops it).
+#[derive(Debug)]
+struct Closed;
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("closed without an answer")
+    }
+}
+
+impl std::error::Error for Closed {}
+
+/// The worker's last call to the provider, when its answer never came: what a retry of it
+/// looks like, what befell it, and [`WireWorker::calls_held`] then.
+#[derive(Debug, Clone, PartialEq)]
+struct Unanswered {
+    fingerprint: String,
+    fault: Option<NetFaultKind>,
+    held: u64,
+}
+
+/// Serves `provider` to `worker` on `listener` until dropped; one task per connection.
+pub async fn serve(listener: TcpListener, provider: Rc<dyn Provider>, worker: Rc<WireWorker>) {
+    let last: Rc<RefCell<Option<Unanswered>>> = Rc::default();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (provider, worker, last) = (provider.clone(), worker.clone(), last.clone());
+        tokio::task::spawn_local(async move {
+            let gate = worker.clone();
+            let svc = hyper::service::service_fn(move |req| {
+                let (provider, worker, last) = (provider.clone(), worker.clone(), last.clone());
+                async move {
+                    worker.touch();
+                    let r = respond(&*provider, &worker, &last, req).await;
+                    worker.touch();
+                    r
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+            gate.task_ended();
+        });
+    }
+}
+
+async fn respond(
+    provider: &dyn Provider,
+    worker: &WireWorker,
+    last: &RefCell<Option<Unanswered>>,
+    req: hyper::Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Closed> {
+    let request = decode(req).await;
+    let name = provider.name();
+    let fingerprint = format!("{} {} {:?} {}", request.method, request.target(), request.headers.get("idempotency-key"), request.body);
+    let retry = last.borrow_mut().take().filter(|u| u.fingerprint == fingerprint && u.held == worker.calls_held());
+    if let Some(u) = retry {
+        // The client's own retry of a call whose answer never came: the same fault again.
+        let _pending = worker.pending_guard();
+        if let Some(kind) = u.fault {
+            worker.world.borrow_mut().net.armed.insert(0, NetFault { provider: name, kind });
+        }
+        worker.world.borrow_mut().net.log.push((name, format!("{} retries its {} {} by itself: part of its call, whose fault holds", worker.me, request.method, request.shown())));
+        let handoff = crate::sim::net::deliver(provider, &worker.world, request, worker.me.clone());
+        if !matches!(handoff, Handoff::Reply(_)) {
+            *last.borrow_mut() = Some(u);
+        }
+        return match handoff {
+            Handoff::Reply(r) => Ok(encode(&r)),
+            _ => Err(Closed),
+        };
+    }
+    let Some(op) = provider.route(&request) else {
+        worker.fatal(format!(
+            "{}: {} {} was sent to provider `{name}`, which declares no route for it: declare it in the workload file's \
+             [[providers.routes]] of `{name}` (method and path, `{{id}}` for a path segment)",
+            worker.me,
+            request.method,
+            request.target()
+        ));
+        return Err(Closed);
+    };
+    let key = request.headers.get("idempotency-key").cloned();
+    let held = Held {
+        op,
+        service: Service::Http,
+        cycle_start: false,
+        key: format!("{} {} {} {}", request.method, request.target(), key.as_deref().unwrap_or(""), request.body),
+        pid: None,
+        about: Some(key.unwrap_or_else(|| request.target())),
+        tie: 0,
+    };
+    if let Granted::Fail(cp) = worker.hold(held).await {
+        // Not applied, and an answer clients do not retry (a 400, not a 5xx or a 409).
+        worker.complete(Service::Http, Outcome::Done, vec![]);
+        let body = serde_json::json!({"error": {"type": "invalid_request_error", "message": injected_error(op, cp)}});
+        return Ok(encode(&Reply::new(400, body)));
+    }
+    let armed = worker.world.borrow().net.armed.iter().find(|f| f.provider == name).map(|f| f.kind);
+    let delivery = crate::sim::net::deliver(provider, &worker.world, request, worker.me.clone());
+    let fault = match &delivery {
+        Handoff::Lost(_) => Some(NetFaultKind::DropResponse),
+        Handoff::Dropped if armed == Some(NetFaultKind::DropRequest) => Some(NetFaultKind::DropRequest),
+        _ => None,
+    };
+    if matches!(delivery, Handoff::Lost(_) | Handoff::Dropped) {
+        *last.borrow_mut() = Some(Unanswered { fingerprint, fault, held: worker.calls_held() });
+    }
+    let outcome = match &delivery {
+        Handoff::Reply(r) => Outcome::Http { provider: name.to_string(), status: r.status },
+        Handoff::Lost(_) => Outcome::NoResponse { provider: name.to_string(), why: "the connection closed before the response".into() },
+        Handoff::Held => Outcome::NoResponse { provider: name.to_string(), why: "the request is held on the link; the connection closed".into() },
+        Handoff::Dropped => Outcome::NoResponse { provider: name.to_string(), why: "the request was lost on its way; the connection closed".into() },
+    };
+    worker.complete(Service::Http, outcome, vec![]);
+    match delivery {
+        Handoff::Reply(r) => Ok(encode(&r)),
+        _ => Err(Closed),
+    }
+}
+
+/// The request as the provider reads it: headers in lower case (without `host`,
+/// `content-length`, `content-type`), the query decoded, the body as JSON.
+async fn decode(req: hyper::Request<Incoming>) -> Request {
+    let (parts, body) = req.into_parts();
+    let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let form = parts
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    let headers = parts
+        .headers
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "host" | "content-length" | "content-type"))
+        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let query = parts.uri.query().map(|q| url::form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
+    let body = match (bytes.is_empty(), form) {
+        (true, _) => Value::Null,
+        (false, true) => form_body(&bytes),
+        (false, false) => serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())),
+    };
+    Request { method: parts.method.to_string(), path: parts.uri.path().to_string(), query, headers, body }
+}
+
+/// A form body as nested JSON: `a[b][c]=v` → `{"a": {"b": {"c": "v"}}}`; `a[]=v` and
+/// `a[0]=v` → lists. Values stay strings (a form carries no types).
+pub fn form_body(bytes: &[u8]) -> Value {
+    let mut root = Value::Object(Default::default());
+    for (k, v) in url::form_urlencoded::parse(bytes) {
+        let (head, rest) = k.split_once('[').map_or((k.as_ref(), ""), |(h, r)| (h, r));
+        let mut path: Vec<&str> = vec![head];
+        if !rest.is_empty() {
+            path.extend(rest.trim_end_matches(']').split("]["));
+        }
+        insert(&mut root, &path, Value::String(v.into_owned()));
+    }
+    root
+}
+
+fn insert(at: &mut Value, path: &[&str], v: Value) {
+    let Some((first, rest)) = path.split_first() else {
+        *at = v;
+        return;
+    };
+    let list = first.is_empty() || first.parse::<usize>().is_ok();
+    if at.is_null() {
+        *at = if list { Value::Array(vec![]) } else { Value::Object(Default::default()) };
+    }
+    match at {
+        Value::Array(items) if list => {
+            let i = first.parse::<usize>().unwrap_or(items.len());
+            while items.len() <= i {
+                items.push(Value::Null);
+            }
+            insert(&mut items[i], rest, v);
+        }
+        Value::Object(m) => insert(m.entry(first.to_string()).or_insert(Value::Null), rest, v),
+        _ => {
+            let mut m = serde_json::Map::new();
+            m.insert(first.to_string(), Value::Null);
+            *at = Value::Object(m);
+            insert(at, path, v);
+        }
+    }
+}
+
+
+/// The environment lines that point a team's process at `providers`: each provider's
+/// [`Provider::url_env`] = `http://127.0.0.1:<port>`, ports in the providers' order.
+pub fn environment(providers: &[Rc<dyn Provider>], ports: &[u16]) -> Vec<(String, String)> {
+    providers.iter().zip(ports).map(|(p, port)| (p.url_env(), format!("http://127.0.0.1:{port}"))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_form_body_reads_as_nested_objects_and_lists() {
+        let v = form_body(b"amount=1000&currency=eur&metadata[order_id]=o1&expand[0]=latest_charge&expand[1]=customer&confirm=true");
+        assert_eq!(
+            v,
+            serde_json::json!({"amount": "1000", "currency": "eur", "metadata": {"order_id": "o1"}, "expand": ["latest_charge", "customer"], "confirm": "true"})
+        );
+        assert_eq!(form_body(b"a[b][c]=1&a[b][d]=2"), serde_json::json!({"a": {"b": {"c": "1", "d": "2"}}}));
+    }
+}
