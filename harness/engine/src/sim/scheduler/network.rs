@@ -89,7 +89,7 @@ impl Run<'_> {
         for h in due {
             let partitioned = self.world.borrow().net.partitioned.contains(h.provider);
             let p = self.providers.iter().find(|p| p.name() == h.provider).cloned();
-            crate::sim::net::deliver_held(p.as_deref(), &self.world, &h, now, partitioned);
+            crate::sim::net::deliver_held(p.as_deref(), &self.world, &h, partitioned);
         }
         self.collect_provider_log();
     }
