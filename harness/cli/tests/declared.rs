@@ -606,6 +606,25 @@ fn init_writes_a_workload_that_lists_and_never_overwrites() {
     assert!(t.contains("not overwriting") && t.contains("billing-svc.workload.toml"), "{t}");
 }
 
+/// `init --provider cards` writes a `[[providers]]` stanza that the workload file's reader
+/// takes: `list` shows the provider and its faults' target.
+#[test]
+fn init_with_a_provider_writes_a_stanza_that_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = dir.path().join("shop");
+    let out = crashpoint_in(dir.path(), &["init", "shop", "--provider", "cards"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let file = std::fs::read_to_string(team.join("scenarios/shop.workload.toml")).unwrap();
+    assert!(file.contains("[[providers]]\nname = \"cards\"\nurl_env = \"CARDS_API_BASE\""), "{file}");
+    let listed = crashpoint_in(&team, &["list"]);
+    let t = text(&listed);
+    assert_eq!(listed.status.code(), Some(0), "{t}");
+    assert!(t.contains("cards"), "the provider is not listed:\n{t}");
+    let bad = crashpoint_in(dir.path(), &["init", "other", "--provider", "Cards"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(text(&bad).contains("`Cards` is not a provider name"), "{}", text(&bad));
+}
+
 #[test]
 fn a_directory_without_scenarios_is_named_not_replaced_by_the_build_tree() {
     let dir = tempfile::tempdir().unwrap();
@@ -830,7 +849,9 @@ fn the_payment_variants_are_caught_shrunk_and_reproduced() {
     let dir = example("node-payments");
     caught_shrunk_and_reproduced(&dir, "payments/explore", "new-key-per-attempt", "at most one charge per order");
     caught_shrunk_and_reproduced(&dir, "payments/explore", "no-key", "at most one charge per order");
-    caught_shrunk_and_reproduced(&dir, "payments/explore", "timeout-as-failure", "every charge recorded as paid");
+    // At seed 7 the search is lost (and stripe-node's own retry of it): the order is recorded
+    // failed and never charged.
+    caught_shrunk_and_reproduced(&dir, "payments/explore", "timeout-as-failure", "every dispatched order charged");
 }
 
 #[test]

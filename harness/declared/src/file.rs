@@ -439,7 +439,8 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
         });
     }
     let invariants = InvariantSpec::resolve_all(path, &text, &raw.invariants)?;
-    let providers = crate::providers::read(path, &text, &raw.providers)?;
+    let prefixes: Vec<&str> = roles.iter().map(|r| r.prefix).collect();
+    let providers = crate::providers::read(path, &text, &raw.providers, &prefixes)?;
     Ok(Decl {
         name: leak(name),
         about: leak(raw.about),

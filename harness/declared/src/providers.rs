@@ -119,8 +119,9 @@ fn leak(s: String) -> &'static str {
 }
 
 /// Reads the file's `[[providers]]` (`raw`, with their spans in `text` of `path`) into API
-/// declarations, checked: names, environment variables, routes, templates.
-pub fn read(path: &Path, text: &str, raw: &[Spanned<ProviderRaw>]) -> Result<Vec<ApiSpec>> {
+/// declarations, checked: names (none a role prefix of `roles`: workers and providers share the
+/// simulation's host names), environment variables, routes, templates.
+pub fn read(path: &Path, text: &str, raw: &[Spanned<ProviderRaw>], roles: &[&str]) -> Result<Vec<ApiSpec>> {
     let mut out: Vec<ApiSpec> = Vec::new();
     let mut labels: Vec<&str> = Vec::new();
     for (i, p) in raw.iter().enumerate() {
@@ -138,6 +139,13 @@ pub fn read(path: &Path, text: &str, raw: &[Spanned<ProviderRaw>]) -> Result<Vec
         }
         if out.iter().any(|o| o.name == p.name) {
             bail!("{}: provider `{}` is declared twice", here("name"), p.name);
+        }
+        if roles.contains(&p.name.as_str()) {
+            bail!(
+                "{}: `{}` is a role of this file, whose worker bears that name; expected another name",
+                here("name"),
+                p.name
+            );
         }
         let env_ok = p.url_env.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
             && p.url_env.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
@@ -175,7 +183,7 @@ pub fn read(path: &Path, text: &str, raw: &[Spanned<ProviderRaw>]) -> Result<Vec
                 for o in of {
                     let applies = routes.iter().any(|x| x.label == *o && matches!(x.kind, RouteKind::Apply { .. }));
                     if !applies {
-                        let line = line_of(text, p.routes[j].span().start);
+                        let line = field_line(text, &p.routes[j].span(), "of");
                         bail!(
                             "{}:{line}: field `providers[{i}].routes[{j}].of` ({}: {}): `{o}` is not a route of {} with effect = \"apply\"",
                             path.display(),
@@ -223,8 +231,15 @@ fn route(r: &RouteRaw, before: &[Route], at: &dyn Fn(&str) -> String) -> Result<
         bail!("{}: expected one of {}, found `{}`", at("method"), METHODS.join(", "), r.method);
     }
     let segments = parse_path(&r.path).map_err(|e| anyhow!("{}: {e}", at("path")))?;
-    if before.iter().any(|b| b.method == method && b.path == segments) {
-        bail!("{}: another route already takes {method} {}", at("path"), r.path);
+    fn shape(p: &[Segment]) -> Vec<&str> {
+        p.iter().map(|s| if let Segment::Lit(l) = s { l.as_str() } else { "{}" }).collect()
+    }
+    if before.iter().any(|b| b.method == method && shape(&b.path) == shape(&segments)) {
+        bail!(
+            "{}: another route already takes {method} {} (its `{{…}}` segments at the same places)",
+            at("path"),
+            r.path
+        );
     }
     let has_param = |name: &str| segments.contains(&Segment::Param(name.to_string()));
     let answer = |a: &AnswerRaw, field: &str, place: TemplateUse| -> Result<Answer> {
@@ -264,7 +279,10 @@ fn route(r: &RouteRaw, before: &[Route], at: &dyn Fn(&str) -> String) -> Result<
                     };
                     let window_ms = match &i.window {
                         None => None,
-                        Some(w) => Some(crashpoint::parse_duration_ms(w).map_err(|e| anyhow!("{}: {e}; expected e.g. \"24h\"", at("idempotency.window")))?),
+                        Some(w) => match crashpoint::parse_duration_ms(w).map_err(|e| anyhow!("{}: {e}; expected e.g. \"24h\"", at("idempotency.window")))? {
+                            0 => bail!("{}: a window of 0 deduplicates nothing; expected e.g. \"24h\", or no `window` (keys kept forever)", at("idempotency.window")),
+                            ms => Some(ms),
+                        },
                     };
                     let other_params = i.other_params.as_ref().map(|a| answer(a, "idempotency.other_params", TemplateUse::Found)).transpose()?;
                     Some(Idempotency { key, window_ms, other_params })
@@ -338,7 +356,7 @@ mod tests {
 
     fn read_text(text: &str) -> Result<Vec<ApiSpec>> {
         let f: File = toml::from_str(text).map_err(|e| anyhow!("{e}"))?;
-        read(Path::new("w.workload.toml"), text, &f.providers)
+        read(Path::new("w.workload.toml"), text, &f.providers, &["p", "c"])
     }
 
     const GOOD: &str = r#"
@@ -386,6 +404,8 @@ match = { path = "id" }
             ("name = \"cards\"", "name = \"Cards\"", "w.workload.toml:3: field `providers[0].name` (Cards): expected a provider name"),
             ("url_env = \"CARDS_API_BASE\"", "url_env = \"cards-url\"", "field `providers[0].url_env` (cards)"),
             ("label = \"charge_get\"", "label = \"charge\"", "label `charge` is used by another route"),
+            ("window = \"24h\"", "window = \"0s\"", "a window of 0 deduplicates nothing"),
+            ("name = \"cards\"", "name = \"c\"", "field `providers[0].name` (c): `c` is a role of this file"),
         ];
         for (from, to, want) in cases {
             let e = read_text(&GOOD.replace(from, to)).unwrap_err().to_string();

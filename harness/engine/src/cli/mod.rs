@@ -91,6 +91,10 @@ pub struct InitArgs {
     /// The workload's name (default: the directory's name, in lower case).
     #[arg(long)]
     pub name: Option<String>,
+    /// Also declare an HTTP API the worker calls, named this (lower-case letters, e.g.
+    /// `cards`): a `[[providers]]` stanza with a charge and a lookup to edit.
+    #[arg(long)]
+    pub provider: Option<String>,
 }
 
 /// The whole `crashpoint` command for the workloads in `registry` (the first is the default
@@ -109,9 +113,10 @@ pub trait Declarations {
     /// The workloads declared under `scenarios` (the scenarios directory). Errors: a file
     /// that does not read, named with its line and field.
     fn discover(&self, scenarios: &std::path::Path) -> anyhow::Result<Vec<std::sync::Arc<dyn crate::workload::Workload>>>;
-    /// Writes a new declared workload named `name` into `dir` (`crashpoint init`) and returns
-    /// the files written. Errors: a file that exists already, an invalid name, I/O.
-    fn init(&self, dir: &std::path::Path, name: &str) -> anyhow::Result<Vec<std::path::PathBuf>>;
+    /// Writes a new declared workload named `name` into `dir` (`crashpoint init`), with a
+    /// provider named `provider` when set, and returns the files written. Errors: a file that
+    /// exists already, an invalid name, I/O.
+    fn init(&self, dir: &std::path::Path, name: &str, provider: Option<&str>) -> anyhow::Result<Vec<std::path::PathBuf>>;
 }
 
 /// No workload files: the binary knows only its compiled workloads.
@@ -121,7 +126,7 @@ impl Declarations for NoFiles {
     fn discover(&self, _: &std::path::Path) -> anyhow::Result<Vec<std::sync::Arc<dyn crate::workload::Workload>>> {
         Ok(Vec::new())
     }
-    fn init(&self, _: &std::path::Path, _: &str) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    fn init(&self, _: &std::path::Path, _: &str, _: Option<&str>) -> anyhow::Result<Vec<std::path::PathBuf>> {
         anyhow::bail!("this binary reads no workload files; the stock `crashpoint` binary does")
     }
 }
@@ -189,7 +194,7 @@ fn init(declared: &dyn Declarations, args: &InitArgs) -> anyhow::Result<i32> {
             base.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect::<String>().trim_matches('-').to_string()
         }
     };
-    let written = declared.init(&args.dir, &name)?;
+    let written = declared.init(&args.dir, &name, args.provider.as_deref())?;
     for f in &written {
         println!("wrote {}", f.display());
     }

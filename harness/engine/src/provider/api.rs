@@ -185,7 +185,8 @@ pub struct ApiSpec {
     /// The environment variable a team's process finds its base URL in
     /// ([`Provider::url_env`]).
     pub url_env: String,
-    /// Its routes, tried in order.
+    /// Its routes: a request takes the one whose method and path match with the most literal
+    /// segments (`/search` before `/{id}`), the first declared among equals.
     pub routes: Vec<Route>,
 }
 
@@ -302,9 +303,13 @@ impl Api {
                     Some((before, after)) => value.and_then(|v| v.strip_prefix(before)).and_then(|v| v.strip_suffix(after)),
                     None => value,
                 };
-                match value {
-                    Some(v) => v.to_string(),
-                    None => {
+                match (value, req.query.get(param), pattern) {
+                    (Some(v), _, _) => v.to_string(),
+                    (None, Some(got), Some(p)) => {
+                        let reply = Reply::new(400, json!({"error": format!("{param} `{got}` does not read as `{p}`")}));
+                        return handled(reply, format!("lookup: {param} does not read as `{p}`"), route, "", None);
+                    }
+                    (None, _, _) => {
                         let reply = Reply::new(400, json!({"error": format!("{param} is required")}));
                         return handled(reply, format!("lookup without {param}"), route, "", None);
                     }
@@ -402,6 +407,20 @@ pub enum TemplateUse {
 /// Checks every placeholder of template `body` for `place`. Errors: the first one that is
 /// unknown or does not fit there, with what was expected.
 pub fn check_template(body: &Value, place: TemplateUse) -> Result<(), String> {
+    let mut prefixes: Vec<String> = Vec::new();
+    walk(body, &mut |p| {
+        if let Some(x) = p.strip_prefix("new ").map(str::trim) {
+            if !prefixes.iter().any(|y| y == x) {
+                prefixes.push(x.to_string());
+            }
+        }
+    });
+    if prefixes.len() > 1 {
+        return Err(format!(
+            "`{{{{new {}}}}}` and `{{{{new {}}}}}`: an applied request has one reference; expected one `{{{{new <prefix>}}}}` (repeat it where the same id stands twice)",
+            prefixes[0], prefixes[1]
+        ));
+    }
     let mut result = Ok(());
     walk(body, &mut |p| {
         if result.is_err() {
@@ -630,6 +649,8 @@ mod tests {
         assert!(e.contains("`{{bogus}}` is unknown"), "{e}");
         assert!(check_template(&json!({"d": "{{effects}}"}), TemplateUse::Found).is_ok());
         assert!(check_template(&json!({"d": "{{new x}}"}), TemplateUse::Missing).is_err());
+        let e = check_template(&json!({"id": "{{new pi_}}", "charge": "{{new ch_}}"}), TemplateUse::Response).unwrap_err();
+        assert!(e.contains("an applied request has one reference"), "{e}");
         assert!(parse_path("v1/x").is_err() && parse_path("/a//b").is_err() && parse_path("/a/{}").is_err());
     }
 }

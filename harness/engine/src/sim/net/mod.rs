@@ -86,6 +86,11 @@ pub enum Handoff {
 /// front-end of a team's process ([`crate::sim::wire::http`]). Records the provider's lane
 /// line and the [`Call`].
 pub fn deliver(provider: &dyn Provider, world: &SharedWorld, request: Request, caller: String) -> Handoff {
+    deliver_with(provider, world, request, caller).0
+}
+
+/// [`deliver`], and the armed fault it took (`None`: none, or the request met a partition).
+pub fn deliver_with(provider: &dyn Provider, world: &SharedWorld, request: Request, caller: String) -> (Handoff, Option<NetFaultKind>) {
     let name = provider.name();
     let line = format!("{} {} from {caller}", request.method, request.shown());
     let (now, fault, partitioned) = {
@@ -120,42 +125,63 @@ pub fn deliver(provider: &dyn Provider, world: &SharedWorld, request: Request, c
     match fault {
         _ if partitioned => {
             record(None, None, format!("{line}: lost on its way, {name} is partitioned"));
-            Handoff::Dropped
+            (Handoff::Dropped, fault)
         }
         Some(NetFaultKind::DropRequest) => {
             record(None, None, format!("{line}: lost on its way, never arrived"));
-            Handoff::Dropped
+            (Handoff::Dropped, fault)
         }
         Some(NetFaultKind::Delay(ms)) => {
             world.borrow_mut().net.log.push((name, format!("{line}: held on the link for {}", crate::duration::format_duration_ms(ms))));
             world.borrow_mut().net.held.push(Held { due_ms: now + ms, provider: name, caller, request: request.clone() });
-            Handoff::Held
+            (Handoff::Held, fault)
         }
         Some(NetFaultKind::Error5xxBefore) => {
             record(None, Some(503), format!("{line} → 503 (injected): not applied"));
-            Handoff::Reply(unavailable())
+            (Handoff::Reply(unavailable()), fault)
         }
         Some(NetFaultKind::Error5xxAfter) => {
             let h = provider.handle(&request, now);
             record(Some(&h), Some(h.reply.status), format!("{line}: {}; then 503 (injected)", h.text));
-            Handoff::Reply(unavailable())
+            (Handoff::Reply(unavailable()), fault)
         }
         Some(NetFaultKind::DropResponse) => {
             let h = provider.handle(&request, now);
             record(Some(&h), Some(h.reply.status), format!("{line} → {}: {}; the response is lost", h.reply.status, h.text));
-            Handoff::Lost(h.reply)
+            (Handoff::Lost(h.reply), fault)
         }
         _ => {
             let h = provider.handle(&request, now);
             record(Some(&h), Some(h.reply.status), format!("{line} → {}: {}", h.reply.status, h.text));
-            Handoff::Reply(h.reply)
+            (Handoff::Reply(h.reply), fault)
         }
     }
 }
 
-/// Hands a request `net:delay` held to its provider at `now_ms`, with the lane line and the
-/// [`Call`]; `partitioned`: its provider is cut off now, and it is lost.
-pub fn deliver_held(provider: Option<&dyn Provider>, world: &SharedWorld, h: &Held, now_ms: u64, partitioned: bool) {
+/// Records a request `caller` sent to `provider` that a fault answered before it reached the
+/// provider (`fail@<label>` at the wire): its lane line `what` and its [`Call`], not applied.
+pub fn injected(provider: &dyn Provider, world: &SharedWorld, request: &Request, caller: &str, what: &str) {
+    let mut w = world.borrow_mut();
+    let now = w.now_ms;
+    w.net.log.push((provider.name(), format!("{} {} from {caller} → {what}", request.method, request.shown())));
+    w.net.calls.push(Call {
+        provider: provider.name(),
+        route: provider.route(request).unwrap_or_default().to_string(),
+        idempotency_key: String::new(),
+        body: request.body.clone(),
+        applied: false,
+        status: Some(503),
+        reference: None,
+        t_ms: now,
+    });
+}
+
+/// Hands a request `net:delay` held to its provider, with the lane line and the [`Call`]:
+/// at its due time `h.due_ms`, the logical time it arrives, whatever clock move reached it (a
+/// `tick:86401s` past a 5 s delay must not find a key of 24 h expired); `partitioned`: its
+/// provider is cut off now, and it is lost.
+pub fn deliver_held(provider: Option<&dyn Provider>, world: &SharedWorld, h: &Held, partitioned: bool) {
+    let now_ms = h.due_ms;
     let head = format!("{} {} from {}, held on the link,", h.request.method, h.request.shown(), h.caller);
     let (text, handled) = match provider {
         Some(p) if !partitioned => {

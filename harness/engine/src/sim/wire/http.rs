@@ -15,13 +15,20 @@
 //!
 //! An HTTP client retries a request whose connection closed without an answer by itself (Node's
 //! keep-alive race: stripe-node retries once even with `maxNetworkRetries: 0`, 0.5 s later, the
-//! same request with the same key). Such a retry, identical to the worker's last call to the
-//! provider, sent before any other call, is part of that call, as an SQS SDK's retries are:
-//! it passes without a hold and meets the call's fault again (a lost answer is lost again, a
-//! request lost on its way is lost again: the link is still down), so that one fault leaves the
-//! worker's code with the unknown outcome it must handle, as it does for an in-process worker.
-//! The provider still handles each retry that reaches it (a replay from its key, or a second
-//! effect when it has none), and the provider's lane says it was a retry.
+//! same request with the same key). The first such retry, identical to the worker's last call
+//! to the provider and sent before any other call is held, is part of that call, as an SQS
+//! SDK's retries are: it passes without a hold and meets the call's fault again (a lost answer
+//! is lost again, a request lost on its way is lost again: the link is still down), so that one
+//! fault leaves the worker's code with the unknown outcome it must handle, as it does for an
+//! in-process worker. The provider still handles a retry that reaches it (a replay from its
+//! key, or a second effect when it has none), and the provider's lane says it was a retry. A
+//! further repeat is a call of its own. A request held on the link (`net:delay`) is on its way:
+//! the client's retry of it is a call of its own too.
+//!
+//! Known limit: a role declared `concurrent = true` makes its calls in an order its process
+//! decides; a client's retry 0.5 s later lands in whichever settle it reaches, so a provider's
+//! references can differ between runs of one schedule. The one-call-at-a-time roles have no
+//! such dependence.
 //!
 //! A request no route of the provider takes ends the run with exit 2 naming it: the harness
 //! cannot know what the real provider would answer, and a made-up 404 would test the worker
@@ -102,15 +109,21 @@ async fn respond(
     let fingerprint = format!("{} {} {:?} {}", request.method, request.target(), request.headers.get("idempotency-key"), request.body);
     let retry = last.borrow_mut().take().filter(|u| u.fingerprint == fingerprint && u.held == worker.calls_held());
     if let Some(u) = retry {
-        // The client's own retry of a call whose answer never came: the same fault again.
+        // The client's own (first) retry of a call whose answer never came: the same fault
+        // again, once. A further repeat is a call of its own, held as any.
         let _pending = worker.pending_guard();
         if let Some(kind) = u.fault {
             worker.world.borrow_mut().net.armed.insert(0, NetFault { provider: name, kind });
         }
         worker.world.borrow_mut().net.log.push((name, format!("{} retries its {} {} by itself: part of its call, whose fault holds", worker.me, request.method, request.shown())));
-        let handoff = crate::sim::net::deliver(provider, &worker.world, request, worker.me.clone());
-        if !matches!(handoff, Handoff::Reply(_)) {
-            *last.borrow_mut() = Some(u);
+        let (handoff, taken) = crate::sim::net::deliver_with(provider, &worker.world, request, worker.me.clone());
+        if let (Some(kind), None) = (u.fault, taken) {
+            // Not taken (the provider was partitioned meanwhile): no fault the schedule did not
+            // choose stays armed.
+            let mut w = worker.world.borrow_mut();
+            if let Some(i) = w.net.armed.iter().position(|f| f.provider == name && f.kind == kind) {
+                w.net.armed.remove(i);
+            }
         }
         return match handoff {
             Handoff::Reply(r) => Ok(encode(&r)),
@@ -138,16 +151,17 @@ async fn respond(
         tie: 0,
     };
     if let Granted::Fail(cp) = worker.hold(held).await {
-        // Not applied, and an answer clients do not retry (a 400, not a 5xx or a 409).
+        // Not applied, and an answer a client takes for a transient failure of the provider
+        // (a 503 of Stripe's `api_error` shape), as the other proxies answer `fail@` with a
+        // service error.
         worker.complete(Service::Http, Outcome::Done, vec![]);
-        let body = serde_json::json!({"error": {"type": "invalid_request_error", "message": injected_error(op, cp)}});
-        return Ok(encode(&Reply::new(400, body)));
+        let body = serde_json::json!({"error": {"type": "api_error", "message": injected_error(op, cp)}});
+        crate::sim::net::injected(provider, &worker.world, &request, &worker.me, &format!("503 (fail@{cp}): not applied"));
+        return Ok(encode(&Reply::new(503, body)));
     }
-    let armed = worker.world.borrow().net.armed.iter().find(|f| f.provider == name).map(|f| f.kind);
-    let delivery = crate::sim::net::deliver(provider, &worker.world, request, worker.me.clone());
-    let fault = match &delivery {
-        Handoff::Lost(_) => Some(NetFaultKind::DropResponse),
-        Handoff::Dropped if armed == Some(NetFaultKind::DropRequest) => Some(NetFaultKind::DropRequest),
+    let (delivery, taken) = crate::sim::net::deliver_with(provider, &worker.world, request, worker.me.clone());
+    let fault = match taken {
+        Some(k @ (NetFaultKind::DropResponse | NetFaultKind::DropRequest)) => Some(k),
         _ => None,
     };
     if matches!(delivery, Handoff::Lost(_) | Handoff::Dropped) {
@@ -211,28 +225,35 @@ fn insert(at: &mut Value, path: &[&str], v: Value) {
         *at = v;
         return;
     };
-    let list = first.is_empty() || first.parse::<usize>().is_ok();
+    // A list index is `[]` (append) or the next or an existing position; any other key,
+    // numbers past the end too (`metadata[2024]`), names an object's field.
+    let index = |items: &Vec<Value>| match first.parse::<usize>() {
+        _ if first.is_empty() => Some(items.len()),
+        Ok(i) if i <= items.len() => Some(i),
+        _ => None,
+    };
     if at.is_null() {
-        *at = if list { Value::Array(vec![]) } else { Value::Object(Default::default()) };
+        *at = if index(&Vec::new()).is_some() { Value::Array(vec![]) } else { Value::Object(Default::default()) };
     }
-    match at {
-        Value::Array(items) if list => {
-            let i = first.parse::<usize>().unwrap_or(items.len());
-            while items.len() <= i {
-                items.push(Value::Null);
+    if let Value::Array(items) = at {
+        match index(items) {
+            Some(i) => {
+                if i == items.len() {
+                    items.push(Value::Null);
+                }
+                return insert(&mut items[i], rest, v);
             }
-            insert(&mut items[i], rest, v);
+            // The list becomes an object keyed by position, so no value is lost.
+            None => *at = Value::Object(items.drain(..).enumerate().map(|(i, x)| (i.to_string(), x)).collect()),
         }
-        Value::Object(m) => insert(m.entry(first.to_string()).or_insert(Value::Null), rest, v),
-        _ => {
-            let mut m = serde_json::Map::new();
-            m.insert(first.to_string(), Value::Null);
-            *at = Value::Object(m);
-            insert(at, path, v);
-        }
+    }
+    if !at.is_object() {
+        *at = Value::Object(Default::default());
+    }
+    if let Value::Object(m) = at {
+        insert(m.entry(first.to_string()).or_insert(Value::Null), rest, v);
     }
 }
-
 
 /// The environment lines that point a team's process at `providers`: each provider's
 /// [`Provider::url_env`] = `http://127.0.0.1:<port>`, ports in the providers' order.
@@ -252,5 +273,8 @@ mod tests {
             serde_json::json!({"amount": "1000", "currency": "eur", "metadata": {"order_id": "o1"}, "expand": ["latest_charge", "customer"], "confirm": "true"})
         );
         assert_eq!(form_body(b"a[b][c]=1&a[b][d]=2"), serde_json::json!({"a": {"b": {"c": "1", "d": "2"}}}));
+        assert_eq!(form_body(b"metadata[2024]=x"), serde_json::json!({"metadata": {"2024": "x"}}), "no list of 2025 entries");
+        assert_eq!(form_body(b"a[0]=x&a[b]=y"), serde_json::json!({"a": {"0": "x", "b": "y"}}), "no value lost");
+        assert_eq!(form_body(b"a[]=x&a[]=y"), serde_json::json!({"a": ["x", "y"]}));
     }
 }
