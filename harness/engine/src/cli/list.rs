@@ -57,6 +57,9 @@ pub fn list(registry: &Registry) -> Result<i32> {
         }
         for p in w.providers() {
             println!("  provider {:<27} {}", p.name(), p.about());
+            for r in p.routes() {
+                println!("    route {r}");
+            }
         }
         for i in w.invariants() {
             println!("  invariant {}", i.name());

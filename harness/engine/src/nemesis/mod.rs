@@ -27,7 +27,7 @@ pub const KINDS: &[(&str, &str)] = &[
     ("<w>:fail@<point>", "throw an error in <w>'s handler at the named crash point"),
     ("<w>:restart", "start a killed worker again with fresh software"),
     ("<w>:stop", "stop handler <w> gracefully: it finishes its current message and ends before its next receive"),
-    ("tick:<duration>", "advance the logical clock; due visibility timeouts, lock TTLs and message retentions expire, and messages received maxReceiveCount times move to their dead-letter queue"),
+    ("tick:<duration>", "advance the logical clock; due visibility timeouts, lock TTLs and message retentions expire; a message received maxReceiveCount times moves to its dead-letter queue at the next receive from its queue"),
     ("pause:<duration>", "let real time pass (at most 60 s) for external workers' own timers, such as a heartbeat; the logical clock does not move"),
     ("dispatch:<event>", "the producer dispatches an event once more"),
     ("redis:restart", "Redis restarts without persistence: every lock is lost"),

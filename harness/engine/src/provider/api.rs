@@ -336,6 +336,34 @@ impl Api {
     }
 }
 
+/// `route` in one line: label, method and path, what it does.
+fn describe(route: &Route) -> String {
+    let path: String = route
+        .path
+        .iter()
+        .map(|s| match s {
+            Segment::Lit(l) => format!("/{l}"),
+            Segment::Param(p) => format!("/{{{p}}}"),
+        })
+        .collect();
+    let what = match &route.kind {
+        RouteKind::Apply { idempotency: None, .. } => "apply, every request".to_string(),
+        RouteKind::Apply { idempotency: Some(i), .. } => {
+            let key = match &i.key {
+                KeyFrom::Header(h) => format!("key in header {h}"),
+                KeyFrom::Path(p) => format!("key in {{{p}}}"),
+            };
+            let window = i.window_ms.map_or("forever".to_string(), |ms| format!("for {}", crate::duration::format_duration_ms(ms)));
+            format!("apply, {key} {window}")
+        }
+        RouteKind::Lookup { by: Match::Query { param, field, .. }, .. } => format!("lookup, query {param} against {field}"),
+        RouteKind::Lookup { by: Match::Path { param, key }, .. } => {
+            format!("lookup, {{{param}}} against the effect's {}", if *key { "key" } else { "reference" })
+        }
+    };
+    format!("{:<16} {} {path}  {what}", route.label, route.method)
+}
+
 fn handled(reply: Reply, text: String, route: &Route, key: &str, applied: Option<String>) -> Handled {
     Handled { reply, text, route: Some(route.label), key: key.to_string(), applied }
 }
@@ -355,6 +383,10 @@ impl Provider for Api {
 
     fn route(&self, request: &Request) -> Option<&'static str> {
         self.route_of(request).map(|(r, _)| r.label)
+    }
+
+    fn routes(&self) -> Vec<String> {
+        self.spec.routes.iter().map(describe).collect()
     }
 
     fn handle(&self, req: &Request, now_ms: u64) -> Handled {

@@ -186,6 +186,12 @@ pub trait Provider {
         None
     }
 
+    /// One line per route for `crashpoint list` (`charge  POST /v1/charges  apply, key
+    /// Idempotency-Key for 24h`). Default none.
+    fn routes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Handles one request at logical time `now_ms` (its clock is the schedule's logical clock).
     /// Deterministic: no I/O, no randomness.
     fn handle(&self, request: &Request, now_ms: u64) -> Handled;

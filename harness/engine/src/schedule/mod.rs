@@ -13,7 +13,7 @@
 //! | `c1:fail@after_claim` | run `c1` until it passes `after_claim`, where an error is thrown |
 //! | `c1:restart` | start a killed `c1` again, with fresh software |
 //! | `c1:stop` | stop `c1` gracefully: it finishes its current message and exits before its next receive |
-//! | `c1:lag` | in the drain, `c1` waits before its next COMMIT until every other worker has settled |
+//! | `c1:lag` | in the drain, `c1` waits before its next COMMIT until a drain round in which no worker stepped |
 //! | `tick:31s` | advance the logical clock (`ms`, `s`, `m`, `h`); due expiries fire |
 //! | `pause:1500ms` | let real time pass for the workers' own timers (a heartbeat); the logical clock does not move |
 //! | `replay` (a name the workload declares) | a fault of the workload's own, e.g. replaying its failure transport |
