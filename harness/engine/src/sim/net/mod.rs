@@ -108,18 +108,7 @@ pub fn deliver_with(provider: &dyn Provider, world: &SharedWorld, request: Reque
         (w.now_ms, fault, partitioned)
     };
     let record = |h: Option<&Handled>, status: Option<u16>, text: String| {
-        let mut w = world.borrow_mut();
-        w.net.log.push((name, text));
-        w.net.calls.push(Call {
-            provider: name,
-            route: h.and_then(|h| h.route).or_else(|| provider.route(&request)).unwrap_or_default().to_string(),
-            idempotency_key: h.map(|h| h.key.clone()).unwrap_or_default(),
-            body: request.body.clone(),
-            applied: h.is_some_and(|h| h.applied.is_some()),
-            status,
-            reference: h.and_then(|h| h.applied.clone()),
-            t_ms: now,
-        });
+        record(world, Some(provider), name, &request, h, status, now, text);
     };
     let unavailable = || Reply::new(503, serde_json::json!({"error": "service unavailable"}));
     match fault {
@@ -161,19 +150,9 @@ pub fn deliver_with(provider: &dyn Provider, world: &SharedWorld, request: Reque
 /// Records a request `caller` sent to `provider` that a fault answered before it reached the
 /// provider (`fail@<label>` at the wire): its lane line `what` and its [`Call`], not applied.
 pub fn injected(provider: &dyn Provider, world: &SharedWorld, request: &Request, caller: &str, what: &str) {
-    let mut w = world.borrow_mut();
-    let now = w.now_ms;
-    w.net.log.push((provider.name(), format!("{} {} from {caller} → {what}", request.method, request.shown())));
-    w.net.calls.push(Call {
-        provider: provider.name(),
-        route: provider.route(request).unwrap_or_default().to_string(),
-        idempotency_key: String::new(),
-        body: request.body.clone(),
-        applied: false,
-        status: Some(503),
-        reference: None,
-        t_ms: now,
-    });
+    let now = world.borrow().now_ms;
+    let text = format!("{} {} from {caller} → {what}", request.method, request.shown());
+    record(world, Some(provider), provider.name(), request, None, Some(503), now, text);
 }
 
 /// Hands a request `net:delay` held to its provider, with the lane line and the [`Call`]:
@@ -190,17 +169,35 @@ pub fn deliver_held(provider: Option<&dyn Provider>, world: &SharedWorld, h: &He
         }
         _ => (format!("{head} is lost: {} is partitioned", h.provider), None),
     };
+    record(world, provider, h.provider, &h.request, handled.as_ref(), handled.as_ref().map(|x| x.reply.status), now_ms, text);
+}
+
+/// Adds `text` to provider `name`'s lane and `request`'s row of `crashpoint_provider_calls`:
+/// what `provider` did with it (`handled`; `None`: it never reached the provider), answered
+/// `status`, at `t_ms`.
+#[allow(clippy::too_many_arguments)]
+fn record(
+    world: &SharedWorld,
+    provider: Option<&dyn Provider>,
+    name: &'static str,
+    request: &Request,
+    handled: Option<&Handled>,
+    status: Option<u16>,
+    t_ms: u64,
+    text: String,
+) {
+    let route = handled.and_then(|h| h.route).or_else(|| provider.and_then(|p| p.route(request)));
     let mut w = world.borrow_mut();
-    w.net.log.push((h.provider, text));
+    w.net.log.push((name, text));
     w.net.calls.push(Call {
-        provider: h.provider,
-        route: handled.as_ref().and_then(|x| x.route).or_else(|| provider.and_then(|p| p.route(&h.request))).unwrap_or_default().to_string(),
-        idempotency_key: handled.as_ref().map(|x| x.key.clone()).unwrap_or_default(),
-        body: h.request.body.clone(),
-        applied: handled.as_ref().is_some_and(|x| x.applied.is_some()),
-        status: handled.as_ref().map(|x| x.reply.status),
-        reference: handled.and_then(|x| x.applied),
-        t_ms: now_ms,
+        provider: name,
+        route: route.unwrap_or_default().to_string(),
+        idempotency_key: handled.map(|h| h.key.clone()).unwrap_or_default(),
+        body: request.body.clone(),
+        applied: handled.is_some_and(|h| h.applied.is_some()),
+        status,
+        reference: handled.and_then(|h| h.applied.clone()),
+        t_ms,
     });
 }
 

@@ -38,18 +38,17 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::Response;
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
 use tokio::net::TcpListener;
 
 use super::worker::{injected_error, Granted, Held, WireWorker};
 use crate::nemesis::net::{NetFault, NetFaultKind};
-use crate::provider::{Provider, Reply, Request};
+use crate::provider::{Provider, Reply};
 use crate::sim::history::{Outcome, Service};
-use crate::sim::net::host::encode;
+use crate::sim::net::host::{decode, encode};
 use crate::sim::net::Handoff;
 
 /// The connection is closed without an answer (the service's error: hyper then drops it).
@@ -180,101 +179,8 @@ async fn respond(
     }
 }
 
-/// The request as the provider reads it: headers in lower case (without `host`,
-/// `content-length`, `content-type`), the query decoded, the body as JSON.
-async fn decode(req: hyper::Request<Incoming>) -> Request {
-    let (parts, body) = req.into_parts();
-    let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    let form = parts
-        .headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
-    let headers = parts
-        .headers
-        .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "host" | "content-length" | "content-type"))
-        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-        .collect();
-    let query = parts.uri.query().map(|q| url::form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
-    let body = match (bytes.is_empty(), form) {
-        (true, _) => Value::Null,
-        (false, true) => form_body(&bytes),
-        (false, false) => serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())),
-    };
-    Request { method: parts.method.to_string(), path: parts.uri.path().to_string(), query, headers, body }
-}
-
-/// A form body as nested JSON: `a[b][c]=v` → `{"a": {"b": {"c": "v"}}}`; `a[]=v` and
-/// `a[0]=v` → lists. Values stay strings (a form carries no types).
-pub fn form_body(bytes: &[u8]) -> Value {
-    let mut root = Value::Object(Default::default());
-    for (k, v) in url::form_urlencoded::parse(bytes) {
-        let (head, rest) = k.split_once('[').map_or((k.as_ref(), ""), |(h, r)| (h, r));
-        let mut path: Vec<&str> = vec![head];
-        if !rest.is_empty() {
-            path.extend(rest.trim_end_matches(']').split("]["));
-        }
-        insert(&mut root, &path, Value::String(v.into_owned()));
-    }
-    root
-}
-
-fn insert(at: &mut Value, path: &[&str], v: Value) {
-    let Some((first, rest)) = path.split_first() else {
-        *at = v;
-        return;
-    };
-    // A list index is `[]` (append) or the next or an existing position; any other key,
-    // numbers past the end too (`metadata[2024]`), names an object's field.
-    let index = |items: &Vec<Value>| match first.parse::<usize>() {
-        _ if first.is_empty() => Some(items.len()),
-        Ok(i) if i <= items.len() => Some(i),
-        _ => None,
-    };
-    if at.is_null() {
-        *at = if index(&Vec::new()).is_some() { Value::Array(vec![]) } else { Value::Object(Default::default()) };
-    }
-    if let Value::Array(items) = at {
-        match index(items) {
-            Some(i) => {
-                if i == items.len() {
-                    items.push(Value::Null);
-                }
-                return insert(&mut items[i], rest, v);
-            }
-            // The list becomes an object keyed by position, so no value is lost.
-            None => *at = Value::Object(items.drain(..).enumerate().map(|(i, x)| (i.to_string(), x)).collect()),
-        }
-    }
-    if !at.is_object() {
-        *at = Value::Object(Default::default());
-    }
-    if let Value::Object(m) = at {
-        insert(m.entry(first.to_string()).or_insert(Value::Null), rest, v);
-    }
-}
-
 /// The environment lines that point a team's process at `providers`: each provider's
 /// [`Provider::url_env`] = `http://127.0.0.1:<port>`, ports in the providers' order.
 pub fn environment(providers: &[Rc<dyn Provider>], ports: &[u16]) -> Vec<(String, String)> {
     providers.iter().zip(ports).map(|(p, port)| (p.url_env(), format!("http://127.0.0.1:{port}"))).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_form_body_reads_as_nested_objects_and_lists() {
-        let v = form_body(b"amount=1000&currency=eur&metadata[order_id]=o1&expand[0]=latest_charge&expand[1]=customer&confirm=true");
-        assert_eq!(
-            v,
-            serde_json::json!({"amount": "1000", "currency": "eur", "metadata": {"order_id": "o1"}, "expand": ["latest_charge", "customer"], "confirm": "true"})
-        );
-        assert_eq!(form_body(b"a[b][c]=1&a[b][d]=2"), serde_json::json!({"a": {"b": {"c": "1", "d": "2"}}}));
-        assert_eq!(form_body(b"metadata[2024]=x"), serde_json::json!({"metadata": {"2024": "x"}}), "no list of 2025 entries");
-        assert_eq!(form_body(b"a[0]=x&a[b]=y"), serde_json::json!({"a": {"0": "x", "b": "y"}}), "no value lost");
-        assert_eq!(form_body(b"a[]=x&a[]=y"), serde_json::json!({"a": ["x", "y"]}));
-    }
 }
