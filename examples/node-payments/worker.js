@@ -45,9 +45,18 @@ const { NodeHttpHandler } = require('@smithy/node-http-handler');
 const pg = require('pg');
 const Stripe = require('stripe');
 
-const SYSTEMS = ['reference', 'new-key-per-attempt', 'no-key', 'timeout-as-failure', 'no-local-check'];
+// webhook-no-dedup is the webhook endpoint's variant (webhooks.js); this worker is the reference in it.
+const SYSTEMS = [
+  'reference',
+  'new-key-per-attempt',
+  'no-key',
+  'timeout-as-failure',
+  'charge-timeout-as-failure',
+  'no-local-check',
+  'webhook-no-dedup',
+];
 /** The variants that look the order's charge up before creating one (step (b)). */
-const SEARCHES = ['reference', 'timeout-as-failure', 'no-local-check'];
+const SEARCHES = ['reference', 'timeout-as-failure', 'charge-timeout-as-failure', 'no-local-check', 'webhook-no-dedup'];
 
 const CHECK = '/* crashpoint:check */ SELECT status FROM payment WHERE order_id = $1';
 const RECORD_PAID =
@@ -169,16 +178,26 @@ function createWorker({ system, name, db, stripe, log = (line) => console.log(li
     // for a decline, as a handler does whose payment step catches the SDK's errors around the
     // whole of it: the message is deleted with the order failed while the card may be charged,
     // or while a retry would have charged it.
+    // charge-timeout-as-failure's defect is the same, narrower: its `try` wraps the charge alone,
+    // so only a connection error on the charge itself is taken for a decline.
     let intent = null;
     let found = false;
-    try {
-      intent = SEARCHES.includes(system) ? await findCharge(ev.orderId) : null;
+    const narrow = system === 'charge-timeout-as-failure';
+    if (narrow) {
+      intent = await findCharge(ev.orderId);
       found = intent !== null;
+    }
+    try {
+      if (!narrow) {
+        intent = SEARCHES.includes(system) ? await findCharge(ev.orderId) : null;
+        found = intent !== null;
+      }
       if (!found) intent = await charge(ev);
     } catch (e) {
+      const timeoutAsFailure = system === 'timeout-as-failure' || narrow;
       const declined =
         e instanceof Stripe.errors.StripeCardError ||
-        (system === 'timeout-as-failure' && e instanceof Stripe.errors.StripeConnectionError);
+        (timeoutAsFailure && e instanceof Stripe.errors.StripeConnectionError);
       if (!declined) throw e;
       const intentId = (e.payment_intent && e.payment_intent.id) || 'none';
       await db.query(RECORD_FAILED, [ev.orderId, intentId, ev.amountMinor]);

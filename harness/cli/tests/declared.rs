@@ -762,6 +762,7 @@ fn a_second_call_of_a_one_call_worker_names_the_calls_the_client_and_the_setting
     let file = file
         .replace("\nconcurrent = true", "\n# concurrent = true")
         .replace("[\"node\", \"worker.js\"]", &format!("[\"node\", \"{}\"]", src.join("worker.js").display()))
+        .replace("[\"node\", \"webhooks.js\"]", &format!("[\"node\", \"{}\"]", src.join("webhooks.js").display()))
         .replace("[\"bash\", \"setup.sh\"]", &format!("[\"bash\", \"{}\"]", src.join("setup.sh").display()));
     std::fs::write(dir.path().join("scenarios/invoices.workload.toml"), file).unwrap();
     for f in ["schema.sql", "schema-no-unique.sql"] {
@@ -795,6 +796,7 @@ fn the_payment_worker_passes_its_provider_windows_byte_for_byte() {
             "payments/timeout-then-retry",
             "payments/key-expired",
             "payments/crash-after-charge",
+            "payments/webhook-twice",
         ],
     );
 }
@@ -832,6 +834,7 @@ fn the_payment_variants_fail_the_windows_that_show_them() {
         ("payments/crash-after-charge", "new-key-per-attempt", "FAIL at most one charge per order"),
         ("payments/crash-after-charge", "no-key", "FAIL at most one charge per order"),
         ("payments/response-lost", "timeout-as-failure", "FAIL every charge recorded as paid"),
+        ("payments/webhook-twice", "webhook-no-dedup", "FAIL each charge credited once"),
     ] {
         let out = crashpoint_in(&dir, &["run", window, "--system", variant, "--no-calibrate"]);
         let t = text(&out);
@@ -852,12 +855,18 @@ fn the_payment_variants_are_caught_shrunk_and_reproduced() {
     // At seed 7 the search is lost (and stripe-node's own retry of it): the order is recorded
     // failed and never charged.
     caught_shrunk_and_reproduced(&dir, "payments/explore", "timeout-as-failure", "every dispatched order charged");
+    caught_shrunk_and_reproduced(&dir, "payments/explore", "webhook-no-dedup", "each charge credited once");
+    caught_shrunk_and_reproduced(&dir, "payments/explore", "charge-timeout-as-failure", "every");
 }
 
 #[test]
 #[ignore = "full tier: the catalogue of the Node.js payment workload; `cargo test -- --include-ignored` runs it"]
 fn the_payment_catalogue_catches_every_variant() {
-    catalogue_passes(&example("node-payments"), "payments", &["new-key-per-attempt", "no-key", "timeout-as-failure"]);
+    catalogue_passes(
+        &example("node-payments"),
+        "payments",
+        &["new-key-per-attempt", "no-key", "timeout-as-failure", "charge-timeout-as-failure", "webhook-no-dedup"],
+    );
 }
 
 /// The payment demo copied to a team directory, its workload file changed by `edit`.
@@ -868,6 +877,7 @@ fn payments_dir(edit: impl Fn(String) -> String) -> tempfile::TempDir {
     let file = std::fs::read_to_string(src.join("scenarios/payments.workload.toml")).unwrap();
     let file = file
         .replace("[\"node\", \"worker.js\"]", &format!("[\"node\", \"{}\"]", src.join("worker.js").display()))
+        .replace("[\"node\", \"webhooks.js\"]", &format!("[\"node\", \"{}\"]", src.join("webhooks.js").display()))
         .replace("[\"bash\", \"setup.sh\"]", &format!("[\"bash\", \"{}\"]", src.join("setup.sh").display()));
     std::fs::write(dir.path().join("scenarios/payments.workload.toml"), edit(file)).unwrap();
     std::fs::copy(src.join("schema.sql"), dir.path().join("schema.sql")).unwrap();
@@ -895,10 +905,90 @@ fn a_request_to_an_undeclared_route_is_exit_2_naming_it() {
     );
 }
 
+/// The endpoint is killed while a delivery waits for its answer: the event is queued again and
+/// delivered to the restarted process, whose dedup by event id (its transaction rolled back with
+/// the kill) credits the charge once; the variant that credits every delivery, killed after its
+/// COMMIT and before its 200, credits twice.
+#[test]
+fn an_endpoint_killed_before_it_answers_gets_the_event_again() {
+    let dir = example("node-payments");
+    let head = "p:send c1:recv c1:check c1:charge_search c1:charge w1:payment_succeeded";
+    let out = crashpoint_in(
+        &dir,
+        &["repro", "payments/explore", "--no-calibrate", "--schedule", &format!("{head} w1:crash@after_credit")],
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    for line in [
+        "cards   · evt_1 not answered: the endpoint's process was killed before its answer reached the provider; queued again",
+        "cards   · evt_1 delivered to w1 (delivery 2)",
+        "w1   payment_succeeded_answer",
+    ] {
+        assert!(t.contains(line), "`{line}` not in:\n{t}");
+    }
+    let schedule = format!("{head} w1:crash@after_commit");
+    let out = crashpoint_in(
+        &dir,
+        &["repro", "payments/explore", "--system", "webhook-no-dedup", "--no-calibrate", "--schedule", &schedule],
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("FAIL each charge credited once: row intent_id=pi_1 credits=2 events=evt_1 evt_1"), "{t}");
+}
+
+/// An endpoint process that exits before it listens is one that cannot start: exit 2 with the
+/// last lines of its log, not a finding about the team's system.
+#[test]
+fn an_endpoint_that_cannot_start_is_exit_2_with_its_log() {
+    let script = example("node-payments").join("webhooks.js").display().to_string();
+    let dir = payments_dir(|f| f.replace(&script, "/nonexistent/webhooks.js"));
+    let window = "scenarios/payments/webhook-twice.toml";
+    std::fs::copy(example("node-payments").join(window), dir.path().join(window)).unwrap();
+    let out = crashpoint_in(dir.path(), &["run", "payments/webhook-twice", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("external worker w1 exited by itself before its first call"), "{t}");
+    assert!(t.contains("/nonexistent/webhooks.js"), "the log's last lines are not shown:\n{t}");
+}
+
+/// A fault aimed at a route waits for that route's next request: the search before the charge
+/// does not take it, and the charge's answer is lost. The reference finds the charge on the
+/// redelivery; the variant whose `try` wraps the charge alone records it as a decline.
+#[test]
+fn a_fault_aimed_at_the_charge_waits_for_the_charge() {
+    let dir = example("node-payments");
+    let schedule = "net:drop-response@cards/charge p:send c1:recv c1:check c1:charge_search c1:charge";
+    let out = crashpoint_in(&dir, &["repro", "payments/explore", "--no-calibrate", "--schedule", schedule]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    for line in [
+        "the next `charge` request to cards will be applied and its response lost",
+        "GET /v1/payment_intents/search?query=metadata['order_id']:'o1' from c1 → 200: lookup: not found",
+        "POST /v1/payment_intents from c1 → 200: pi_1 applied under key order-o1; the response is lost",
+    ] {
+        assert!(t.contains(line), "`{line}` not in:\n{t}");
+    }
+    let out = crashpoint_in(
+        &dir,
+        &[
+            "repro",
+            "payments/explore",
+            "--system",
+            "charge-timeout-as-failure",
+            "--no-calibrate",
+            "--schedule",
+            schedule,
+        ],
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("FAIL every charge recorded as paid: row reference=pi_1"), "{t}");
+}
+
 /// A malformed `[[providers]]` entry: exit 2 with the file, the line and the field.
 #[test]
 fn a_malformed_provider_is_named_with_its_file_line_and_field() {
-    let cases: [(&str, &str, &str); 3] = [
+    let cases: [(&str, &str, &str); 5] = [
         (
             "window = \"24h\"",
             "window = \"one day\"",
@@ -909,6 +999,16 @@ fn a_malformed_provider_is_named_with_its_file_line_and_field() {
             "effect = \"lookup\"\nmatch = { path = \"id\" }",
             "effect = \"lookup\"\nmatch = { path = \"intent\" }",
             "`intent` is not a `{…}` segment of the path",
+        ),
+        (
+            "role = \"w\"\nport_env",
+            "role = \"c\"\nport_env",
+            "field `providers[0].webhooks[0].role` (cards: payment_succeeded): expected a role of this file with kind = \"endpoint\" (w), found `c`",
+        ),
+        (
+            "kind = \"endpoint\"",
+            "kind = \"endpoints\"",
+            "field `roles.w`: expected `handles = \"<queue>\"`",
         ),
     ];
     for (from, to, want) in cases {
@@ -921,4 +1021,13 @@ fn a_malformed_provider_is_named_with_its_file_line_and_field() {
         assert_eq!(out.status.code(), Some(2), "{t}");
         assert!(t.contains("payments.workload.toml:") && t.contains(want), "`{want}` not in:\n{t}");
     }
+    // An endpoint role that no webhook names.
+    let dir = payments_dir(|f| {
+        let (from, to) = (f.find("\n[[providers.webhooks]]").unwrap(), f.find("retry = { max = 10 }\n").unwrap());
+        format!("{}{}", &f[..from], &f[to + "retry = { max = 10 }\n".len()..])
+    });
+    let out = crashpoint_in(dir.path(), &["list"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("field `roles.w`: role `w` is an endpoint, but no [[providers.webhooks]] names it"), "{t}");
 }

@@ -342,12 +342,13 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
             },
             (None, None, Some("poller")) => RoleKind::Poller,
             (None, None, Some("periodic")) => RoleKind::Periodic,
+            (None, None, Some("endpoint")) => RoleKind::Endpoint,
             (None, None, Some("producer")) => bail!(
                 "{}: a producer played by the team's own process is not supported yet; use `builtin = \"producer\"`",
                 here("kind")
             ),
             (None, _, _) => bail!(
-                "{}: expected `handles = \"<queue>\"` (a handler of that queue), `kind = \"poller\"` (polls PostgreSQL, e.g. a table queue or an outbox relay) or `kind = \"periodic\"`",
+                "{}: expected `handles = \"<queue>\"` (a handler of that queue), `kind = \"poller\"` (polls PostgreSQL, e.g. a table queue or an outbox relay), `kind = \"periodic\"` or `kind = \"endpoint\"` (serves a provider's webhooks)",
                 at(&format!("roles.{prefix}"))
             ),
         };
@@ -440,7 +441,19 @@ pub fn read(path: &Path, root: &Path) -> Result<Decl> {
     }
     let invariants = InvariantSpec::resolve_all(path, &text, &raw.invariants)?;
     let prefixes: Vec<&str> = roles.iter().map(|r| r.prefix).collect();
-    let providers = crate::providers::read(path, &text, &raw.providers, &prefixes)?;
+    let endpoints: Vec<&'static str> =
+        roles.iter().filter(|r| r.kind == RoleKind::Endpoint).map(|r| r.prefix).collect();
+    let providers = crate::providers::read(path, &text, &raw.providers, &prefixes, &endpoints)?;
+    for r in roles.iter().filter(|r| r.kind == RoleKind::Endpoint) {
+        if !providers.iter().flat_map(|p| &p.webhooks).any(|w| w.role == r.prefix) {
+            bail!(
+                "{}: role `{}` is an endpoint, but no [[providers.webhooks]] names it (`role = \"{}\"`); expected a webhook it serves",
+                at(&format!("roles.{}", r.prefix)),
+                r.prefix,
+                r.prefix
+            );
+        }
+    }
     Ok(Decl {
         name: leak(name),
         about: leak(raw.about),

@@ -28,6 +28,15 @@
 //! missing = { status = 200, body = { data = [] } }
 //! # match = { path = "id" }  (an effect's reference; on = "key": its idempotency key)
 //! # of = ["charge"]          (only these apply routes' effects)
+//!
+//! [[providers.webhooks]]               # the provider calls the team back
+//! label = "payment_succeeded"          # the delivery's label: trace, after_payment_succeeded
+//! on = "charge"                        # one event per effect this apply route applies
+//! role = "w"                           # a role with kind = "endpoint" serves it
+//! port_env = "CARDS_WEBHOOK_PORT"      # the process listens on the port crashpoint puts here
+//! path = "/webhooks/cards"             # crashpoint POSTs each event there as JSON
+//! body = { id = "{{new evt_}}", type = "payment_intent.succeeded", data = { object = "{{effect}}" } }
+//! retry = { max = 10 }                 # deliveries of one event before the provider gives up
 //! ```
 
 use std::path::Path;
@@ -39,6 +48,7 @@ use toml::Spanned;
 use crashpoint::files::line_of;
 use crashpoint::http_api::{
     check_template, parse_path, Answer, ApiSpec, Idempotency, KeyFrom, Match, Route, RouteKind, Segment, TemplateUse,
+    Webhook,
 };
 
 /// One `[[providers]]` table as written.
@@ -51,7 +61,31 @@ pub struct ProviderRaw {
     about: Option<String>,
     #[serde(default)]
     routes: Vec<Spanned<RouteRaw>>,
+    #[serde(default)]
+    webhooks: Vec<Spanned<WebhookRaw>>,
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhookRaw {
+    label: String,
+    on: String,
+    path: String,
+    role: String,
+    port_env: String,
+    body: toml::Value,
+    #[serde(default)]
+    retry: Option<RetryRaw>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetryRaw {
+    max: u32,
+}
+
+/// Deliveries of one event before the provider gives up, when `retry` does not say.
+const ATTEMPTS_DEFAULT: u32 = 10;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -120,10 +154,18 @@ fn leak(s: String) -> &'static str {
 
 /// Reads the file's `[[providers]]` (`raw`, with their spans in `text` of `path`) into API
 /// declarations, checked: names (none a role prefix of `roles`: workers and providers share the
-/// simulation's host names), environment variables, routes, templates.
-pub fn read(path: &Path, text: &str, raw: &[Spanned<ProviderRaw>], roles: &[&str]) -> Result<Vec<ApiSpec>> {
+/// simulation's host names), environment variables, routes, templates, webhooks (each served
+/// by one of the `endpoints` roles, one webhook per role).
+pub fn read(
+    path: &Path,
+    text: &str,
+    raw: &[Spanned<ProviderRaw>],
+    roles: &[&str],
+    endpoints: &[&'static str],
+) -> Result<Vec<ApiSpec>> {
     let mut out: Vec<ApiSpec> = Vec::new();
     let mut labels: Vec<&str> = Vec::new();
+    let mut served: Vec<&str> = Vec::new();
     for (i, p) in raw.iter().enumerate() {
         let span = p.span();
         let p = p.get_ref();
@@ -147,9 +189,7 @@ pub fn read(path: &Path, text: &str, raw: &[Spanned<ProviderRaw>], roles: &[&str
                 p.name
             );
         }
-        let env_ok = p.url_env.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
-            && p.url_env.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
-        if !env_ok {
+        if !env_name(&p.url_env) {
             bail!("{}: expected an environment variable name such as \"CARDS_API_BASE\" (upper case, digits, `_`), found `{}`", here("url_env"), p.url_env);
         }
         if out.iter().any(|o| o.url_env == p.url_env) {
@@ -195,11 +235,56 @@ pub fn read(path: &Path, text: &str, raw: &[Spanned<ProviderRaw>], roles: &[&str
                 }
             }
         }
+        let mut webhooks: Vec<Webhook> = Vec::new();
+        for (j, h) in p.webhooks.iter().enumerate() {
+            let span = h.span();
+            let h = h.get_ref();
+            let at = |f: &str| {
+                format!(
+                    "{}:{}: field `providers[{i}].webhooks[{j}].{f}` ({}: {})",
+                    path.display(),
+                    field_line(text, &span, f),
+                    p.name,
+                    h.label
+                )
+            };
+            let hook = webhook(h, &routes, endpoints, &at)?;
+            let answer = crashpoint::webhook_answer_label(hook.label);
+            if labels.contains(&hook.label) || labels.contains(&answer.as_str()) {
+                bail!(
+                    "{}: label `{}` (or `{answer}`, its answer's) is used by another route or webhook; a label names one kind of call",
+                    at("label"),
+                    h.label
+                );
+            }
+            if served.contains(&hook.role) {
+                bail!(
+                    "{}: role `{}` serves another webhook already; expected one webhook per endpoint role (declare another role with kind = \"endpoint\")",
+                    at("role"),
+                    h.role
+                );
+            }
+            if raw.iter().any(|o| o.get_ref().url_env == hook.port_env) {
+                bail!("{}: `{}` is a provider's url_env; expected a variable of its own", at("port_env"), h.port_env);
+            }
+            if crashpoint::RESERVED_ENV.contains(&hook.port_env.as_str()) || hook.port_env.starts_with("CRASHPOINT_") {
+                bail!(
+                    "{}: crashpoint sets `{}` itself for every worker; expected a variable of the webhook's own, e.g. \"CARDS_WEBHOOK_PORT\"",
+                    at("port_env"),
+                    h.port_env
+                );
+            }
+            labels.push(hook.label);
+            labels.push(leak(answer));
+            served.push(hook.role);
+            webhooks.push(hook);
+        }
         out.push(ApiSpec {
             name: leak(p.name.clone()),
             about: leak(p.about.clone().unwrap_or_else(|| format!("provider {}", p.name))),
             url_env: p.url_env.clone(),
             routes,
+            webhooks,
         });
     }
     Ok(out)
@@ -219,6 +304,75 @@ fn field_line(text: &str, span: &std::ops::Range<usize>, field: &str) -> usize {
         at += l.len();
     }
     line_of(text, span.start)
+}
+
+/// Whether `v` reads as an environment variable's name (`CARDS_API_BASE`).
+fn env_name(v: &str) -> bool {
+    v.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
+        && v.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// One webhook, checked against its provider's `routes` and the file's `endpoints` roles.
+fn webhook(
+    h: &WebhookRaw,
+    routes: &[Route],
+    endpoints: &[&'static str],
+    at: &dyn Fn(&str) -> String,
+) -> Result<Webhook> {
+    if h.label.is_empty()
+        || !h.label.starts_with(|c: char| c.is_ascii_lowercase())
+        || !h.label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    {
+        bail!(
+            "{}: expected a call label of lower-case letters, digits and `_`, e.g. \"payment_succeeded\"",
+            at("label")
+        );
+    }
+    let Some(on) = routes.iter().find(|r| r.label == h.on && matches!(r.kind, RouteKind::Apply { .. })) else {
+        let applies: Vec<&str> =
+            routes.iter().filter(|r| matches!(r.kind, RouteKind::Apply { .. })).map(|r| r.label).collect();
+        bail!(
+            "{}: expected the label of a route of this provider with effect = \"apply\" ({}), found `{}`",
+            at("on"),
+            applies.join(", "),
+            h.on
+        );
+    };
+    parse_path(&h.path).map_err(|e| anyhow!("{}: {e}", at("path")))?;
+    if h.path.contains('{') {
+        bail!("{}: the endpoint's path is the team's, with no `{{…}}` segment, e.g. \"/webhooks/cards\"", at("path"));
+    }
+    let Some(role) = endpoints.iter().copied().find(|r| *r == h.role) else {
+        bail!(
+            "{}: expected a role of this file with kind = \"endpoint\" ({}), found `{}`",
+            at("role"),
+            if endpoints.is_empty() {
+                "there is none: declare one, e.g. [roles.w] kind = \"endpoint\" with its command".to_string()
+            } else {
+                endpoints.join(", ")
+            },
+            h.role
+        );
+    };
+    if !env_name(&h.port_env) {
+        bail!("{}: expected an environment variable name such as \"CARDS_WEBHOOK_PORT\" (upper case, digits, `_`), found `{}`", at("port_env"), h.port_env);
+    }
+    let body = serde_json::to_value(&h.body).map_err(|e| anyhow!("{}: {e}", at("body")))?;
+    check_template(&body, TemplateUse::Webhook).map_err(|e| anyhow!("{}: {e}", at("body")))?;
+    let attempts_max = match &h.retry {
+        None => ATTEMPTS_DEFAULT,
+        Some(RetryRaw { max: 0 }) => bail!("{}: expected at least 1 delivery, e.g. {{ max = 10 }}", at("retry.max")),
+        Some(RetryRaw { max }) => *max,
+    };
+    Ok(Webhook {
+        label: leak(h.label.clone()),
+        on: on.label,
+        path: h.path.clone(),
+        role,
+        port_env: h.port_env.clone(),
+        body,
+        attempts_max,
+    })
 }
 
 /// One route, checked against the routes before it.
@@ -356,7 +510,7 @@ mod tests {
 
     fn read_text(text: &str) -> Result<Vec<ApiSpec>> {
         let f: File = toml::from_str(text).map_err(|e| anyhow!("{e}"))?;
-        read(Path::new("w.workload.toml"), text, &f.providers, &["p", "c"])
+        read(Path::new("w.workload.toml"), text, &f.providers, &["p", "c", "w"], &["w"])
     }
 
     const GOOD: &str = r#"
@@ -378,6 +532,15 @@ method = "GET"
 path = "/v1/charges/{id}"
 effect = "lookup"
 match = { path = "id" }
+
+[[providers.webhooks]]
+label = "paid"
+on = "charge"
+role = "w"
+port_env = "CARDS_WEBHOOK_PORT"
+path = "/webhooks/cards"
+body = { id = "{{new evt_}}", data = { object = "{{effect}}" } }
+retry = { max = 4 }
 "#;
 
     #[test]
@@ -385,6 +548,11 @@ match = { path = "id" }
         let specs = read_text(GOOD).unwrap();
         assert_eq!(specs.len(), 1);
         assert_eq!((specs[0].name, specs[0].url_env.as_str(), specs[0].routes.len()), ("cards", "CARDS_API_BASE", 2));
+        let hook = &specs[0].webhooks[0];
+        assert_eq!(
+            (hook.label, hook.on, hook.role, hook.port_env.as_str(), hook.attempts_max),
+            ("paid", "charge", "w", "CARDS_WEBHOOK_PORT", 4)
+        );
         match &specs[0].routes[0].kind {
             RouteKind::Apply { idempotency: Some(i), .. } => {
                 assert_eq!((i.key.clone(), i.window_ms), (KeyFrom::Header("idempotency-key".into()), Some(86_400_000)))
@@ -406,6 +574,14 @@ match = { path = "id" }
             ("label = \"charge_get\"", "label = \"charge\"", "label `charge` is used by another route"),
             ("window = \"24h\"", "window = \"0s\"", "a window of 0 deduplicates nothing"),
             ("name = \"cards\"", "name = \"c\"", "field `providers[0].name` (c): `c` is a role of this file"),
+            ("on = \"charge\"", "on = \"charge_get\"", "w.workload.toml:23: field `providers[0].webhooks[0].on` (cards: paid): expected the label of a route of this provider with effect = \"apply\" (charge)"),
+            ("role = \"w\"", "role = \"c\"", "field `providers[0].webhooks[0].role` (cards: paid): expected a role of this file with kind = \"endpoint\" (w), found `c`"),
+            ("port_env = \"CARDS_WEBHOOK_PORT\"", "port_env = \"CARDS_API_BASE\"", "`CARDS_API_BASE` is a provider's url_env"),
+            ("path = \"/webhooks/cards\"", "path = \"/webhooks/{id}\"", "field `providers[0].webhooks[0].path` (cards: paid): the endpoint's path is the team's"),
+            ("\"{{effect}}\" }", "\"{{query.x}}\" }", "field `providers[0].webhooks[0].body` (cards: paid): placeholder `{{query.x}}` cannot stand here"),
+            ("port_env = \"CARDS_WEBHOOK_PORT\"", "port_env = \"DATABASE_URL\"", "crashpoint sets `DATABASE_URL` itself for every worker"),
+            ("retry = { max = 4 }", "retry = { max = 0 }", "field `providers[0].webhooks[0].retry.max` (cards: paid): expected at least 1 delivery"),
+            ("label = \"paid\"", "label = \"charge\"", "label `charge` (or `charge_answer`, its answer's) is used by another route or webhook"),
         ];
         for (from, to, want) in cases {
             let e = read_text(&GOOD.replace(from, to)).unwrap_err().to_string();

@@ -160,6 +160,8 @@ pub use sim::cx::{
 };
 pub use sim::history::{Entry, Fact, FaultEvent, History, Outcome, Service, Step, WorkerRole};
 pub use sim::labels::Labels;
+pub use sim::wire::host::RESERVED_ENV;
+pub use sim::wire::webhook::answer_label as webhook_answer_label;
 pub use sim::wire::{External, ExternalRaw, Variant as ExternalVariant};
 pub use spec::{
     after_call, derive_id, event_specs, CrashPoint, DeadLetter, Event, IdentityFn, Leftover, QueueSpec, Resend,

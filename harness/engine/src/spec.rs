@@ -166,6 +166,10 @@ pub enum RoleKind {
     /// A periodic job ([`crate::sim::cx::Poller`]), e.g. dedup retention: it runs when a schedule
     /// steps it and once after each clock jump of the drain; it is never crashed.
     Periodic,
+    /// Serves the HTTP endpoint a provider calls back (a webhook,
+    /// [`crate::provider::api::Webhook`]): a team's process whose cycle starts at a delivery
+    /// ([`crate::sim::net::webhook`]); the drain delivers while events are pending.
+    Endpoint,
 }
 
 /// A role of the workload: the workers named `<prefix>` or `<prefix><n>` (`c1`, `c2`) play it.

@@ -132,6 +132,8 @@ impl crate::schedule::Vocabulary {
             roles: workload.roles(),
             faults: workload.faults().iter().map(|f| f.name()).collect(),
             providers: workload.providers().iter().map(|p| p.name()).collect(),
+            webhooks: workload.providers().iter().filter(|p| !p.webhooks().is_empty()).map(|p| p.name()).collect(),
+            routes: workload.providers().iter().flat_map(|p| p.route_labels().into_iter().map(|(l, a)| (p.name(), l, a))).collect(),
         }
     }
 }

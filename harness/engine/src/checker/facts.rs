@@ -41,6 +41,21 @@
 //! | `status` | `integer` | what the provider answered, even when that answer was lost; `NULL` when it never arrived |
 //! | `reference` | `text` | the effect's reference when it applied one (`pi_1`) |
 //! | `t_ms` | `bigint` | when it arrived, logical ms |
+//!
+//! `crashpoint_webhooks`: each webhook delivery a provider made to a team's endpoint
+//! ([`crate::sim::net::webhook::Delivered`]), in order: "every event delivered with a 2xx was
+//! applied", "an event applied once however often delivered" are SQL over it.
+//!
+//! | column | type | what |
+//! |---|---|---|
+//! | `provider` | `text` | the provider (`cards`) |
+//! | `webhook` | `text` | the webhook's label (`payment_succeeded`) |
+//! | `event` | `text` | the event's id (`evt_1`) |
+//! | `about` | `text` | the reference of the effect it reports (`pi_1`) |
+//! | `attempt` | `integer` | which delivery of the event, from 1 |
+//! | `status` | `integer` | the endpoint's answer; `NULL` when none came (refused, closed, the process killed) |
+//! | `body` | `jsonb` | the event body delivered |
+//! | `t_ms` | `bigint` | when it was delivered, logical ms |
 
 use std::collections::BTreeMap;
 
@@ -51,13 +66,15 @@ use crate::sim::admin::Admin;
 use crate::sim::history::{Entry, Fact, FaultEvent, History};
 use crate::spec::Event;
 
-/// The two tables, empty: run before the system's DDL for a workload whose
+/// The facts tables, empty: run before the system's DDL for a workload whose
 /// [`crate::workload::Workload::history_tables`] is true.
 pub const DDL: &str = "CREATE TABLE crashpoint_dispatched (event text PRIMARY KEY, identity uuid NOT NULL, body jsonb NOT NULL);\n\
 CREATE TABLE crashpoint_messages (msg text PRIMARY KEY, queue text NOT NULL, identity uuid NOT NULL, receives integer NOT NULL, \
 deleted boolean NOT NULL, dead_lettered boolean NOT NULL, expired boolean NOT NULL);\n\
 CREATE TABLE crashpoint_provider_calls (provider text NOT NULL, route text NOT NULL, idempotency_key text NOT NULL, body jsonb, \
-applied boolean NOT NULL, status integer, reference text, t_ms bigint NOT NULL);\n";
+applied boolean NOT NULL, status integer, reference text, t_ms bigint NOT NULL);\n\
+CREATE TABLE crashpoint_webhooks (provider text NOT NULL, webhook text NOT NULL, event text NOT NULL, about text NOT NULL, \
+attempt integer NOT NULL, status integer, body jsonb, t_ms bigint NOT NULL);\n";
 
 /// One message's row of `crashpoint_messages`.
 #[derive(Debug, Default, serde::Serialize)]
@@ -119,40 +136,45 @@ fn rows(history: &History, events: &[Event]) -> (serde_json::Value, serde_json::
     (serde_json::Value::Array(dispatched), serde_json::Value::Array(messages))
 }
 
-/// Writes the facts of `history` and the providers' `calls` into the schedule's
-/// `crashpoint_dispatched`, `crashpoint_messages` and `crashpoint_provider_calls` (three
-/// statements). Errors: PostgreSQL's (the tables are missing when the system's DDL left out
-/// [`DDL`]).
-pub fn fill(admin: &Admin, history: &History, events: &[Event], calls: &[crate::provider::Call]) -> Result<()> {
+/// Writes the facts of `history`, the providers' `calls` and their webhook `deliveries` into the
+/// schedule's `crashpoint_dispatched`, `crashpoint_messages`, `crashpoint_provider_calls` and
+/// `crashpoint_webhooks` (four statements). Errors: PostgreSQL's (the tables are missing when
+/// the system's DDL left out [`DDL`]).
+pub fn fill(
+    admin: &Admin,
+    history: &History,
+    events: &[Event],
+    calls: &[crate::provider::Call],
+    deliveries: &[crate::sim::net::webhook::Delivered],
+) -> Result<()> {
     let (dispatched, messages) = rows(history, events);
     let calls = serde_json::to_value(calls).context("the provider calls as JSON")?;
+    let deliveries = serde_json::to_value(deliveries).context("the webhook deliveries as JSON")?;
+    // Each table with its columns and types, filled from a JSON array of objects keyed by column.
+    let tables: [(&str, &str, &serde_json::Value); 4] = [
+        ("crashpoint_dispatched", "event text, identity uuid, body jsonb", &dispatched),
+        (
+            "crashpoint_messages",
+            "msg text, queue text, identity uuid, receives integer, deleted boolean, dead_lettered boolean, expired boolean",
+            &messages,
+        ),
+        (
+            "crashpoint_provider_calls",
+            "provider text, route text, idempotency_key text, body jsonb, applied boolean, status integer, reference text, t_ms bigint",
+            &calls,
+        ),
+        (
+            "crashpoint_webhooks",
+            "provider text, webhook text, event text, about text, attempt integer, status integer, body jsonb, t_ms bigint",
+            &deliveries,
+        ),
+    ];
     admin.on_pg(async {
-        sqlx::query(
-            "INSERT INTO crashpoint_dispatched (event, identity, body) \
-             SELECT event, identity, body FROM jsonb_to_recordset($1) AS x(event text, identity uuid, body jsonb)",
-        )
-        .bind(&dispatched)
-        .execute(&admin.pg)
-        .await
-        .context("filling crashpoint_dispatched")?;
-        sqlx::query(
-            "INSERT INTO crashpoint_messages (msg, queue, identity, receives, deleted, dead_lettered, expired) \
-             SELECT * FROM jsonb_to_recordset($1) AS x(msg text, queue text, identity uuid, receives integer, \
-             deleted boolean, dead_lettered boolean, expired boolean)",
-        )
-        .bind(&messages)
-        .execute(&admin.pg)
-        .await
-        .context("filling crashpoint_messages")?;
-        sqlx::query(
-            "INSERT INTO crashpoint_provider_calls (provider, route, idempotency_key, body, applied, status, reference, t_ms) \
-             SELECT * FROM jsonb_to_recordset($1) AS x(provider text, route text, idempotency_key text, body jsonb, \
-             applied boolean, status integer, reference text, t_ms bigint)",
-        )
-        .bind(&calls)
-        .execute(&admin.pg)
-        .await
-        .context("filling crashpoint_provider_calls")?;
+        for (table, columns, rows) in tables {
+            let names: Vec<&str> = columns.split(", ").filter_map(|c| c.split(' ').next()).collect();
+            let sql = format!("INSERT INTO {table} ({}) SELECT * FROM jsonb_to_recordset($1) AS x({columns})", names.join(", "));
+            sqlx::query(&sql).bind(rows).execute(&admin.pg).await.with_context(|| format!("filling {table}"))?;
+        }
         Ok(())
     })
 }

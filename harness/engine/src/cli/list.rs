@@ -48,6 +48,7 @@ pub fn list(registry: &Registry) -> Result<i32> {
                 RoleKind::Handler { queue } => format!("handles {queue}"),
                 RoleKind::Poller => "poller".into(),
                 RoleKind::Periodic => "periodic".into(),
+                RoleKind::Endpoint => "serves webhooks".into(),
             };
             let name = if matches!(r.kind, RoleKind::Producer | RoleKind::Periodic) { r.prefix.to_string() } else { format!("{}N", r.prefix) };
             println!("    {name:<8} {kind:<18} {:<24} {}", r.about, r.points.join(" "));
@@ -59,6 +60,12 @@ pub fn list(registry: &Registry) -> Result<i32> {
             println!("  provider {:<27} {}", p.name(), p.about());
             for r in p.routes() {
                 println!("    route {r}");
+            }
+            for h in p.webhooks() {
+                println!(
+                    "    webhook {:<14} POST {} on role {}'s port {}, after each `{}` applied, up to {} deliveries",
+                    h.label, h.path, h.role, h.port_env, h.on, h.attempts_max
+                );
             }
         }
         for i in w.invariants() {

@@ -123,6 +123,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
                 true => crate::schedule::mutate(&menu, &parents, &mut runner),
                 false => strategy.new_tree(&mut runner).map_err(|e| anyhow!("{e}"))?.current(),
             };
+            tracing::debug!(case = index, mutation, %schedule, "case schedule");
             // On the processes the namespace kept, where roles declare `reuse = true`; a
             // failure found on them is reported only as fresh processes replay it.
             let outcome = crate::sim::wire::keep::reusing(|| run_scenario(endpoints, system.clone(), s, Some(&schedule)))?;

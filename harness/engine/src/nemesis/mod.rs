@@ -45,4 +45,8 @@ pub const KINDS: &[(&str, &str)] = &[
     ("provider:5xx-before@<p>", "<p> answers its next request 503 without applying it"),
     ("provider:5xx-after@<p>", "<p> applies its next request, then answers 503"),
     ("provider:restart@<p>", "<p>'s host restarts: open connections and held requests are lost"),
+    ("net:<fault>@<p>/<route>", "a request fault (drop-request, drop-response, delay, duplicate, 5xx-before, 5xx-after) aimed at the next request that takes <route>, whatever requests to <p> come first"),
+    ("net:duplicate@<p>:<duration>", "the next request to <p> is answered, and a copy of it arrives <duration> of logical time later (a retry by a proxy), answered to nobody"),
+    ("webhook:duplicate@<p>", "<p>'s next webhook delivery is made again later, whatever the endpoint answers"),
+    ("webhook:reorder@<p>", "<p>'s next webhook delivery carries the event queued behind the oldest pending one"),
 ];

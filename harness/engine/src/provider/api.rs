@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::{Effect, Handled, Provider, Reply, Request};
+use super::{Effect, Event, Handled, Provider, Reply, Request};
 
 /// An answer of a route: a status and a body template (module doc).
 #[derive(Debug, Clone, PartialEq)]
@@ -175,6 +175,34 @@ pub struct Route {
     pub kind: RouteKind,
 }
 
+/// A webhook: the provider calls the team back. Each effect its apply route [`Webhook::on`]
+/// applies queues one event, POSTed as JSON to [`Webhook::path`] on the port a process of
+/// [`Webhook::role`] listens on, at least once and possibly out of order: a delivery answered
+/// with anything but 2xx, or not answered, is made again later, up to
+/// [`Webhook::attempts_max`] deliveries (Stripe: "Webhook endpoints … retries for up to three
+/// days with an exponential back off"; its events may arrive more than once and out of order,
+/// "Best practices for using webhooks"). The delivery model is [`crate::sim::net::webhook`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Webhook {
+    /// Its label: a delivery's call label (trace, crash point `after_<label>`), unique among
+    /// the workload's call labels.
+    pub label: &'static str,
+    /// The apply route whose effects it reports ([`Route::label`]).
+    pub on: &'static str,
+    /// The endpoint's path at the team's process, e.g. `/webhooks/cards`.
+    pub path: String,
+    /// The role ([`crate::spec::RoleKind::Endpoint`]) whose processes serve the endpoint.
+    pub role: &'static str,
+    /// The environment variable in which crashpoint hands the process the loopback port it
+    /// must listen on (`CARDS_WEBHOOK_PORT=41234`).
+    pub port_env: String,
+    /// The event body, a JSON template ([`TemplateUse::Webhook`]): `{{new evt_}}` is the
+    /// event's id, `{{effect}}` the applied effect's stored answer.
+    pub body: Value,
+    /// Deliveries of one event before the provider gives up on it (at least 1).
+    pub attempts_max: u32,
+}
+
 /// An API's declaration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiSpec {
@@ -188,6 +216,8 @@ pub struct ApiSpec {
     /// Its routes: a request takes the one whose method and path match with the most literal
     /// segments (`/search` before `/{id}`), the first declared among equals.
     pub routes: Vec<Route>,
+    /// The webhooks it sends (none for most).
+    pub webhooks: Vec<Webhook>,
 }
 
 /// One effect applied, with what answered it.
@@ -273,15 +303,9 @@ impl Api {
                 return handled(reply, format!("key {key} replayed: {}", a.reference), route, &key, None);
             }
         }
-        let prefix = new_prefix(&response.body).unwrap_or_else(|| format!("{}-", route.label));
-        let reference = {
-            let mut c = self.counters.borrow_mut();
-            let n = c.entry(prefix.clone()).or_insert(0);
-            *n += 1;
-            format!("{prefix}{n}")
-        };
+        let reference = self.next_reference(&new_prefix(&response.body).unwrap_or_else(|| format!("{}-", route.label)));
         let reply = render_answer(response, &scope(req, params, &key, now, None), Some(&reference));
-        self.ledger.borrow_mut().push(Applied {
+        let applied = Applied {
             route: route.label,
             key: key.clone(),
             t_ms: now,
@@ -289,9 +313,31 @@ impl Api {
             reference: reference.clone(),
             status: reply.status,
             body: reply.body.clone(),
-        });
+        };
+        let events: Vec<Event> = self
+            .spec
+            .webhooks
+            .iter()
+            .filter(|w| w.on == route.label)
+            .map(|w| {
+                let id = self.next_reference(&new_prefix(&w.body).unwrap_or_else(|| format!("{}-", w.label)));
+                let body = render(&w.body, &scope(req, params, &key, now, Some(&applied)), Some(&id));
+                Event { provider: self.spec.name, webhook: w.label, id, about: reference.clone(), body }
+            })
+            .collect();
+        self.ledger.borrow_mut().push(applied);
         let under = if key.is_empty() { "without a key".to_string() } else { format!("under key {key}") };
-        handled(reply, format!("{reference} applied {under}"), route, &key, Some(reference))
+        let mut h = handled(reply, format!("{reference} applied {under}"), route, &key, Some(reference));
+        h.events = events;
+        h
+    }
+
+    /// `prefix` and the next number of its counter (`pi_1`, `pi_2`, …).
+    fn next_reference(&self, prefix: &str) -> String {
+        let mut c = self.counters.borrow_mut();
+        let n = c.entry(prefix.to_string()).or_insert(0);
+        *n += 1;
+        format!("{prefix}{n}")
     }
 
     fn lookup(&self, route: &Route, req: &Request, params: &BTreeMap<String, String>, now: u64) -> Handled {
@@ -365,7 +411,7 @@ fn describe(route: &Route) -> String {
 }
 
 fn handled(reply: Reply, text: String, route: &Route, key: &str, applied: Option<String>) -> Handled {
-    Handled { reply, text, route: Some(route.label), key: key.to_string(), applied }
+    Handled { reply, text, route: Some(route.label), key: key.to_string(), applied, events: Vec::new() }
 }
 
 impl Provider for Api {
@@ -389,6 +435,10 @@ impl Provider for Api {
         self.spec.routes.iter().map(describe).collect()
     }
 
+    fn route_labels(&self) -> Vec<(&'static str, bool)> {
+        self.spec.routes.iter().map(|r| (r.label, matches!(r.kind, RouteKind::Apply { .. }))).collect()
+    }
+
     fn handle(&self, req: &Request, now_ms: u64) -> Handled {
         match self.route_of(req) {
             Some((route, params)) => match route.kind {
@@ -397,6 +447,10 @@ impl Provider for Api {
             },
             None => Handled::new(Reply::new(404, json!({"error": "no such route"})), format!("no route {} {}", req.method, req.path)),
         }
+    }
+
+    fn webhooks(&self) -> Vec<Webhook> {
+        self.spec.webhooks.clone()
     }
 
     fn effects(&self) -> Vec<Effect> {
@@ -434,6 +488,9 @@ pub enum TemplateUse {
     Found,
     /// A lookup's answer when nothing matched: neither.
     Missing,
+    /// A webhook's event body ([`Webhook::body`]): the applied effect in scope (`{{effect…}}`,
+    /// and the request that applied it as `{{req…}}`), `{{new <prefix>}}` the event's id.
+    Webhook,
 }
 
 /// Checks every placeholder of template `body` for `place`. Errors: the first one that is
@@ -468,6 +525,7 @@ pub fn check_template(body: &Value, place: TemplateUse) -> Result<(), String> {
                     TemplateUse::Response => "`{{new <prefix>}}`, `{{req.<field>}}`, `{{query.<name>}}`, `{{path.<name>}}`, `{{header.<name>}}`, `{{key}}`, `{{now_s}}`",
                     TemplateUse::Found => "`{{effect}}`, `{{effect.id}}`, `{{effect.req.<field>}}`, `{{effects}}`, `{{req.<field>}}`, `{{query.<name>}}`, `{{path.<name>}}`, `{{key}}`, `{{now_s}}`",
                     TemplateUse::Missing => "`{{req.<field>}}`, `{{query.<name>}}`, `{{path.<name>}}`, `{{now_s}}`",
+                    TemplateUse::Webhook => "`{{new <prefix>}}` (the event's id), `{{effect}}`, `{{effect.id}}`, `{{effect.req.<field>}}`, `{{req.<field>}}`, `{{key}}`, `{{now_s}}`",
                 }
             ));
         }
@@ -478,14 +536,14 @@ pub fn check_template(body: &Value, place: TemplateUse) -> Result<(), String> {
 /// Whether placeholder `p` fits `place`; `None` when it is no placeholder at all.
 fn fits(p: &str, place: TemplateUse) -> Option<bool> {
     if let Some(prefix) = p.strip_prefix("new ") {
-        return Some(place == TemplateUse::Response && !prefix.trim().is_empty());
+        return Some(matches!(place, TemplateUse::Response | TemplateUse::Webhook) && !prefix.trim().is_empty());
     }
     let (head, rest) = p.split_once('.').unwrap_or((p, ""));
     match head {
         "req" => Some(true),
         "key" | "now_ms" | "now_s" if rest.is_empty() => Some(true),
-        "query" | "path" | "header" if !rest.is_empty() => Some(true),
-        "effect" => Some(place == TemplateUse::Found),
+        "query" | "path" | "header" if !rest.is_empty() => Some(place != TemplateUse::Webhook),
+        "effect" => Some(matches!(place, TemplateUse::Found | TemplateUse::Webhook)),
         "effects" if rest.is_empty() => Some(place == TemplateUse::Found),
         _ => None,
     }
@@ -606,6 +664,7 @@ mod tests {
             name: "cards",
             about: "cards",
             url_env: "CARDS_API_BASE".into(),
+            webhooks: Vec::new(),
             routes: vec![
                 Route {
                     label: "charge",

@@ -112,13 +112,31 @@ pub struct Handled {
     /// The reference of the effect the request applied (`None`: it applied nothing: a
     /// replayed key, a conflict, a lookup).
     pub applied: Option<String>,
+    /// The webhook events the applied effect queued ([`api::Webhook`]), in declaration order.
+    pub events: Vec<Event>,
 }
 
 impl Handled {
-    /// `reply` with trace line `text`, no route, key or effect.
+    /// `reply` with trace line `text`, no route, key, effect or event.
     pub fn new(reply: Reply, text: String) -> Handled {
-        Handled { reply, text, route: None, key: String::new(), applied: None }
+        Handled { reply, text, route: None, key: String::new(), applied: None, events: Vec::new() }
     }
+}
+
+/// A webhook event a provider queued when it applied an effect ([`api::Webhook`]): delivered
+/// to the team's endpoint at least once ([`crate::sim::net::webhook`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// The provider that sends it (`cards`).
+    pub provider: &'static str,
+    /// Its webhook's label ([`api::Webhook::label`]): the delivery's call label.
+    pub webhook: &'static str,
+    /// Its id (`evt_1`), from the webhook body's `{{new <prefix>}}`, else `<label>-<n>`.
+    pub id: String,
+    /// The effect's reference it is about (`pi_1`).
+    pub about: String,
+    /// The JSON body POSTed to the endpoint.
+    pub body: serde_json::Value,
 }
 
 /// One request a provider received, as the facts table `crashpoint_provider_calls` has it
@@ -192,10 +210,21 @@ pub trait Provider {
         Vec::new()
     }
 
+    /// Its routes' labels, each with whether it applies effects: the targets of route-aimed
+    /// faults (`net:drop-response@cards/charge`, [`crate::nemesis::net`]). Default none.
+    fn route_labels(&self) -> Vec<(&'static str, bool)> {
+        Vec::new()
+    }
+
     /// Handles one request at logical time `now_ms` (its clock is the schedule's logical clock).
     /// Deterministic: no I/O, no randomness.
     fn handle(&self, request: &Request, now_ms: u64) -> Handled;
 
     /// The effects applied so far, in order.
     fn effects(&self) -> Vec<Effect>;
+
+    /// The webhooks it sends ([`api::Webhook`]); none by default.
+    fn webhooks(&self) -> Vec<api::Webhook> {
+        Vec::new()
+    }
 }

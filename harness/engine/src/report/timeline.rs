@@ -85,7 +85,7 @@ fn service_lane(s: Service) -> Option<&'static str> {
 /// The provider an HTTP step called.
 fn provider_of(s: &crate::sim::history::Step) -> Option<&str> {
     match &s.outcome {
-        Outcome::Http { provider, .. } | Outcome::NoResponse { provider, .. } => Some(provider),
+        Outcome::Http { provider, .. } | Outcome::NoResponse { provider, .. } | Outcome::Delivered { provider, .. } | Outcome::Answered { provider, .. } => Some(provider),
         _ => None,
     }
 }

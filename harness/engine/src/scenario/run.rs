@@ -182,7 +182,7 @@ pub(crate) fn run_driven(
     let t_check = Instant::now();
     let invariants = s.invariants();
     if s.workload.history_tables() {
-        if let Err(e) = checker::facts::fill(&fin.admin, &fin.history, &events, &fin.provider_calls) {
+        if let Err(e) = checker::facts::fill(&fin.admin, &fin.history, &events, &fin.provider_calls, &fin.deliveries) {
             crate::sim::pool::give_back(fin.admin, &fin.keys, false);
             return Err(anyhow!("{}: {e:#}\ntrace:\n{text}", s.name));
         }

@@ -57,7 +57,7 @@ pub(crate) const PROVIDERS: &[&str] = &["gateway", "accounting", "mail"];
 
 /// [`ROLES`], [`FAULTS`] and [`PROVIDERS`] as a vocabulary.
 pub(crate) fn vocabulary() -> Vocabulary {
-    Vocabulary { roles: ROLES.to_vec(), faults: FAULTS.to_vec(), providers: PROVIDERS.to_vec() }
+    Vocabulary { roles: ROLES.to_vec(), faults: FAULTS.to_vec(), providers: PROVIDERS.to_vec(), webhooks: Vec::new(), routes: Vec::new() }
 }
 
 /// Every scenario file of the repository (`scenarios/**.toml`) with its text, sorted by path.

@@ -17,6 +17,11 @@ pub struct Vocabulary {
     pub faults: Vec<&'static str>,
     /// The workload's external providers (targets of `net:…@<p>` and `provider:…@<p>`).
     pub providers: Vec<&'static str>,
+    /// Those of them that send webhooks (targets of `webhook:…@<p>`).
+    pub webhooks: Vec<&'static str>,
+    /// Their routes (provider, label, whether it applies effects): targets of the request
+    /// faults aimed at a route (`net:drop-response@<p>/<route>`).
+    pub routes: Vec<(&'static str, &'static str, bool)>,
 }
 
 /// Whether `label` can be a call's label: lower-case letters, digits and `_`, starting with a
@@ -214,8 +219,8 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
         ("sqs", Some(f)) => return crate::nemesis::sqs::SqsFault::parse(f).map(Decision::Sqs),
         ("pg", Some(f)) => return crate::nemesis::pg::PgFault::parse(f).map(Decision::Pg),
         ("sqs", None) => return Err("expected `sqs:<fault>`, e.g. `sqs:stale-delete-noop`".into()),
-        (family @ ("net" | "provider"), Some(f)) => {
-            return crate::nemesis::net::NetFault::parse(family, f, &vocabulary.providers)
+        (family @ ("net" | "provider" | "webhook"), Some(f)) => {
+            return crate::nemesis::net::NetFault::parse(family, f, &vocabulary.providers, &vocabulary.webhooks, &vocabulary.routes)
                 .map(Decision::Net)
         }
         _ => {}
@@ -309,6 +314,8 @@ pub(crate) mod tests {
             ],
             faults: vec!["replay"],
             providers: vec!["gateway"],
+            webhooks: Vec::new(),
+            routes: vec![("gateway", "apply", true)],
         }
     }
 

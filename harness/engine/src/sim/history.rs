@@ -169,6 +169,12 @@ pub enum Outcome {
     /// No response came from `provider` (`why`: the timeout, a refused connection): the
     /// worker cannot know whether the request was applied.
     NoResponse { provider: String, why: String },
+    /// `provider` POSTed webhook event `event` to the worker's endpoint, its `attempt`-th
+    /// delivery ([`crate::sim::net::webhook`]); the endpoint's answer is in the provider's lane.
+    Delivered { provider: String, event: String, attempt: u32 },
+    /// The worker's endpoint answered `provider`'s webhook delivery with `status` (`None`: the
+    /// connection closed without an answer), and the answer reached the provider.
+    Answered { provider: String, status: Option<u16> },
 }
 
 impl Outcome {
@@ -176,6 +182,7 @@ impl Outcome {
     pub fn failed(&self) -> bool {
         matches!(self, Outcome::Error { .. } | Outcome::Injected { .. } | Outcome::ServiceErrorInjected { .. } | Outcome::NoResponse { .. })
             || matches!(self, Outcome::Http { status, .. } if *status >= 400)
+            || matches!(self, Outcome::Answered { status, .. } if !status.is_some_and(|s| (200..300).contains(&s)))
     }
 
     /// Whether the call wrote at least one row: an INSERT/UPDATE/DELETE that affected rows, or a

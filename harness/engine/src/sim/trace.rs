@@ -103,6 +103,9 @@ pub fn outcome_text(s: &Step) -> String {
         Outcome::Error { message } => format!("error: {message}"),
         Outcome::Http { provider, status } => format!("{provider} → {status}"),
         Outcome::NoResponse { why, .. } => format!("no response: {why} (outcome unknown)"),
+        Outcome::Delivered { provider, event, attempt } => format!("{provider} delivers {event} (delivery {attempt})"),
+        Outcome::Answered { provider, status: Some(s) } => format!("{s} to {provider}"),
+        Outcome::Answered { provider, status: None } => format!("no answer reached {provider} (its lane says why)"),
     }
 }
 

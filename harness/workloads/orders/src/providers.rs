@@ -92,6 +92,7 @@ fn api(name: &'static str, about: &'static str, collection: &str, prefix: &str, 
         name,
         about,
         url_env: format!("{}_URL", name.to_ascii_uppercase()),
+        webhooks: Vec::new(),
         routes: vec![
             Route {
                 label: "apply",

@@ -415,7 +415,11 @@ impl Cx {
     /// unknown); [`CallError::Injected`] when the schedule armed a failure here.
     pub async fn http(&mut self, op: &'static str, provider: &'static str, request: crate::provider::Request) -> Result<crate::provider::Reply, CallError> {
         self.gate(op).await?;
-        let dropped = self.world.borrow_mut().net.take(provider, |k| k == crate::nemesis::net::NetFaultKind::DropRequest);
+        let dropped = {
+            let mut w = self.world.borrow_mut();
+            let route = w.net.route_of(provider, &request);
+            w.net.take_for(provider, route, |k| k == crate::nemesis::net::NetFaultKind::DropRequest)
+        };
         if dropped.is_some() {
             let mut w = self.world.borrow_mut();
             w.net.to_cut.push(super::net::Cut { from: self.me.clone(), to: provider.to_string() });

@@ -8,6 +8,7 @@
 
 pub(crate) mod client;
 pub(crate) mod host;
+pub mod webhook;
 
 use std::collections::BTreeSet;
 
@@ -42,6 +43,8 @@ pub struct Held {
     pub caller: String,
     /// The request.
     pub request: Request,
+    /// A copy of a request that was answered (`net:duplicate`): its answer goes to nobody.
+    pub copy: bool,
 }
 
 /// The network's part of the world: armed faults, partitions, cuts to make and held requests.
@@ -61,6 +64,12 @@ pub struct NetState {
     /// Every request that reached a provider or was lost on its way, in order (the facts table
     /// `crashpoint_provider_calls`).
     pub calls: Vec<Call>,
+    /// Webhook events waiting for a delivery, oldest first ([`webhook`]).
+    pub events: Vec<webhook::Pending>,
+    /// Every webhook delivery made, in order (the facts table `crashpoint_webhooks`).
+    pub deliveries: Vec<webhook::Delivered>,
+    /// The schedule's providers.
+    pub providers: Providers,
 }
 
 /// What a provider's front-end does with one request once the faults armed for it are applied
@@ -90,18 +99,24 @@ pub fn deliver(provider: &dyn Provider, world: &SharedWorld, request: Request, c
 }
 
 /// [`deliver`], and the armed fault it took (`None`: none, or the request met a partition).
-pub fn deliver_with(provider: &dyn Provider, world: &SharedWorld, request: Request, caller: String) -> (Handoff, Option<NetFaultKind>) {
+pub fn deliver_with(provider: &dyn Provider, world: &SharedWorld, request: Request, caller: String) -> (Handoff, Option<NetFault>) {
     let name = provider.name();
+    let route = provider.route(&request);
     let line = format!("{} {} from {caller}", request.method, request.shown());
     let (now, fault, partitioned) = {
         let mut w = world.borrow_mut();
         let partitioned = w.net.partitioned.contains(name);
         let fault = match partitioned {
             true => None,
-            false => w.net.take(name, |k| {
+            false => w.net.take_for(name, route, |k| {
                 matches!(
                     k,
-                    NetFaultKind::DropRequest | NetFaultKind::DropResponse | NetFaultKind::Delay(_) | NetFaultKind::Error5xxBefore | NetFaultKind::Error5xxAfter
+                    NetFaultKind::DropRequest
+                        | NetFaultKind::DropResponse
+                        | NetFaultKind::Delay(_)
+                        | NetFaultKind::Duplicate(_)
+                        | NetFaultKind::Error5xxBefore
+                        | NetFaultKind::Error5xxAfter
                 )
             }),
         };
@@ -111,7 +126,7 @@ pub fn deliver_with(provider: &dyn Provider, world: &SharedWorld, request: Reque
         record(world, Some(provider), name, &request, h, status, now, text);
     };
     let unavailable = || Reply::new(503, serde_json::json!({"error": "service unavailable"}));
-    match fault {
+    match fault.map(|f| f.kind) {
         _ if partitioned => {
             record(None, None, format!("{line}: lost on its way, {name} is partitioned"));
             (Handoff::Dropped, fault)
@@ -122,8 +137,14 @@ pub fn deliver_with(provider: &dyn Provider, world: &SharedWorld, request: Reque
         }
         Some(NetFaultKind::Delay(ms)) => {
             world.borrow_mut().net.log.push((name, format!("{line}: held on the link for {}", crate::duration::format_duration_ms(ms))));
-            world.borrow_mut().net.held.push(Held { due_ms: now + ms, provider: name, caller, request: request.clone() });
+            world.borrow_mut().net.held.push(Held { due_ms: now + ms, provider: name, caller, request: request.clone(), copy: false });
             (Handoff::Held, fault)
+        }
+        Some(NetFaultKind::Duplicate(ms)) => {
+            let h = provider.handle(&request, now);
+            record(Some(&h), Some(h.reply.status), format!("{line} → {}: {}; a copy arrives {} later", h.reply.status, h.text, crate::duration::format_duration_ms(ms)));
+            world.borrow_mut().net.held.push(Held { due_ms: now + ms, provider: name, caller, request: request.clone(), copy: true });
+            (Handoff::Reply(h.reply), fault)
         }
         Some(NetFaultKind::Error5xxBefore) => {
             record(None, Some(503), format!("{line} → 503 (injected): not applied"));
@@ -161,7 +182,10 @@ pub fn injected(provider: &dyn Provider, world: &SharedWorld, request: &Request,
 /// provider is cut off now, and it is lost.
 pub fn deliver_held(provider: Option<&dyn Provider>, world: &SharedWorld, h: &Held, partitioned: bool) {
     let now_ms = h.due_ms;
-    let head = format!("{} {} from {}, held on the link,", h.request.method, h.request.shown(), h.caller);
+    let head = match h.copy {
+        true => format!("a copy of {} {} from {}, sent again by a proxy,", h.request.method, h.request.shown(), h.caller),
+        false => format!("{} {} from {}, held on the link,", h.request.method, h.request.shown(), h.caller),
+    };
     let (text, handled) = match provider {
         Some(p) if !partitioned => {
             let handled = p.handle(&h.request, now_ms);
@@ -189,6 +213,9 @@ fn record(
     let route = handled.and_then(|h| h.route).or_else(|| provider.and_then(|p| p.route(request)));
     let mut w = world.borrow_mut();
     w.net.log.push((name, text));
+    if let (Some(p), Some(h)) = (provider, handled) {
+        webhook::queue(&mut w.net, p, &h.events);
+    }
     w.net.calls.push(Call {
         provider: name,
         route: route.unwrap_or_default().to_string(),
@@ -204,7 +231,75 @@ fn record(
 impl NetState {
     /// Takes the first armed fault for `provider` that `pick` accepts.
     pub fn take(&mut self, provider: &str, pick: impl Fn(NetFaultKind) -> bool) -> Option<NetFaultKind> {
-        let i = self.armed.iter().position(|f| f.provider == provider && pick(f.kind))?;
-        Some(self.armed.remove(i).kind)
+        self.take_for(provider, None, pick).map(|f| f.kind)
+    }
+
+    /// Takes the first armed fault for a request to `provider` that takes route `route`
+    /// (`None`: none of its routes) that `pick` accepts: an unaimed one, or one aimed at that
+    /// route.
+    pub fn take_for(&mut self, provider: &str, route: Option<&str>, pick: impl Fn(NetFaultKind) -> bool) -> Option<NetFault> {
+        let i = self
+            .armed
+            .iter()
+            .position(|f| f.provider == provider && (f.route.is_none() || f.route == route) && pick(f.kind))?;
+        Some(self.armed.remove(i))
+    }
+
+    /// The label of the route `request` takes at `provider` ([`Provider::route`]; `None`: an
+    /// unknown provider or no route).
+    pub fn route_of(&self, provider: &str, request: &Request) -> Option<&'static str> {
+        self.providers.0.iter().find(|p| p.name() == provider).and_then(|p| p.route(request))
+    }
+}
+
+/// The schedule's providers, for the front-ends that must know a request's route before it
+/// reaches its provider (an in-process worker's lost request, [`crate::sim::cx::Cx::http`]).
+#[derive(Default, Clone)]
+pub struct Providers(pub Vec<std::rc::Rc<dyn Provider>>);
+
+impl std::fmt::Debug for Providers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|p| p.name())).finish()
+    }
+}
+
+/// A provider for tests: `cards`, whose `charge` route (`POST /charges`) applies every request
+/// (references `ch_1`, `ch_2`, …) and sends `webhooks`.
+#[cfg(test)]
+pub(crate) fn test_cards(webhooks: Vec<crate::provider::api::Webhook>) -> crate::provider::api::Api {
+    use crate::provider::api::{parse_path, Answer, Api, ApiSpec, Route, RouteKind};
+    Api::new(ApiSpec {
+        name: "cards",
+        about: "cards",
+        url_env: "CARDS".into(),
+        routes: vec![Route {
+            label: "charge",
+            method: "POST".into(),
+            path: parse_path("/charges").unwrap(),
+            kind: RouteKind::Apply { idempotency: None, response: Answer::new(200, serde_json::json!({"id": "{{new ch_}}"})), replay: None },
+        }],
+        webhooks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duplicated_request_is_answered_and_its_copy_arrives_later_to_nobody() {
+        let api = test_cards(Vec::new());
+        let world = crate::sim::world::World::new(&["c1".to_string()], Default::default());
+        world.borrow_mut().net.armed.push(NetFault::at("cards", NetFaultKind::Duplicate(5_000)));
+        let (handoff, taken) = deliver_with(&api, &world, Request::new("POST", "/charges"), "c1".into());
+        assert_eq!(taken, Some(NetFault::at("cards", NetFaultKind::Duplicate(5_000))));
+        assert!(matches!(handoff, Handoff::Reply(ref r) if r.status == 200), "{handoff:?}");
+        let held = world.borrow_mut().net.held.pop().expect("the copy is on the link");
+        assert_eq!((held.due_ms, held.copy), (5_000, true));
+        deliver_held(Some(&api), &world, &held, false);
+        let w = world.borrow();
+        let applied: Vec<Option<&str>> = w.net.calls.iter().map(|c| c.reference.as_deref()).collect();
+        assert_eq!(applied, vec![Some("ch_1"), Some("ch_2")], "a route without a key applies the copy again");
+        assert!(w.net.log.iter().any(|(_, l)| l.starts_with("a copy of POST /charges from c1, sent again by a proxy, arrives → 200")), "{:?}", w.net.log);
     }
 }

@@ -15,7 +15,7 @@ use anyhow::Result;
 use super::Run;
 use crate::sim::history::{Fact, FaultEvent};
 use crate::sim::world::Status;
-use crate::spec::RoleKind;
+use crate::spec::{role_of, RoleKind};
 
 /// Rounds of the drain phase before the schedule is declared not quiescent.
 pub const DRAIN_ROUNDS_MAX: usize = 200;
@@ -111,6 +111,14 @@ impl Run<'_> {
         out
     }
 
+    /// Webhook events still pending for a role that has a worker in this schedule (a role
+    /// without one is an endpoint not deployed: its events wait, and are no work of the drain).
+    fn undelivered(&self) -> Vec<String> {
+        let w = self.world.borrow();
+        let served = |role: &str| self.workers.iter().any(|x| role_of(&self.roles, x).is_some_and(|r| r.prefix == role));
+        w.net.events.iter().filter(|p| served(p.role)).map(|p| format!("webhook event {} ({}, for role {})", p.event.id, p.event.provider, p.role)).collect()
+    }
+
     /// True when `w` is parked at its poll and the poll would find nothing: a handler whose
     /// queue holds no visible message, or a poller whose last poll found nothing and no
     /// transaction ended since.
@@ -128,14 +136,24 @@ impl Run<'_> {
         matches!(self.status(w), Status::Parked { .. }) && self.with_slot(w, |s| s.at_cycle_start)
     }
 
-    /// `Some(queue)` when `w` is a handler parked at its receive and the history says its
-    /// queue holds no visible message (none sent, made visible again or redriven since the
-    /// last was received or deleted), and SQS counted none the history does not explain: the
-    /// receive would find nothing. Generated schedules skip such a receive
-    /// (`Run::skip_empty_receive`), the drain does not poll it; neither changes what SQS holds.
-    pub(super) fn receive_finds_nothing(&self, w: &str) -> Option<&'static str> {
+    /// Why `w`'s poll would find nothing, when it is parked at it and would: a handler whose
+    /// queue holds no visible message according to the history (none sent, made visible again
+    /// or redriven since the last was received or deleted) and none SQS counted that the
+    /// history does not explain; an endpoint ([`RoleKind::Endpoint`]) for whose role no webhook
+    /// event is pending. Generated schedules skip such a poll (`Run::skip_empty_receive`), the
+    /// drain does not make it; neither changes what SQS or a provider holds.
+    pub(super) fn receive_finds_nothing(&self, w: &str) -> Option<String> {
         match self.kind(w)? {
-            RoleKind::Handler { queue } if self.at_poll(w) && !self.polls.may_receive(queue) => Some(queue),
+            RoleKind::Handler { queue } if self.at_poll(w) && !self.polls.may_receive(queue) => {
+                Some(format!("{queue} holds no visible message"))
+            }
+            RoleKind::Endpoint if self.at_poll(w) => {
+                let role = role_of(&self.roles, w)?.prefix;
+                match crate::sim::net::webhook::pending_for(&self.world.borrow().net, role) {
+                    true => None,
+                    false => Some(format!("no webhook event is pending for role {role}")),
+                }
+            }
             _ => None,
         }
     }
@@ -254,7 +272,11 @@ impl Run<'_> {
                     held.join(", ")
                 )));
             }
-            let (left, visible_on) = self.admin.leftovers(&self.leftovers)?;
+            let (mut left, visible_on) = self.admin.leftovers(&self.leftovers)?;
+            let undelivered = self.undelivered();
+            if !undelivered.is_empty() {
+                left = [left].into_iter().chain(undelivered).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(", ");
+            }
             for q in visible_on {
                 if !self.polls.may_receive(q) {
                     self.polls.unexplained.insert(q);

@@ -84,6 +84,8 @@ pub struct Finished {
     /// Every request that reached a provider or was lost on its way, in order
     /// ([`crate::sim::net::NetState::calls`]).
     pub provider_calls: Vec<crate::provider::Call>,
+    /// Every webhook delivery made, in order ([`crate::sim::net::NetState::deliveries`]).
+    pub deliveries: Vec<crate::sim::net::webhook::Delivered>,
     /// Simulation steps the schedule took (each ticks every running host).
     pub steps: u64,
     /// The roles whose processes were kept from the namespace's schedule before
@@ -136,6 +138,7 @@ impl<'a> Run<'a> {
             .min();
         let admin_ms = t0.elapsed().as_secs_f64() * 1e3;
         let world = World::new(&setup.workers, setup.names);
+        world.borrow_mut().net.providers = crate::sim::net::Providers(setup.providers.clone());
         world.borrow_mut().to_dispatch = setup.events.iter().cloned().collect();
         let roles = setup.roles.clone();
         let wake = crate::sim::io::Signal::for_this_thread();
@@ -271,6 +274,7 @@ impl<'a> Run<'a> {
             .collect();
         let names = std::mem::take(&mut w.names);
         let provider_calls = std::mem::take(&mut w.net.calls);
+        let deliveries = std::mem::take(&mut w.net.deliveries);
         Finished {
             history,
             admin,
@@ -280,6 +284,7 @@ impl<'a> Run<'a> {
             names,
             effects,
             provider_calls,
+            deliveries,
             steps,
             reused,
         }

@@ -387,9 +387,7 @@ impl<'a> Run<'a> {
     /// call on it (issue 14). Scripted schedules make every call they name.
     fn skip_empty_receive(&self, w: &str) -> Result<()> {
         match self.receive_finds_nothing(w).filter(|_| self.lenient) {
-            Some(queue) => Err(inapplicable(format!(
-                "{w}'s receive would find nothing: {queue} holds no visible message"
-            ))),
+            Some(why) => Err(inapplicable(format!("{w}'s receive would find nothing: {why}"))),
             None => Ok(()),
         }
     }
@@ -912,7 +910,6 @@ impl<'a> Run<'a> {
             }
         }
     }
-
 }
 
 /// Whether a worker is back at its receive: parked at the first call of a new cycle.

@@ -108,7 +108,7 @@ impl Run<'_> {
     pub(super) fn heal_all(&mut self) -> Result<()> {
         let partitioned: Vec<&'static str> = self.world.borrow().net.partitioned.iter().copied().collect();
         for p in partitioned {
-            self.net_fault(NetFault { kind: NetFaultKind::Heal, provider: p })?;
+            self.net_fault(NetFault::at(p, NetFaultKind::Heal))?;
         }
         Ok(())
     }

@@ -36,15 +36,17 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
     let key = Kept::key(&name, &command, &ext.cwd, &started_as);
     let kept = spec.processes.take(&key);
     let reused = kept.is_some();
+    let hooks = super::webhook::of_role(&spec.providers, ext.role);
     let worker = Rc::new(WireWorker::new(name.clone(), spec.world.clone(), ext.clone(), queue, spec.queues.clone(), spec.identity.clone()));
     let kept = match kept {
         Some(k) => k,
         None => {
-            let listeners = Listeners::bind(spec.providers.len())?;
+            let listeners = Listeners::bind(spec.providers.len(), super::webhook::port_envs(&hooks).len())?;
             let (pg_port, sqs_port, redis_port) = listeners.ports()?;
             let env = environment(&name, &spec, pg_port, sqs_port, redis_port)?;
             let providers = super::http::environment(&spec.providers, &listeners.provider_ports()?);
-            let env: Vec<(String, String)> = env.into_iter().chain(providers).chain(extra).collect();
+            let endpoints = super::webhook::environment(&hooks, &listeners.hooks);
+            let env: Vec<(String, String)> = env.into_iter().chain(providers).chain(endpoints).chain(extra).collect();
             let log = super::process::logs_dir()?.join(format!("{}-{name}.log", spec.schema));
             let process = WorkerProcess::spawn(&command, &ext.cwd, &env, log)?;
             worker.started(&process);
@@ -55,6 +57,13 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
     let ([pg_l, sqs_l, redis_l], provider_ls) = kept.listeners.for_runtime()?;
     for (l, p) in provider_ls.into_iter().zip(&spec.providers) {
         tokio::task::spawn_local(super::http::serve(l, p.clone(), worker.clone()));
+    }
+    let envs = super::webhook::port_envs(&hooks);
+    for h in hooks {
+        let port = envs.iter().position(|v| *v == h.port_env).and_then(|i| kept.listeners.hooks.get(i).copied());
+        if let Some(port) = port {
+            tokio::task::spawn_local(super::webhook::serve(worker.clone(), h, port));
+        }
     }
     let e = &spec.endpoints;
     tokio::task::spawn_local(pg::serve(pg_l, host_port(&e.database_url, 5432)?, worker.clone()));
@@ -125,6 +134,21 @@ fn host_port(url: &str, default_port: u16) -> Result<String> {
     let u = url::Url::parse(url).map_err(|e| anyhow!("service URL `{url}`: {e}"))?;
     Ok(format!("{}:{}", u.host_str().unwrap_or("127.0.0.1"), u.port().unwrap_or(default_port)))
 }
+
+/// The variables [`environment`] sets for every worker, besides those named `CRASHPOINT_…`: a
+/// workload's own variables (a webhook's port) may not be one of them.
+pub const RESERVED_ENV: &[&str] = &[
+    "DATABASE_URL",
+    "AWS_ENDPOINT_URL_SQS",
+    "SQS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_EC2_METADATA_DISABLED",
+    "REDIS_URL",
+    "PYTHONUNBUFFERED",
+];
 
 /// The environment an external worker finds its services in, all through its proxies:
 /// `DATABASE_URL` (libpq URI with `sslmode=disable` and the schedule's search_path),

@@ -68,7 +68,7 @@ impl std::error::Error for Closed {}
 #[derive(Debug, Clone, PartialEq)]
 struct Unanswered {
     fingerprint: String,
-    fault: Option<NetFaultKind>,
+    fault: Option<NetFault>,
     held: u64,
 }
 
@@ -111,16 +111,16 @@ async fn respond(
         // The client's own (first) retry of a call whose answer never came: the same fault
         // again, once. A further repeat is a call of its own, held as any.
         let _pending = worker.pending_guard();
-        if let Some(kind) = u.fault {
-            worker.world.borrow_mut().net.armed.insert(0, NetFault { provider: name, kind });
+        if let Some(f) = u.fault {
+            worker.world.borrow_mut().net.armed.insert(0, f);
         }
         worker.world.borrow_mut().net.log.push((name, format!("{} retries its {} {} by itself: part of its call, whose fault holds", worker.me, request.method, request.shown())));
         let (handoff, taken) = crate::sim::net::deliver_with(provider, &worker.world, request, worker.me.clone());
-        if let (Some(kind), None) = (u.fault, taken) {
+        if let (Some(fault), None) = (u.fault, taken) {
             // Not taken (the provider was partitioned meanwhile): no fault the schedule did not
             // choose stays armed.
             let mut w = worker.world.borrow_mut();
-            if let Some(i) = w.net.armed.iter().position(|f| f.provider == name && f.kind == kind) {
+            if let Some(i) = w.net.armed.iter().position(|f| *f == fault) {
                 w.net.armed.remove(i);
             }
         }
@@ -159,10 +159,7 @@ async fn respond(
         return Ok(encode(&Reply::new(503, body)));
     }
     let (delivery, taken) = crate::sim::net::deliver_with(provider, &worker.world, request, worker.me.clone());
-    let fault = match taken {
-        Some(k @ (NetFaultKind::DropResponse | NetFaultKind::DropRequest)) => Some(k),
-        _ => None,
-    };
+    let fault = taken.filter(|f| matches!(f.kind, NetFaultKind::DropResponse | NetFaultKind::DropRequest));
     if matches!(delivery, Handoff::Lost(_) | Handoff::Dropped) {
         *last.borrow_mut() = Some(Unanswered { fingerprint, fault, held: worker.calls_held() });
     }

@@ -24,8 +24,9 @@ use anyhow::{Context, Result};
 use super::process::WorkerProcess;
 
 /// An external worker's listening sockets: its three proxies' (PostgreSQL, SQS, Redis) and one
-/// per provider of the workload ([`super::http`]), on loopback ports the kernel chose. They
-/// outlive a schedule's host when its process is kept.
+/// per provider of the workload ([`super::http`]), on loopback ports the kernel chose, and the
+/// ports its process serves webhooks on ([`super::webhook`]). They outlive a schedule's host
+/// when its process is kept.
 pub struct Listeners {
     /// PostgreSQL's proxy.
     pub pg: std::net::TcpListener,
@@ -35,6 +36,9 @@ pub struct Listeners {
     pub redis: std::net::TcpListener,
     /// The providers', in the workload's order.
     pub providers: Vec<std::net::TcpListener>,
+    /// The loopback ports the process listens on for its role's webhooks
+    /// ([`super::webhook::port_envs`] order): free when chosen, the process's to bind.
+    pub hooks: Vec<u16>,
 }
 
 /// A socket listening on `127.0.0.1:0`, non-blocking.
@@ -50,10 +54,19 @@ fn dup(l: &std::net::TcpListener) -> Result<tokio::net::TcpListener> {
 }
 
 impl Listeners {
-    /// Three sockets and `providers` more listening on `127.0.0.1:0`, non-blocking. Errors: a
-    /// socket that cannot be bound.
-    pub fn bind(providers: usize) -> Result<Listeners> {
-        Ok(Listeners { pg: listen()?, sqs: listen()?, redis: listen()?, providers: (0..providers).map(|_| listen()).collect::<Result<_>>()? })
+    /// Three sockets and `providers` more listening on `127.0.0.1:0`, non-blocking, and `hooks`
+    /// free loopback ports for the process's webhook endpoints. Errors: a socket that cannot be
+    /// bound.
+    pub fn bind(providers: usize, hooks: usize) -> Result<Listeners> {
+        // A port the kernel chose, then released for the process to bind.
+        let free = || -> Result<u16> { Ok(listen()?.local_addr()?.port()) };
+        Ok(Listeners {
+            pg: listen()?,
+            sqs: listen()?,
+            redis: listen()?,
+            providers: (0..providers).map(|_| listen()).collect::<Result<_>>()?,
+            hooks: (0..hooks).map(|_| free()).collect::<Result<_>>()?,
+        })
     }
 
     /// Their ports: (PostgreSQL, SQS, Redis).

@@ -2,8 +2,9 @@
 //! schedules as an in-process [`crate::sim::cx::Program`], gated at the wire.
 //!
 //! For each external worker, crashpoint listens on loopback ports of its own choosing with one
-//! gating proxy per service ([`pg`], [`sqs`], [`redis`]), and serves the workload's providers
-//! ([`http`]). Each proxy reads one complete call
+//! gating proxy per service ([`pg`], [`sqs`], [`redis`]), serves the workload's providers
+//! ([`http`]) and delivers their webhooks to the endpoints the process serves ([`webhook`]).
+//! Each proxy reads one complete call
 //! from the worker, holds it until the scheduler grants it ([`gate`]), forwards it to the real
 //! service and relays the reply. A crash is SIGKILL of the worker's process group.
 
@@ -16,6 +17,7 @@ pub mod process;
 pub mod redis;
 pub mod spec;
 pub mod sqs;
+pub mod webhook;
 pub mod worker;
 
 pub use spec::{External, ExternalRaw, Variant};
