@@ -185,6 +185,12 @@ impl Outcome {
             || matches!(self, Outcome::Answered { status, .. } if !status.is_some_and(|s| (200..300).contains(&s)))
     }
 
+    /// Whether a statement found nothing: no row returned, affected or fetched (a poll that
+    /// found no work).
+    pub fn no_rows(&self) -> bool {
+        matches!(self, Outcome::Returned { row: false } | Outcome::Affected { n: 0 } | Outcome::Fetched { n: 0 })
+    }
+
     /// Whether the call wrote at least one row: an INSERT/UPDATE/DELETE that affected rows, or a
     /// statement with `RETURNING` that returned one (reads are [`Outcome::Fetched`]).
     pub fn wrote(&self) -> bool {

@@ -19,6 +19,7 @@ use tracing::debug;
 
 use crate::sim::wire::gate::{Admit, PgCall, PgGate, PgReply};
 
+pub mod calls;
 mod frame;
 #[cfg(test)]
 mod tests;
@@ -418,7 +419,7 @@ impl Conn {
                     None => return Ok(()),
                 },
                 Some(Admit::Fail(text)) => {
-                    self.fail_upstream(crate::sim::wire::worker::keyword_label(&call) == "commit")
+                    self.fail_upstream(calls::keyword_label(&call) == "commit")
                         .await?;
                     self.answer_failure(&batch, &text).await?
                 }
