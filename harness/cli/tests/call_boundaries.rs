@@ -1,4 +1,4 @@
-//! Every call boundary is a crash point (issue 44 §1): `crash@after_<call>` and
+//! Every call boundary is a crash point: `crash@after_<call>` and
 //! `fail@after_<call>` reach the place right after any call a worker makes, whether or not its
 //! code marks a crash point there. Real services, started once for this test process through
 //! the harness.

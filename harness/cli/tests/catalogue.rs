@@ -21,7 +21,7 @@ fn catalogue_scenario(name: &str) -> String {
 /// `u + u/2` (the `guide` unit test), so these budgets bound it at 1.5× without running it
 /// here, where it would add about a sixth to this test's time; its own figures over seeds 1–10
 /// are in `data/detection/`.
-/// Measured first-failure indexes (2026-12-01, with the AWS-only SQS faults on the menu since
+/// Measured first-failure indexes (with the AWS-only SQS faults on the menu since
 /// the batch mutants need `sqs:batch-delete-partial`) are in the comments; the budgets leave room.
 const BUDGETS: &[(&str, u64, &str)] = &[
     ("no-dedup", 30, "exactly one payout per payment"),           // 1
@@ -53,7 +53,7 @@ const BUDGETS: &[(&str, u64, &str)] = &[
     ("stop-drops-acks", 15, "a stopped worker holds no message"),       // 1
     ("stop-resends-copies", 60, "copies per identity stay bounded"),    // 34
     // Its window (between two commits) has no declared crash point: reached at the boundary
-    // after the first `commit` (measured 2026-12-06: schedule 4).
+    // after the first `commit` (measured: schedule 4).
     ("outbox-in-second-tx", 30, "nothing lost"), // 4
 ];
 

@@ -21,7 +21,7 @@ const MUTANTS: &[(&str, u64, &str)] = &[
     ("dedup-by-event-only", 10, "every event has its receipt"),
     ("dedup-separate-tx", 30, "the counter equals the number of distinct events"),
     // A lost update between two calls with no crash point: the drain's round-robin alone
-    // interleaves c1 and c2 into it (measured 2026-12-06: schedule 2, shrunk to none).
+    // interleaves c1 and c2 into it (measured: schedule 2, shrunk to none).
     ("read-then-write-count", 20, "the counter equals the number of distinct events"),
 ];
 

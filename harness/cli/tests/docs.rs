@@ -1,6 +1,6 @@
 //! The book in `docs/` and the front page: every relative link points at a file that exists,
 //! every `#anchor` at a heading of its page, and every page of the book is in its SUMMARY.md
-//! (issue 45: "a broken internal link fails the build"). `mdbook build docs` in `.ci/run`
+//! (a broken internal link fails the build). `mdbook build docs` in `.ci/run`
 //! renders it; this test needs neither mdbook nor services.
 
 use std::collections::BTreeSet;

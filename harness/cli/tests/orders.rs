@@ -30,7 +30,7 @@ const MUTANTS: &[(&str, u64, &[&str])] = &[
     ("no-reconciliation", 20, &["every operation resolved or parked with a reason"]),
     ("all-or-nothing", 20, &["no email sent twice inside the mail provider's dedup window"]),
     ("flag-claim", 20, &["local operations and provider ledgers agree"]),
-    // Its window (between two commits) has no declared crash point (measured 2026-12-06:
+    // Its window (between two commits) has no declared crash point (measured:
     // schedule 5).
     ("operations-after-commit", 30, &[ONE_EXPORT]),
 ];

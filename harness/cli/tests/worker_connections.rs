@@ -1,4 +1,4 @@
-//! The workers' PostgreSQL connections kept between schedules (issue 14) keep the crash
+//! The workers' PostgreSQL connections kept between schedules keep the crash
 //! semantics: a worker idle at a schedule's end hands its backend to the next schedule of the
 //! namespace; a worker crashed inside its transaction or between calls hands its backend,
 //! reset as a fresh session (its transaction rolled back), to the next worker to restart,

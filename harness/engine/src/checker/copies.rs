@@ -2,7 +2,7 @@
 //! queue it took it from (a requeue, a retry sent as a delayed copy) must delete the original
 //! before it receives again or stops. Otherwise both the original, once its visibility ends or
 //! it is released, and the copy are delivered, and each time it happens the copies of one
-//! identity double (issue 15, graceful shutdown: a worker that "re-sends its unacknowledged
+//! identity double (graceful shutdown: a worker that "re-sends its unacknowledged
 //! message as a new copy"). Duplicates may be harmless to the effect, but the queue fills with
 //! them.
 //!

@@ -1,4 +1,4 @@
-//! Feedback for guided exploration (`[explore] strategy = "guided"`, issue 44 §2): a corpus
+//! Feedback for guided exploration (`[explore] strategy = "guided"`): a corpus
 //! of the schedules that reached new coverage, in case order, and the wait that keeps
 //! generation independent of how many slots run.
 //!

@@ -1,4 +1,4 @@
-//! The abstract coverage signal of a schedule (issue 44 §2): what its run did, in terms that
+//! The abstract coverage signal of a schedule: what its run did, in terms that
 //! do not depend on timing, labels or ids, so that two schedules that drive the system the same
 //! way give the same elements and a schedule that reaches a new situation gives a new one.
 //!

@@ -1,5 +1,5 @@
 //! Network and provider faults between the workers and a workload's external providers
-//! ([`crate::provider`]), applied on turmoil's simulated network (issue 13, the orders article's
+//! ([`crate::provider`]), applied on turmoil's simulated network (the orders article's
 //! "an HTTP timeout leaves the outcome unknown"):
 //!
 //! | text | what happens |

@@ -1,4 +1,4 @@
-//! PostgreSQL outcome faults (issue 15): what a client sees when its connection breaks around
+//! PostgreSQL outcome faults: what a client sees when its connection breaks around
 //! a statement. PostgreSQL rolls back the open transaction of a connection that drops (its docs,
 //! "Client Connection Defaults" and the frontend/backend protocol: a lost connection aborts
 //! the session), and a COMMIT whose reply is lost may have committed: the client cannot tell.

@@ -36,7 +36,7 @@ pub fn capture(page: &Path, png: &Path, width: u32, height: u32) -> Result<()> {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    // Private, like every temp dir of the harness (issue 16 §5).
+    // Private, like every temp dir of the harness.
     let profile = tempfile::Builder::new().permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700)).tempdir()?;
     let mut child = Command::new(chromium()?)
         .args(["--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars", "--no-first-run"])

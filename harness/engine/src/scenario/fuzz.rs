@@ -1,4 +1,4 @@
-//! Malformed scenario files (issue 16 §4): [`load`] never panics, and each error names the
+//! Malformed scenario files: [`load`] never panics, and each error names the
 //! file and a line, and the field whenever the file is TOML.
 //!
 //! proptest feeds it the repository's scenario files after random byte edits (deletions,

@@ -1,4 +1,4 @@
-//! Malformed schedule text (issue 16 §4): [`parse`] never panics, and each error points at its
+//! Malformed schedule text: [`parse`] never panics, and each error points at its
 //! token by line and column.
 //!
 //! proptest feeds it arbitrary strings, soups of near-miss tokens, and valid schedules (the

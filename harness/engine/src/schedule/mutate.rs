@@ -1,4 +1,4 @@
-//! Mutations of schedules, for guided exploration (issue 44 §2): a schedule that reached new
+//! Mutations of schedules, for guided exploration: a schedule that reached new
 //! coverage is changed a little, in the manner of AFL's havoc stage and of Zest's
 //! mutations of a generator's choices (Padhye et al., ISSTA 2019), so that its neighbours are
 //! tried before the rest of the space.

@@ -123,7 +123,7 @@ fn sqs_config(endpoint: &str, http: aws_smithy_runtime_api::client::http::Shared
 /// The SDK's client with [`SQS_POOL_IDLE`]: plain HTTP for an `http://` endpoint (LocalStack,
 /// an emulator), else HTTPS with rustls and aws-lc. An HTTPS-capable one loads and parses the
 /// platform's root certificates when it is built (about 2 % of the harness's CPU in `perf`,
-/// 2026-12-02, when every worker host built its own), which a plain endpoint never uses.
+/// when every worker host built its own), which a plain endpoint never uses.
 fn http_client(endpoint: &str) -> aws_smithy_runtime_api::client::http::SharedHttpClient {
     use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
     let builder = aws_smithy_http_client::Builder::new().pool_idle_timeout(SQS_POOL_IDLE);

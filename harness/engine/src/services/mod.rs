@@ -63,7 +63,7 @@ pub struct Endpoints {
     /// live namespaces when it is created (the namespace pool, `sim/pool.rs`, hands the
     /// namespace [`Endpoints::on_sqs_shard`]), so that the slots' SQS calls spread over several
     /// LocalStack processes instead of queueing for one (LocalStack serves SQS from one Python
-    /// process: issue 14 measured its CPU per call as the ceiling).
+    /// process: its CPU per call was measured as the exploration's ceiling).
     pub sqs_shards: Vec<String>,
     /// A `redis://` URL.
     pub redis_url: String,

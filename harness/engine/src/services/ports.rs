@@ -2,7 +2,7 @@
 //! again on another port when the chosen one was taken before the service could bind it.
 //!
 //! A free port is found by binding port 0 and closing the socket, so another process can take
-//! it before the service binds it (issue 16 §3). The native services therefore count as ready
+//! it before the service binds it. The native services therefore count as ready
 //! only once the listener on their port belongs to their own process group, and a service that
 //! exits saying the address is in use is started again on another port ([`on_free_port`]).
 

@@ -129,7 +129,7 @@ impl Admin {
             let opts = clients::pg_options(&endpoints.database_url)?;
             // One connection, tried once: a pool would retry a refused connect until its
             // acquire timeout (30 s by default), and a PostgreSQL killed under the run between
-            // two schedules must end the run at once (issue 16), not 30 s later. One that
+            // two schedules must end the run at once, not 30 s later. One that
             // accepts the connection but does not answer gets the schema pool's time.
             let mut bootstrap = tokio::time::timeout(CONNECT_MAX, PgConnection::connect_with(&opts))
                 .await

@@ -40,7 +40,7 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
     // ([`crate::sim::wire::host`]): in-process workers' sockets live on the I/O runtime
     // ([`super::io`]). With I/O, every host's tick is an `epoll_wait` and every wake from the
     // I/O runtime an `eventfd` write (about 2,200 and 1,200 system calls per payout/explore
-    // schedule, strace, 2026-12-03); without it, a tick with nothing to do and a wake of a
+    // schedule, strace); without it, a tick with nothing to do and a wake of a
     // runtime that is not parked make none (tokio's `ParkThread`).
     if fleet.iter().any(|(_, _, external)| external.is_some()) {
         builder.enable_tokio_io();
@@ -84,7 +84,7 @@ pub fn build<'a>(workers: &[String], spec: Rc<HostSpec>) -> anyhow::Result<turmo
             async move {
                 let program = spec.system.program(prefix).expect("checked when the fleet was built");
                 // A panic in the workload's code is this worker's failure, a harness error
-                // that names it (issue 16), never a pass nor a torn-down process.
+                // that names it, never a pass nor a torn-down process.
                 AssertUnwindSafe(host_main(name.clone(), program, queue, spec))
                     .catch_unwind()
                     .await

@@ -4,7 +4,7 @@
 //! polling for it.
 //!
 //! A turmoil step ticks every host's runtime: an `epoll_wait`, a timer wheel and the local
-//! task queue each, about half of the harness's CPU (perf, 2026-12-02). While a worker waits
+//! task queue each, about half of the harness's CPU (perf). While a worker waits
 //! on a real service, its reply is seen only by a step, so the scheduler had to step again
 //! and again, pausing 100 to 400 µs between steps (about 9 steps per SQS call of 2.3 ms, 3 per
 //! PostgreSQL call). Here the sockets belong to [`runtime`] instead: its thread waits on their

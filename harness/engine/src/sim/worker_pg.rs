@@ -1,7 +1,7 @@
 //! The workers' PostgreSQL connections, kept between the schedules of one namespace.
 //!
 //! Forking a backend for every worker of every schedule was about half of PostgreSQL's CPU in
-//! `crashpoint bench` (perf, 2026-12-01: backend start and exit, page faults of a fresh
+//! `crashpoint bench` (perf: backend start and exit, page faults of a fresh
 //! process, the relation files and catalog caches each new backend loads). So a connection a
 //! worker still holds, idle and outside a transaction, when its schedule ends is reset as a
 //! fresh session ([`reset`]: `DISCARD ALL` but for sqlx's prepared statements) and kept with the namespace ([`super::pool`]) for
@@ -86,7 +86,7 @@ impl Drop for WorkerPg {
 /// schedules). With the default (`auto`) a statement's first five executions are planned for
 /// their values and later ones may take the generic plan, so the plan, and with it the order of
 /// rows a query without `ORDER BY` returns, would change with how many schedules a kept
-/// connection served, which depends on `--jobs`. Measured 2026-12-02 (release bench,
+/// connection served, which depends on `--jobs`. Measured (release bench,
 /// payout/explore, 40 schedules, 1 slot, PostgreSQL's own statement times): Bind took 223 ms
 /// in all with this mode, 282 ms with `force_custom_plan`.
 pub const PLAN_CACHE_MODE: &str = "force_generic_plan";

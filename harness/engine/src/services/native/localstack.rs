@@ -55,8 +55,8 @@ pub fn installed_python() -> Option<PathBuf> {
 /// first AWS request it serves, from every botocore service spec, into its cache directory
 /// (`<FILESYSTEM_ROOT>/var/lib/localstack/cache/` in host mode), unless one is there
 /// (`localstack.aws.spec.get_service_catalog`). A fresh `FILESYSTEM_ROOT` per instance made every
-/// instance build it again: its first SQS call answered after 5.4 s and 7 s of CPU (measured
-/// 2026-12-03). [`attempt`] copies this one into each instance's cache directory instead, and
+/// instance build it again: its first SQS call answered after 5.4 s and 7 s of CPU (measured).
+/// [`attempt`] copies this one into each instance's cache directory instead, and
 /// LocalStack loads it in about 0.5 s of CPU.
 pub fn catalog_dir() -> PathBuf {
     venv_dir().join("service-catalog")
@@ -180,7 +180,7 @@ pub const INSTANCES_MAX: usize = 4;
 
 /// How many LocalStack instances to start: [`INSTANCES_VAR`] when set (1 to
 /// [`INSTANCES_MAX`]), else 2 on a machine with at least 2 cores, else 1. LocalStack serves
-/// SQS from one Python process, whose CPU per call was the exploration's ceiling (issue 14);
+/// SQS from one Python process, whose CPU per call was the exploration's ceiling;
 /// with a second instance, each namespace keeping its queues on one
 /// ([`crate::services::Endpoints::sqs_shards`]), `crashpoint bench` ran 8-25 % more schedules
 /// per second on 2 cores (docs/performance.md, "Two LocalStack instances").
@@ -218,7 +218,7 @@ pub async fn start(dir: &Path, ports: impl FnMut() -> Result<u16>) -> Result<Loc
 /// - `LOG_LEVEL_OVERRIDES`: `LS_LOG` sets the handler's level, not that of the request loggers
 ///   (`localstack.logging.setup.default_log_levels` keeps `localstack.request` at INFO), so
 ///   every call still built a log record that nothing printed: about 5 % of LocalStack's CPU
-///   (py-spy `--gil` during a bench, 2026-12-04). With these levels it builds none.
+///   (py-spy `--gil` during a bench). With these levels it builds none.
 pub const LEAN: &[(&str, &str)] = &[
     ("DISABLE_EVENTS", "1"),
     ("SQS_DISABLE_CLOUDWATCH_METRICS", "1"),
@@ -247,7 +247,7 @@ async fn attempt(python: &Path, dir: &Path, port: u16) -> Result<LocalStack> {
         // is this process's working directory, new at every start. Two instances starting in
         // one directory wrote and read the same file at once (`write_text`, not atomic), and one
         // read it half written and exited with "No component plugins found in namespace
-        // localstack.runtime.components" (CI, 2026-12-03); every start also left 25 kB in
+        // localstack.runtime.components" (CI); every start also left 25 kB in
         // ~/.cache/plux. Each instance keeps it under its own root.
         .env("XDG_CACHE_HOME", xdg_cache_under(&root))
         // LocalStack reads `$CONFIG_DIR/default.env` (default `~/.localstack/`) at import and

@@ -146,7 +146,7 @@ pub fn group_alive(pgid: i32) -> bool {
 /// Sends each process group its graceful signal, then waits for them together, up to
 /// `grace`, and SIGKILLs those still alive. Stopping takes as long as the slowest instead of
 /// the sum (a LocalStack takes about 3 s to shut down on SIGTERM; two of them, Redis and
-/// PostgreSQL one after another took about 8 s, measured 2026-12-03).
+/// PostgreSQL one after another took about 8 s, measured).
 pub fn stop_groups(groups: &[(i32, Signal)], grace: Duration) {
     let mut left: Vec<i32> = groups.iter().filter(|(pgid, sig)| killpg(Pid::from_raw(*pgid), *sig).is_ok()).map(|g| g.0).collect();
     let deadline = Instant::now() + grace;

@@ -57,7 +57,7 @@ const IDLE_SPINS: u32 = 0;
 /// to [`IDLE_PAUSE_MAX_US`]. A step ticks every host's runtime (an `epoll_wait` and a timer
 /// wheel each: about 85 µs of CPU per step for a payout fleet in a debug build), and a worker
 /// waiting on a real service waits 0.1 ms (Redis) to 1.5 ms (SQS): stepping again at once only
-/// burns the CPU the services need. Measured 2026-12-02 (`crashpoint bench --jobs 1`, debug,
+/// burns the CPU the services need. Measured (`crashpoint bench --jobs 1`, debug,
 /// payout/explore): 4 immediate steps then 10 µs doubling to 200 µs took 900 steps and 123–133 ms
 /// of harness CPU per schedule at 3.0–3.6 schedules/s; no immediate step and 100 µs doubling
 /// to 400 µs, paused before a step rather than after it, took 345–370 steps and 70–86 ms at
@@ -72,7 +72,7 @@ const QUIET_PAUSE_US: u64 = quiet::QUIET_MS * 1000 / 3;
 /// The longest wait between steps while only in-process workers are moving, ms: their
 /// replies wake the scheduler ([`crate::sim::io`]), so the bound only matters for a worker
 /// that waits on something else, such as a row lock another worker holds (checked every
-/// 2 ms, [`Run::detect_blocked`]). Measured 2026-12-02 (release `crashpoint bench`,
+/// 2 ms, [`Run::detect_blocked`]). Measured (release `crashpoint bench`,
 /// payout/explore): with 1 slot 221 steps and 34 ms of harness CPU per schedule, against 329
 /// and 42 ms with the pauses alone; with 4 slots 313 steps against 535–597.
 const WAKE_WAIT_MAX_MS: u64 = 2;
@@ -384,7 +384,7 @@ impl<'a> Run<'a> {
     /// In a generated schedule ([`Run::lenient`]), refuses (inapplicable) to step a handler
     /// whose receive would find nothing ([`Run::receive_finds_nothing`]): an empty
     /// ReceiveMessage changes nothing in SQS or in the worker, so the schedule does not spend a
-    /// call on it (issue 14). Scripted schedules make every call they name.
+    /// call on it. Scripted schedules make every call they name.
     fn skip_empty_receive(&self, w: &str) -> Result<()> {
         match self.receive_finds_nothing(w).filter(|_| self.lenient) {
             Some(why) => Err(inapplicable(format!("{w}'s receive would find nothing: {why}"))),

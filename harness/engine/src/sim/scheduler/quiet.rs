@@ -70,7 +70,7 @@ impl Quiet {
         // CPU is always seen runnable. Only a thread its own timer woke can be missed while it
         // waits for a CPU: a timer's calls land in whatever settle they arrive in anyway (the
         // module's doc), and scanning every QUIET_MS instead cost about 50 ms of harness CPU
-        // per invoices/explore schedule (release, 2026-12-07: 122–130 against 76–77 ms).
+        // per invoices/explore schedule (release: 122–130 against 76–77 ms).
         let scan = !seen.scanned;
         if cpu != seen.cpu_ns || (scan && runnable(pid)) {
             *seen = Seen {

@@ -1,5 +1,5 @@
 //! External worker processes kept between the schedules of one namespace (a role declared
-//! `reuse = true`), so that a schedule need not pay a runtime's start (issue 53).
+//! `reuse = true`), so that a schedule need not pay a runtime's start.
 //!
 //! A worker's host listens on three loopback ports ([`Listeners`]). At a schedule's end, a
 //! reusable role's process that is still running is left, with its listening sockets, on the

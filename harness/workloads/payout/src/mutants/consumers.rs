@@ -356,7 +356,7 @@ impl Body for DedupTableOnly {
 
 /// `lock-without-token`: the reference consumer, releasing the dispatch lock with a plain `DEL`
 /// instead of a compare-and-delete of the token its message carries (what the reference did
-/// before issue 15, and a lock stored as a constant allows no better). When the lock expired
+/// before the lock held its holder's token, and a lock stored as a constant allows no better). When the lock expired
 /// while the message was being handled and a later dispatch took it, this consumer deletes
 /// the later dispatch's lock, and a third dispatch is no longer suppressed.
 pub struct LockWithoutToken;

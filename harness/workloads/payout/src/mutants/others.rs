@@ -63,7 +63,7 @@ impl Relay for MarkFailsAfterSend {
 /// relay_watermark.last_created_at`) and moves the watermark with each row it marks. A row's
 /// `created_at` is its transaction's start (`DEFAULT now()`), so a transaction that began
 /// earlier and commits after the relay has passed a newer row inserts below the watermark, and
-/// its row is never published (issue 15; the payout article: "the relay selects unpublished rows").
+/// its row is never published (the payout article: "the relay selects unpublished rows").
 /// `created_at` is PostgreSQL's wall-clock `now()`, yet the order of two rows' values is
 /// deterministic: the scheduler runs one BEGIN at a time, in schedule order.
 pub struct WatermarkRelay;
