@@ -313,8 +313,7 @@ fn a_role_without_points_is_crashed_after_its_calls_scripted_and_explored() {
     let out = crashpoint_in(dir.path(), &["run", "t/explore", "--schedules", "30", "--seed", "1", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(0), "{t}");
-    // (crashed, failed) of the coverage row `w <point>`; a boundary never crashed nor failed
-    // has no row.
+    // (crashed, failed) of the coverage row `w <point>` (none: (0, 0)).
     let row = |point: &str| -> (u64, u64) {
         let Some(line) = t.lines().find(|l| l.trim_start().starts_with(&format!("w {point} "))) else { return (0, 0) };
         let n: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
@@ -934,6 +933,23 @@ fn an_endpoint_killed_before_it_answers_gets_the_event_again() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains("FAIL each charge credited once: row intent_id=pi_1 credits=2 events=evt_1 evt_1"), "{t}");
+}
+
+/// A role without a `points` list stands at the boundary after each of its calls: the coverage
+/// table counts the schedules that passed each one, as it does a declared point.
+#[test]
+fn the_coverage_table_counts_the_boundaries_of_a_role_without_points() {
+    let out = crashpoint_in(&example("node-payments"), &["run", "payments/explore", "--budget", "2", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    for point in ["c after_charge", "w after_payment_succeeded_answer"] {
+        let row = t
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{point} ")))
+            .unwrap_or_else(|| panic!("no row `{point}`:\n{t}"));
+        let schedules: u32 = row.split_whitespace().nth(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+        assert_eq!(schedules, 2, "`{row}`");
+    }
 }
 
 /// An endpoint process that exits before it listens is one that cannot start: exit 2 with the

@@ -248,15 +248,17 @@ impl Stats {
     /// The coverage table: one row per crash point of each role (`c after_commit`), a point
     /// never reached or never crashed flagged.
     pub fn coverage_table(&self) -> String {
-        let mut out = format!("{:<28} {:>10} {:>8} {:>7}\n", "role crash point", "schedules", "crashed", "failed");
-        for ((role, cp), c) in self.coverage_rows() {
+        let rows = self.coverage_rows();
+        let width = rows.iter().map(|((role, cp), _)| role.len() + 1 + cp.len()).max().unwrap_or(0).max(28);
+        let mut out = format!("{:<width$} {:>10} {:>8} {:>7}\n", "role crash point", "schedules", "crashed", "failed");
+        for ((role, cp), c) in rows {
             let declared = self.points.contains(&(role, cp));
             let flag = match (c.passed, c.crashed) {
                 (0, _) if declared => "  ← never reached",
                 (_, 0) if declared => "  ← never crashed",
                 _ => "",
             };
-            out.push_str(&format!("{:<28} {:>10} {:>8} {:>7}{flag}\n", format!("{role} {cp}"), c.passed, c.crashed, c.failed));
+            out.push_str(&format!("{:<width$} {:>10} {:>8} {:>7}{flag}\n", format!("{role} {cp}"), c.passed, c.crashed, c.failed));
         }
         if !self.faults.is_empty() {
             let used: Vec<String> = self.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();

@@ -442,7 +442,13 @@ impl WireWorker {
         let slot = w.mailbox(&self.me);
         slot.in_pg = false;
         slot.last_call = Some(op);
-        if let Some(cp) = self.at.get() {
+        // A role without declared crash points stands at the boundary after each call that
+        // reached one: counted as passed there, for the coverage table.
+        let passed = self.at.get().or_else(|| {
+            let boundary = self.ext.points.is_empty() && self.point_reached_by(op, &outcome);
+            boundary.then(|| crate::spec::after_call(op))
+        });
+        if let Some(cp) = passed {
             slot.passed.push(cp);
         }
         let step = Step {
@@ -495,9 +501,14 @@ impl WireWorker {
     /// when a message came (an idle poll stands nowhere); a poller's poll that found no row is
     /// an idle poll too.
     fn point_reached(&self, op: &str, outcome: &Outcome) -> Option<CrashPoint> {
+        self.point_reached_by(op, outcome).then(|| self.ext.point_after(op)).flatten()
+    }
+
+    /// Whether call `op`, answered `outcome`, reached the point after it: it succeeded and was
+    /// no idle poll.
+    fn point_reached_by(&self, op: &str, outcome: &Outcome) -> bool {
         let idle = matches!(outcome, Outcome::Empty | Outcome::ReceiveLost { .. }) || self.ext.poll == Some(op) && outcome.no_rows();
-        let reached = !outcome.failed() && !idle;
-        reached.then(|| self.ext.point_after(op)).flatten()
+        !outcome.failed() && !idle
     }
 
     /// The label of the call this proxy task has held or in flight.
