@@ -62,7 +62,7 @@ pub const DESTRUCTIVE: &[(&str, &str, &str)] = &[
     ("sim/admin.rs", "cmd(\"DEL\")", "the schedule's Redis keys (lock expiry, reset, teardown)"),
     ("sim/cx/sqs.rs", ".delete_message()", "a worker's DeleteMessage of its delivery"),
     ("sim/cx/sqs.rs", ".delete_message_batch()", "a worker's DeleteMessageBatch of the deliveries of one receive"),
-    ("sim/wire/sqs.rs", ".delete_message_batch()", "an external worker's DeleteMessageBatch, made for it on the schedule's queue with the receipt handles it received"),
+    ("sim/wire/sqs/batch.rs", ".delete_message_batch()", "an external worker's DeleteMessageBatch, made for it on the schedule's queue with the receipt handles it received"),
     ("sim/cx/mod.rs", "redis::cmd(&", "a worker's Redis command (`Cx::redis_call`): a lock's `SET … NX`, its compare-and-delete release (`Cx::unlock`) or a plain `DEL` of whoever holds the key (`Cx::unlock_unchecked`)"),
     ("services/calibrate/probes.rs", ".create_queue()", "the calibration's probe queues"),
     ("services/calibrate/probes.rs", ".delete_queue()", "the calibration's probe queues"),
