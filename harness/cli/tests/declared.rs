@@ -952,6 +952,32 @@ fn the_coverage_table_counts_the_boundaries_of_a_role_without_points() {
     }
 }
 
+/// An endpoint whose process queries on its own once it listens (outside any delivery) is named
+/// for what it is, with the setting that allows it: not the SQS consumer's advice.
+#[test]
+fn an_endpoint_that_calls_outside_a_delivery_is_exit_2_naming_it() {
+    let pg = example("node-payments").join("node_modules/pg").display().to_string();
+    let script = example("node-payments").join("webhooks.js").display().to_string();
+    let dir = payments_dir(|f| f.replace(&script, "own-call.js"));
+    std::fs::write(
+        dir.path().join("own-call.js"),
+        format!(
+            "const http = require('http');\nconst pg = require({pg:?});\n\
+             const db = new pg.Pool({{ connectionString: process.env.DATABASE_URL, max: 1 }});\n\
+             http.createServer((req, res) => res.end('ok')).listen(Number(process.env.CARDS_WEBHOOK_PORT), '127.0.0.1', () => {{\n\
+             \x20 db.query('SELECT count(*) FROM payment').catch(() => {{}});\n}});\n"
+        ),
+    )
+    .unwrap();
+    let window = "scenarios/payments/webhook-twice.toml";
+    std::fs::copy(example("node-payments").join(window), dir.path().join(window)).unwrap();
+    let out = crashpoint_in(dir.path(), &["run", "payments/webhook-twice", "--no-calibrate"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("`sql` was sent while the endpoint waited for a webhook delivery (`payment_succeeded`)"), "{t}");
+    assert!(t.contains("needs `concurrent = true`"), "{t}");
+}
+
 /// An endpoint process that exits before it listens is one that cannot start: exit 2 with the
 /// last lines of its log, not a finding about the team's system.
 #[test]

@@ -125,7 +125,10 @@ pub async fn serve(worker: Rc<WireWorker>, hook: Webhook, port: u16) {
             about: None,
             tie: 0,
         };
-        if let Granted::Fail(_) = worker.hold(held).await {
+        worker.waiting_for_delivery(Some(hook.label));
+        let granted = worker.hold(held).await;
+        worker.waiting_for_delivery(None);
+        if let Granted::Fail(_) = granted {
             // A failure armed at a crash point lands on the delivery: the provider could not
             // reach the endpoint this time, and nothing was taken from its queue.
             worker.complete(Service::Http, Outcome::Done, vec![]);

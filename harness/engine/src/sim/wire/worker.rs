@@ -53,6 +53,9 @@ pub struct WireWorker {
     /// Its process, once started: where the CPU of its start goes, its pid and its start
     /// ([`super::process::WorkerProcess::record_first_call`]).
     process: RefCell<Option<super::process::StartProbe>>,
+    /// The webhook delivery crashpoint holds for the process while it waits for one (its label;
+    /// [`super::webhook`]): a call the process makes meanwhile is one outside a delivery.
+    delivery_wait: Cell<Option<&'static str>>,
 }
 
 /// An ungated exchange under way ([`WireWorker::pending_guard`]).
@@ -125,7 +128,14 @@ impl WireWorker {
             last_completed: Cell::new(None),
             settle_at: Cell::new(None),
             process: RefCell::new(None),
+            delivery_wait: Cell::new(None),
         }
+    }
+
+    /// Marks that crashpoint now holds webhook delivery `label` for the process, waiting for one
+    /// (`None`: it no longer waits), for the error a call of the process's own meanwhile gets.
+    pub fn waiting_for_delivery(&self, label: Option<&'static str>) {
+        self.delivery_wait.set(label);
     }
 
     /// Names its process, started now: its first call then records what its start cost.
@@ -267,6 +277,16 @@ impl WireWorker {
             .origin
             .clone()
             .unwrap_or_else(|| format!("[external.{}]", self.ext.role));
+        if let Some(delivery) = self.delivery_wait.get().filter(|d| *d == other || *d == op) {
+            let own = if delivery == op { other } else { op };
+            return format!(
+                "{}: `{own}` was sent while the endpoint waited for a webhook delivery (`{delivery}`){libs}: an endpoint's process makes \
+                 its calls inside a delivery, between the POST and its answer, one at a time. A call of its own once it listens (a \
+                 query at start after `listen`, a timer) needs `concurrent = true` in {origin}; or make it before the process \
+                 listens on its port",
+                self.me
+            );
+        }
         format!(
             "{}: `{op}` was sent while `{other}` {how}{libs}: this worker is declared to make one call at a time. \
              Set `concurrent = true` in {origin} to test it with several calls in flight (a batch handled in parallel, a \
