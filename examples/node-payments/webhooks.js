@@ -21,16 +21,7 @@
 const http = require('http');
 const pg = require('pg');
 
-/** The variants: every variant of worker.js is the reference here, but for webhook-no-dedup. */
-const SYSTEMS = [
-  'reference',
-  'new-key-per-attempt',
-  'no-key',
-  'timeout-as-failure',
-  'charge-timeout-as-failure',
-  'no-local-check',
-  'webhook-no-dedup',
-];
+const { SYSTEMS } = require('./systems');
 
 const BEGIN = '/* crashpoint:begin */ BEGIN';
 const COMMIT = '/* crashpoint:commit */ COMMIT';

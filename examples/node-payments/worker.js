@@ -45,16 +45,7 @@ const { NodeHttpHandler } = require('@smithy/node-http-handler');
 const pg = require('pg');
 const Stripe = require('stripe');
 
-// webhook-no-dedup is the webhook endpoint's variant (webhooks.js); this worker is the reference in it.
-const SYSTEMS = [
-  'reference',
-  'new-key-per-attempt',
-  'no-key',
-  'timeout-as-failure',
-  'charge-timeout-as-failure',
-  'no-local-check',
-  'webhook-no-dedup',
-];
+const { SYSTEMS } = require('./systems');
 /** The variants that look the order's charge up before creating one (step (b)). */
 const SEARCHES = ['reference', 'timeout-as-failure', 'charge-timeout-as-failure', 'no-local-check', 'webhook-no-dedup'];
 

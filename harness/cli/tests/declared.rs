@@ -880,8 +880,9 @@ fn payments_dir(edit: impl Fn(String) -> String) -> tempfile::TempDir {
         .replace("[\"bash\", \"setup.sh\"]", &format!("[\"bash\", \"{}\"]", src.join("setup.sh").display()));
     std::fs::write(dir.path().join("scenarios/payments.workload.toml"), edit(file)).unwrap();
     std::fs::copy(src.join("schema.sql"), dir.path().join("schema.sql")).unwrap();
-    let window = "scenarios/payments/crash-after-charge.toml";
-    std::fs::copy(src.join(window), dir.path().join(window)).unwrap();
+    for window in ["scenarios/payments/crash-after-charge.toml", "scenarios/payments/webhook-twice.toml"] {
+        std::fs::copy(src.join(window), dir.path().join(window)).unwrap();
+    }
     dir
 }
 
@@ -969,8 +970,6 @@ fn an_endpoint_that_calls_outside_a_delivery_is_exit_2_naming_it() {
         ),
     )
     .unwrap();
-    let window = "scenarios/payments/webhook-twice.toml";
-    std::fs::copy(example("node-payments").join(window), dir.path().join(window)).unwrap();
     let out = crashpoint_in(dir.path(), &["run", "payments/webhook-twice", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
@@ -984,8 +983,6 @@ fn an_endpoint_that_calls_outside_a_delivery_is_exit_2_naming_it() {
 fn an_endpoint_that_cannot_start_is_exit_2_with_its_log() {
     let script = example("node-payments").join("webhooks.js").display().to_string();
     let dir = payments_dir(|f| f.replace(&script, "/nonexistent/webhooks.js"));
-    let window = "scenarios/payments/webhook-twice.toml";
-    std::fs::copy(example("node-payments").join(window), dir.path().join(window)).unwrap();
     let out = crashpoint_in(dir.path(), &["run", "payments/webhook-twice", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");

@@ -75,6 +75,10 @@ pub struct Delivered {
 /// Queues `events`, which `provider` made as it applied an effect, for the roles its webhooks
 /// name, with a lane line each.
 pub(super) fn queue(net: &mut NetState, provider: &dyn Provider, events: &[Event]) {
+    // Every request a provider handles comes through here; most queue nothing.
+    if events.is_empty() {
+        return;
+    }
     let hooks = provider.webhooks();
     for e in events {
         let Some(w) = hooks.iter().find(|w| w.label == e.webhook) else { continue };
