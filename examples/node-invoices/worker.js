@@ -16,7 +16,8 @@
  * - never reads its own clock or randomness in SQL: `now()` follows crashpoint's logical clock.
  *
  * CRASHPOINT_SYSTEM picks the variant: reference, ack-before-commit, check-then-insert,
- * batch-check-then-insert, batch-delete-all or publish-once (README.md). CRASHPOINT_CONFIG (the scenario's [config], JSON) may set
+ * batch-check-then-insert, batch-delete-all, publish-once, lock-then-check, lock-and-unique, redis-dedup-first or redis-dedup-after
+ * (README.md). CRASHPOINT_CONFIG (the scenario's [config], JSON) may set
  * batchSize, visibilityTimeout and heartbeatInterval (s); the defaults are the production ones.
  * Each statement but BEGIN/COMMIT/ROLLBACK starts with `/* crashpoint:<label> *\/`, the name
  * crashpoint's trace gives it.
@@ -32,7 +33,24 @@ const { NodeHttpHandler } = require('@smithy/node-http-handler');
 const pg = require('pg');
 const Redis = require('ioredis');
 
-const SYSTEMS = ['reference', 'ack-before-commit', 'check-then-insert', 'batch-check-then-insert', 'batch-delete-all', 'publish-once'];
+const SYSTEMS = [
+  'reference',
+  'ack-before-commit',
+  'check-then-insert',
+  'batch-check-then-insert',
+  'batch-delete-all',
+  'publish-once',
+  'lock-then-check',
+  'lock-and-unique',
+  'redis-dedup-first',
+  'redis-dedup-after',
+];
+
+/** lock-then-check, lock-and-unique: how long a handler's per-order lock lives in Redis, ms. */
+const ORDER_LOCK_TTL_MS = 30_000;
+
+/** Deletes a lock only if it still holds the caller's token (the Redis documentation's release). */
+const RELEASE_IF_MINE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
 /** The production settings; CRASHPOINT_CONFIG may override each. */
 const PRODUCTION = { batchSize: 10, visibilityTimeout: 30, heartbeatInterval: 10 };
@@ -111,22 +129,58 @@ function createWorker({ system, name, pool, queueUrl, eventsUrl, sqs, redis, log
    * check-then-insert: no claim, SELECT then an unguarded INSERT. batch-check-then-insert: the
    * inbox claim first (a redelivered event is a duplicate), then the same SELECT and INSERT, which
    * is right one message at a time and wrong when two events of one order run in parallel.
+   * `guard` runs the SELECT, INSERT and COMMIT (under a lock, for the lock variants).
    */
-  async function checkThenInsert(db, ev) {
-    if (system === 'batch-check-then-insert' && (await db.query(CLAIM, [ev.eventId])).rowCount === 0) {
+  async function checkThenInsert(db, ev, { claim = system === 'batch-check-then-insert', guard = (work) => work() } = {}) {
+    if (claim && (await db.query(CLAIM, [ev.eventId])).rowCount === 0) {
       await db.query('COMMIT');
       await publishIssued(ev);
       return 'duplicate, no effect';
     }
-    if ((await db.query(CHECK, [ev.orderId])).rowCount > 0) {
+    const existed = await guard(async () => {
+      const found = (await db.query(CHECK, [ev.orderId])).rowCount > 0;
+      if (!found) await db.query(INSERT_INVOICE, [ev.orderId, ev.amountMinor, ev.currency]);
       await db.query('COMMIT');
-      await publishIssued(ev);
-      return 'invoice exists, no effect';
-    }
-    await db.query(INSERT_INVOICE, [ev.orderId, ev.amountMinor, ev.currency]);
-    await db.query('COMMIT');
+      return found;
+    });
     await publishIssued(ev);
-    return 'invoice issued';
+    return existed ? 'invoice exists, no effect' : 'invoice issued';
+  }
+
+  /**
+   * Runs `work` under the order's Redis lock (`SET invoice-lock:<order> <event> PX … NX`), then
+   * `release`s it; a lock held by another handler is an error (the message comes back after its
+   * visibility timeout).
+   */
+  async function underOrderLock(ev, release, work) {
+    const lock = `invoice-lock:${ev.orderId}`;
+    if ((await redis.set(lock, ev.eventId, 'PX', ORDER_LOCK_TTL_MS, 'NX')) !== 'OK') {
+      throw new Error(`order ${ev.orderId} is being invoiced by another handler: left for redelivery`);
+    }
+    try {
+      return await work();
+    } finally {
+      await release(lock);
+    }
+  }
+
+  /**
+   * lock-then-check: the inbox claim, then check-then-insert's SELECT and INSERT under a per-order
+   * Redis lock released with a plain DEL, on a schema without UNIQUE (order_id). Right while the
+   * lock holds; two invoices when it is lost (a failover, its TTL passing during a pause) while
+   * its holder is between its check and its insert, and another event of the order takes it.
+   *
+   * lock-and-unique: the same on the schema with UNIQUE (order_id), the lock released only by its
+   * holder. A lost lock lets a second handler in, and the constraint stops its insert (or the
+   * first's): that transaction rolls back, its message comes back and finds the invoice.
+   * Harmless: the lock only saves work.
+   */
+  async function lockThenCheck(db, ev) {
+    const release =
+      system === 'lock-and-unique'
+        ? (lock) => redis.eval(RELEASE_IF_MINE, 1, lock, ev.eventId)
+        : (lock) => redis.del(lock);
+    return checkThenInsert(db, ev, { claim: true, guard: (work) => underOrderLock(ev, release, work) });
   }
 
   /**
@@ -137,6 +191,16 @@ function createWorker({ system, name, pool, queueUrl, eventsUrl, sqs, redis, log
    */
   async function handleMessage(message) {
     const ev = parseOrderCompleted(message.Body);
+    // A per-event marker in Redis (no expiry): redis-dedup-first takes it before the transaction,
+    // so a crash or an error between the marker and COMMIT makes the redelivery skip an event
+    // whose invoice never committed. redis-dedup-after (harmless) sets it once the invoice is
+    // committed and published, and only reads it first: a fast path for duplicates.
+    const marker = `invoice-done:${ev.eventId}`;
+    const firstTake = system === 'redis-dedup-first' && (await redis.set(marker, '1', 'NX')) !== 'OK';
+    if (firstTake || (system === 'redis-dedup-after' && (await redis.get(marker)) !== null)) {
+      log(`${name}: ${ev.eventId}: marked done in Redis, skipped`);
+      return message;
+    }
     const db = await pool.connect();
     let broken = false;
     // A checked-out client's connection error (a connection reset, a lost COMMIT reply) reaches
@@ -150,8 +214,14 @@ function createWorker({ system, name, pool, queueUrl, eventsUrl, sqs, redis, log
       await db.query('BEGIN');
       const checks = system === 'check-then-insert' || system === 'batch-check-then-insert';
       // batch-delete-all handles each message as the reference does.
-      const result = checks ? await checkThenInsert(db, ev) : await claimAndInvoice(db, ev, message);
+      const result =
+        system === 'lock-then-check' || system === 'lock-and-unique'
+          ? await lockThenCheck(db, ev)
+          : checks
+            ? await checkThenInsert(db, ev)
+            : await claimAndInvoice(db, ev, message);
       if (result.startsWith('invoice issued')) await redis.incr('invoices_issued');
+      if (system === 'redis-dedup-after') await redis.set(marker, '1');
       log(`${name}: ${ev.eventId}: ${result}`);
       return message;
     } catch (e) {

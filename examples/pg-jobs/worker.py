@@ -23,6 +23,10 @@ The variants, chosen by CRASHPOINT_SYSTEM:
                       (a claim that fails, a deadlock, a statement timeout) ends the process,
                       a pod in a crash loop (crashpoint reports "workers survive the faults
                       injected").
+  ack-on-error        a charge that fails is logged and the job acknowledged as if handled (an
+                      `except` that falls through to the ack): the job is never charged.
+  release-on-error    harmless: a charge that fails releases the job at once (delivered_at =
+                      NULL) for another try, instead of waiting for the redeliver timeout.
 
 Per job, each step is one statement in autocommit on one connection (crashpoint holds each
 statement at its gating proxy until its scheduler grants it, and may SIGKILL the worker between
@@ -30,6 +34,7 @@ any two of them):
   1. claim   UPDATE messenger_messages SET delivered_at = now() ... RETURNING id, body
   2. charge  INSERT INTO provider_charge ... ON CONFLICT (idempotency_key) DO NOTHING
   3. ack     DELETE FROM messenger_messages WHERE id = ...
+(release-on-error's release after a failed charge: UPDATE messenger_messages SET delivered_at = NULL.)
 An empty claim is followed at once by the next one (no sleep: crashpoint decides when the next
 poll runs). A charge that fails leaves the job claimed, to be redelivered after the timeout. A
 dropped connection is closed and opened again; the worker never exits by itself (but the
@@ -48,7 +53,7 @@ import uuid
 
 import psycopg
 
-SYSTEMS = ("reference", "no-idempotency-key", "exits-on-error")
+SYSTEMS = ("reference", "no-idempotency-key", "exits-on-error", "ack-on-error", "release-on-error")
 SYSTEM = os.environ.get("CRASHPOINT_SYSTEM") or "reference"
 WORKER = os.environ.get("CRASHPOINT_WORKER") or "pg-jobs"
 CONFIG = json.loads(os.environ.get("CRASHPOINT_CONFIG") or "{}")
@@ -64,6 +69,7 @@ RETURNING id, body"""
 CHARGE = """/* crashpoint:charge */ INSERT INTO provider_charge (idempotency_key, order_id, amount_minor) \
 VALUES (%s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING"""
 ACK = "/* crashpoint:ack */ DELETE FROM messenger_messages WHERE id = %s"
+RELEASE = "/* crashpoint:release */ UPDATE messenger_messages SET delivered_at = NULL WHERE id = %s"
 
 
 def say(line):
@@ -111,8 +117,15 @@ def handle(conn, job_id, body):
     except psycopg.Error as e:
         if dropped(conn, e):
             raise
+        failed = f"job {job_id} ({job['jobId']}): charge failed ({describe(e)})"
+        if SYSTEM == "ack-on-error":
+            conn.execute(ACK, (job_id,))  # the bug: the failure is logged, the job acknowledged
+            return f"{failed}, logged and acked"
+        if SYSTEM == "release-on-error":
+            conn.execute(RELEASE, (job_id,))
+            return f"{failed}, released for another try"
         # Leave the job: the redeliver timeout hands it out again.
-        return f"job {job_id} ({job['jobId']}): charge failed ({describe(e)}), left for redelivery"
+        return f"{failed}, left for redelivery"
     charged = "charged" if cur.rowcount == 1 else "charge already applied (same idempotency key)"
     conn.execute(ACK, (job_id,))
     return f"job {job_id} ({job['jobId']}): {charged}, acked"

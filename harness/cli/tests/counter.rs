@@ -15,7 +15,9 @@ fn counter(name: &str) -> std::rc::Rc<dyn crashpoint::System> {
 }
 
 /// Each mutant, its budget with seed 1, and the invariant its own defect breaks. Measured
-/// first failures (2026-11-30): 1, 1, 7.
+/// first failures with seed 1: 1, 1, 1, 2 (since the Redis faults left `counter/explore`'s
+/// menu, `redis_faults = false`: its workers never call Redis; seeds 1–10 in
+/// `data/detection/lock-loss-2026-12-07.md`).
 const MUTANTS: &[(&str, u64, &str)] = &[
     ("increment-without-dedup", 10, "the counter equals the number of distinct events"),
     ("dedup-by-event-only", 10, "every event has its receipt"),

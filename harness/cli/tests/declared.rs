@@ -144,6 +144,85 @@ fn two_events_of_one_order_in_one_batch_give_two_invoices_without_a_unique_order
     );
 }
 
+/// `redis:lose-lock` at the wire: the Redis proxy finds c2's `SET invoice-lock:o1 … NX` refused
+/// (c1 holds it), deletes the key and sends the command again, so c2 takes the lock c1 still
+/// holds. `lock-then-check` releases with a plain `DEL` and deletes c2's lock; the harmless
+/// `lock-and-unique` releases with a compare-and-delete, which deletes nothing, and passes.
+#[test]
+fn a_lock_lost_at_the_wire_goes_to_its_asker_and_a_plain_del_then_deletes_the_askers_lock() {
+    let dir = example("node-invoices");
+    let schedule = "pg:commit-response-lost redis:lose-lock p p c1 c1/4";
+    let lost =
+        "redis:lose-lock: lock invoice-lock:o1 was held when c2 asked for it: lost (a failover), and c2 takes it";
+    let run = |system: &str| {
+        let out = crashpoint_in(&dir, &["repro", "invoices/explore", "--system", system, "--schedule", schedule]);
+        (out.status.code(), text(&out))
+    };
+    let (code, t) = run("lock-then-check");
+    assert_eq!(code, Some(1), "{t}");
+    let at = t.find(lost).unwrap_or_else(|| panic!("the lock was not lost:\n{t}"));
+    assert!(
+        t[at..].lines().nth(1).is_some_and(|l| l.contains("c2   lock invoice-lock:o1") && l.ends_with("→ acquired")),
+        "{t}"
+    );
+    assert!(
+        t.contains(
+            "FAIL a lock is released only by its holder: c1, handling m2, released invoice-lock:o1 which c2 took"
+        ),
+        "{t}"
+    );
+    let (code, t) = run("lock-and-unique");
+    assert_eq!(code, Some(0), "{t}");
+    assert!(t.contains(lost) && t.contains("c1   unlock invoice-lock:o1 [after_send]             → not held"), "{t}");
+}
+
+/// The children of process `pid`, from `/proc/<child>/stat`'s fourth field.
+fn children_of(pid: u32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // After the command's closing parenthesis: state, then the parent's pid.
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok()) == Some(pid)
+        })
+        .collect()
+}
+
+/// SIGTERM in the middle of an exploration stops the team's worker processes too (exit 143),
+/// on services crashpoint did not start (as CI and `crashpoint up` have them).
+#[test]
+fn a_terminated_exploration_leaves_no_worker_process_behind() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let mut c = common::crashpoint_on_test_services();
+    c.args(["run", "jobs/explore", "--schedules", "100000", "--no-calibrate"])
+        .current_dir(example("pg-jobs"))
+        .env_remove("CRASHPOINT_SCENARIOS")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let run = c.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let workers = loop {
+        let worker =
+            |p: &i32| std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("worker.py"));
+        let kids: Vec<i32> = children_of(run.id()).into_iter().filter(worker).collect();
+        if !kids.is_empty() || std::time::Instant::now() > deadline {
+            break kids;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(!workers.is_empty(), "no worker process started within 120 s");
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM).unwrap();
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", String::from_utf8_lossy(&out.stderr));
+    for w in workers {
+        // Gone, or a zombie nobody has reaped yet.
+        let state = std::fs::read_to_string(format!("/proc/{w}/stat")).unwrap_or_default();
+        let state = state.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string));
+        assert!(state.as_deref().is_none_or(|s| s == "Z"), "worker process {w} still runs ({state:?})");
+    }
+}
+
 #[test]
 fn the_job_queue_variant_is_caught_shrunk_and_reproduced() {
     caught_shrunk_and_reproduced(
@@ -251,14 +330,22 @@ fn the_node_invoice_catalogue_catches_every_variant() {
     catalogue_passes(
         &example("node-invoices"),
         "invoices",
-        &["ack-before-commit", "check-then-insert", "batch-check-then-insert", "batch-delete-all", "publish-once"],
+        &[
+            "ack-before-commit",
+            "check-then-insert",
+            "batch-check-then-insert",
+            "batch-delete-all",
+            "publish-once",
+            "lock-then-check",
+            "redis-dedup-first",
+        ],
     );
 }
 
 #[test]
 #[ignore = "full tier: the catalogue of the job queue; `cargo test -- --include-ignored` runs it"]
 fn the_job_queue_catalogue_catches_its_variants() {
-    catalogue_passes(&example("pg-jobs"), "jobs", &["no-idempotency-key", "exits-on-error"]);
+    catalogue_passes(&example("pg-jobs"), "jobs", &["no-idempotency-key", "exits-on-error", "ack-on-error"]);
 }
 
 /// A worker whose process exits by itself on an injected error is a finding (exit 1) on the
@@ -276,15 +363,15 @@ fn a_worker_that_exits_on_an_injected_error_is_caught_shrunk_and_reproduced() {
     );
     let out = crashpoint_in(
         &dir,
-        &["repro", "jobs/explore", "--system", "exits-on-error", "--schedule", "w1:fail@after_claim"],
+        &["repro", "jobs/explore", "--system", "exits-on-error", "--schedule", "w1:fail@after_charge"],
     );
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(
         t.contains("w1   ✗ EXITED by itself (exit status: 1)")
-            && t.contains("FAIL workers survive the faults injected: w1 exited by itself (exit status: 1) at 0.000s, after its call `claim` → ✗ service error injected at after_claim")
+            && t.contains("FAIL workers survive the faults injected: w1 exited by itself (exit status: 1) at 0.000s, after its call `ack` → ✗ service error injected at after_charge")
             && t.contains("w1 exited by itself (exit status: 1); the last lines of its log:")
-            && t.contains("crashpoint: service error injected on claim (fail@after_claim)"),
+            && t.contains("crashpoint: service error injected on ack (fail@after_charge)"),
         "{t}"
     );
 }

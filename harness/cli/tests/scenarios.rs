@@ -334,6 +334,35 @@ fn handlers_that_lag_before_their_receive_take_two_copies_in_one_batch() {
     assert!(o.passed(), "{:?}\n{}", o.verdicts.iter().filter(|v| !v.holds).collect::<Vec<_>>(), o.trace);
 }
 
+/// `redis:lose-lock` waits for a lock asked for in vain (the in-process front-end): the
+/// producer's second dispatch of e1 finds e1's dispatch lock held by the message in flight, the
+/// lock is lost first and the producer takes it, so e1 is sent twice while c1 still handles m1.
+/// The reference's compare-and-delete then deletes nothing; `lock-without-token`'s plain DEL
+/// deletes the lock the producer holds now. Without the fault the second dispatch is suppressed.
+#[test]
+fn an_armed_lose_lock_hands_a_held_lock_to_the_worker_that_asks_for_it() {
+    let schedule = "redis:lose-lock dispatch:e1 p";
+    let o = run("reference", "payout/catalogue", Some(schedule));
+    let lost = o.trace.find(
+        "redis:lose-lock: lock payment-captured.e1 was held when p asked for it: lost (a failover), and p takes it",
+    );
+    let lost = lost.unwrap_or_else(|| panic!("the lock was not lost:\n{}", o.trace));
+    assert!(
+        o.trace[lost..].lines().nth(1).is_some_and(|l| l.contains("p    lock") && l.ends_with("→ acquired")),
+        "{}",
+        o.trace
+    );
+    assert!(o.trace.contains("→ m4 (e1)"), "e1 was not sent again:\n{}", o.trace);
+    assert!(o.trace.contains("c1   unlock         [after_commit]           → not held"), "{}", o.trace);
+    assert!(o.passed(), "{:?}\n{}", o.verdicts.iter().filter(|v| !v.holds).collect::<Vec<_>>(), o.trace);
+    let o = run("lock-without-token", "payout/catalogue", Some(schedule));
+    let failed: Vec<_> = o.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.as_str()).collect();
+    assert_eq!(failed, ["a lock is released only by its holder"], "{}", o.trace);
+    let o = run("reference", "payout/catalogue", Some("dispatch:e1 p"));
+    assert!(o.trace.contains("dispatch of e1 suppressed: lock payment-captured.e1 is held"), "{}", o.trace);
+    assert!(!o.trace.contains("→ m4 (e1)"), "{}", o.trace);
+}
+
 #[test]
 fn skip_without_delete_loses_liveness_when_a_stale_delete_keeps_the_message() {
     let o = run("skip-without-delete", "aws/stale-delete-noop", None);

@@ -138,6 +138,9 @@ impl Declarations for NoFiles {
 pub fn main_with(registry: Registry, declared: &dyn Declarations) -> i32 {
     let cli = Cli::parse();
     init_tracing();
+    // Ctrl-C and SIGTERM stop every process this run started, a team's worker processes too,
+    // whoever started the services.
+    crate::services::native::process::install_signal_cleanup();
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -157,7 +160,10 @@ pub fn main_with(registry: Registry, declared: &dyn Declarations) -> i32 {
         },
         false => registry,
     };
-    let result = match cli.command {
+    // A panic here (a write to a closed pipe, `crashpoint run … | head`) unwinds past the
+    // pools that keep worker processes between schedules: every process the run started is
+    // stopped before the panic goes on, as on Ctrl-C.
+    let command = std::panic::AssertUnwindSafe(|| match cli.command {
         Command::Doctor(args) => rt.block_on(doctor::doctor(&opts, &args)),
         Command::Up => rt.block_on(up::up()),
         Command::Down => up::down(),
@@ -168,6 +174,13 @@ pub fn main_with(registry: Registry, declared: &dyn Declarations) -> i32 {
         Command::Screenshot(args) => screenshot::screenshot(&args),
         Command::Bench(args) => bench::bench(&rt, &opts, &args, &registry),
         Command::Init(args) => init(declared, &args),
+    });
+    let result = match std::panic::catch_unwind(command) {
+        Ok(r) => r,
+        Err(panic) => {
+            crate::services::native::process::cleanup_all();
+            std::panic::resume_unwind(panic);
+        }
     };
     drop(rt);
     crate::sim::wire::process::remove_logs_dir();

@@ -42,6 +42,9 @@ struct State {
     /// (case index, queue, schedule) of each case whose run had twins on a queue (the signal's
     /// `twins <queue>`), in case order, whether or not it added coverage.
     twins: Vec<(u64, String, Arc<Schedule>)>,
+    /// (case index, schedule) of each case whose run had a worker ask in vain for a Redis lock
+    /// another held (the signal's `contended <role>`), in case order.
+    contended: Vec<(u64, Arc<Schedule>)>,
     /// Every signal element reached so far.
     seen: BTreeSet<String>,
     /// Set when the exploration stops: nobody waits any more.
@@ -78,12 +81,13 @@ impl Guide {
         Some(Parents {
             corpus: st.corpus.iter().take_while(|(i, _)| *i < horizon).map(|(_, s)| s.clone()).collect(),
             twins: st.twins.iter().take_while(|(i, _, _)| *i < horizon).map(|(_, q, s)| (q.clone(), s.clone())).collect(),
+            contended: st.contended.iter().take_while(|(i, _)| *i < horizon).map(|(_, s)| s.clone()).collect(),
         })
     }
 
     /// Takes in case `index` (in case order): its schedule joins the corpus when its signal
-    /// has an element no earlier case reached, and the twins of each queue its signal names
-    /// in a `twins <queue>`.
+    /// has an element no earlier case reached, the twins of each queue its signal names in a
+    /// `twins <queue>`, and the contended when it names a `contended <role>`.
     pub(super) fn take_in(&self, index: u64, schedule: &Schedule, signal: &BTreeSet<String>) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let before = st.seen.len();
@@ -94,6 +98,9 @@ impl Guide {
         }
         for queue in signal.iter().filter_map(|e| e.strip_prefix("twins ")) {
             st.twins.push((index, queue.to_string(), schedule.clone()));
+        }
+        if signal.iter().any(|e| e.starts_with("contended ")) {
+            st.contended.push((index, schedule));
         }
     }
 

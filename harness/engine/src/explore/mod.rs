@@ -150,6 +150,7 @@ fn menu(s: &Scenario, calls: &Calls) -> Menu {
         decisions_max: s.explore.as_ref().map(|e| e.decisions_max).unwrap_or(24),
         sqs_faults: s.explore.as_ref().is_some_and(|e| e.sqs_faults),
         pg_faults: s.explore.as_ref().is_some_and(|e| e.pg_faults),
+        redis_faults: s.explore.as_ref().is_none_or(|e| e.redis_faults),
         redrive: s.dead_letter.is_some(),
         stops: s.explore.as_ref().is_some_and(|e| e.stops),
         applied: s.explore.as_ref().map(|e| e.applied.clone()).unwrap_or_default(),

@@ -11,6 +11,8 @@
 //! - `inside <role>.<call> <role>.<call>`: a worker's call while another worker's transaction
 //!   is open, with the other's last call (the interleavings races live in);
 //! - `blocked <role>.<call> <role>`: a call that waited on another worker's lock;
+//! - `contended <role>`: a worker of the role asked for a Redis lock that was held (what an
+//!   armed `redis:lose-lock` waits for);
 //! - `fault <kind>`: something the nemesis or the drain did (a clock jump, an expiry, a
 //!   redelivery);
 //! - `redelivered <role>`: a worker received a message for the second time or more;
@@ -100,9 +102,20 @@ pub fn signal(history: &History, roles: &[RoleSpec]) -> BTreeSet<String> {
             Entry::Step(s) => {
                 let r = role(&s.worker);
                 out.insert(format!("call {r} {} {}", s.op, result_of(&s.outcome)));
+                if matches!(s.outcome, Outcome::Locked { taken: false }) {
+                    out.insert(format!("contended {r}"));
+                }
                 if s.service == Service::Postgres {
                     for (w, h) in held.iter().filter(|(w, h)| **w != s.worker && h.tx) {
                         out.insert(format!("inside {}.{} {r}.{}", role(w), h.last, s.op));
+                    }
+                }
+                // A lock lost to this call (before it took it) is no longer its holder's.
+                for f in &s.facts {
+                    if let Fact::LockLost { key } = f {
+                        held.values_mut().for_each(|h| {
+                            h.locks.remove(key);
+                        });
                     }
                 }
                 let h = held.entry(s.worker.clone()).or_default();
@@ -165,4 +178,33 @@ pub fn signal(history: &History, roles: &[RoleSpec]) -> BTreeSet<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::history::Step;
+    use crate::spec::RoleKind;
+
+    fn lock(worker: &str, taken: bool, facts: Vec<Fact>) -> Entry {
+        let outcome = Outcome::Locked { taken };
+        Entry::Step(Step { t_ms: 0, worker: worker.into(), op: "lock".into(), service: Service::Redis, at: None, outcome, idle: false, facts, unit: None })
+    }
+
+    #[test]
+    fn a_lock_asked_for_in_vain_is_contended_and_a_lost_lock_leaves_its_holder() {
+        let roles = [RoleSpec { prefix: "p", kind: RoleKind::Producer, points: &[], about: "" }];
+        let taken = |k: &str| Fact::LockTaken { key: k.into(), ttl_ms: None };
+        let mut history = History::default();
+        history.entries.push(lock("p1", true, vec![taken("k")]));
+        assert!(!signal(&history, &roles).iter().any(|e| e.starts_with("contended")));
+        history.entries.push(lock("p2", false, vec![]));
+        assert!(signal(&history, &roles).contains("contended p"));
+        // p2 takes the lock p1 held (`redis:lose-lock`); p1 then crashes holding no lock.
+        history.entries.push(lock("p2", true, vec![Fact::LockLost { key: "k".into() }, taken("k")]));
+        history.entries.push(Entry::Crash { t_ms: 0, worker: "p1".into(), at: None, op: None, graceful: false, exited: None });
+        history.entries.push(Entry::Crash { t_ms: 0, worker: "p2".into(), at: None, op: None, graceful: false, exited: None });
+        let s = signal(&history, &roles);
+        assert!(s.contains("crash p idle -") && s.contains("crash p idle lock"), "{s:?}");
+    }
 }

@@ -1,13 +1,15 @@
 //! The nemesis: what the harness does to the world, beyond stepping workers.
 //!
 //! Crashes, restarts and injected failures are applied by the scheduler at yield points;
-//! expiries by the logical clock. [`sqs`] holds the AWS behaviours LocalStack does not
+//! expiries by the logical clock. [`redis`] holds the Redis faults armed for later (a lock
+//! lost as another worker asks for it), [`sqs`] the AWS behaviours LocalStack does not
 //! produce, [`pg`] the PostgreSQL outcome faults (a lost COMMIT reply, a reset connection). A
 //! workload adds faults of its own ([`crate::spec::WorkloadFault`], e.g. the
 //! failure-transport replay of the payout article), which the scheduler applies by name.
 
 pub mod net;
 pub mod pg;
+pub mod redis;
 pub mod sqs;
 
 /// The fault of `all` whose name (`name`) is `s`, the text after `<prefix>:` in a schedule.
@@ -17,6 +19,47 @@ pub(crate) fn parse_named<F: Copy>(all: &[F], name: fn(F) -> &'static str, prefi
         let names: Vec<String> = all.iter().map(|f| format!("`{prefix}:{}`", name(*f))).collect();
         format!("`{prefix}:{s}` is not {what}; expected {}", names.join(", "))
     })
+}
+
+/// One-shot faults armed for later, counted per kind: each arming fires once, at the first
+/// moment its fault describes ([`pg::PgNemesis`], [`redis::RedisNemesis`]).
+#[derive(Debug)]
+pub struct Armed<F: Ord> {
+    armed: std::collections::BTreeMap<F, u32>,
+}
+
+impl<F: Ord> Default for Armed<F> {
+    fn default() -> Self {
+        Armed { armed: Default::default() }
+    }
+}
+
+impl<F: Ord + Copy> Armed<F> {
+    /// Arms `fault` once more.
+    pub fn apply(&mut self, fault: F) {
+        *self.armed.entry(fault).or_default() += 1;
+    }
+
+    /// Faults armed and not yet fired, all kinds together.
+    pub fn armed_total(&self) -> u32 {
+        self.armed.values().sum()
+    }
+
+    /// Whether `fault` is armed.
+    pub fn armed(&self, fault: F) -> bool {
+        self.armed.get(&fault).is_some_and(|n| *n > 0)
+    }
+
+    /// Takes one armed `fault`: true when it was armed.
+    pub fn take(&mut self, fault: F) -> bool {
+        match self.armed.get_mut(&fault) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The engine's fault kinds with their text form, for `crashpoint list` (a workload's own
@@ -31,6 +74,7 @@ pub const KINDS: &[(&str, &str)] = &[
     ("pause:<duration>", "let real time pass (at most 60 s) for external workers' own timers, such as a heartbeat; the logical clock does not move"),
     ("dispatch:<event>", "the producer dispatches an event once more"),
     ("redis:restart", "Redis restarts without persistence: every lock is lost"),
+    ("redis:lose-lock", "the next lock asked for while another worker holds it is lost first (a failover to a replica its SET had not reached), and the asker takes it"),
     ("sqs:stale-delete-noop", "from now on, DeleteMessage with a stale receipt handle returns OK and deletes nothing (AWS allows it)"),
     ("sqs:redeliver-after-delete", "the next message deleted is delivered once more (AWS at-least-once delivery)"),
     ("sqs:receive-lost", "the next message received is in flight and counted, but never reaches its consumer"),

@@ -70,38 +70,7 @@ pub const CONNECTION_RESET: &str =
     "connection reset by peer (pg:connection-reset): the statement was not sent and the server rolled back the open transaction";
 
 /// The PostgreSQL nemesis' state within one schedule: how many times each fault is armed.
-#[derive(Debug, Default)]
-pub struct PgNemesis {
-    armed: std::collections::BTreeMap<PgFault, u32>,
-}
-
-impl PgNemesis {
-    /// Arms `fault` once more.
-    pub fn apply(&mut self, fault: PgFault) {
-        *self.armed.entry(fault).or_default() += 1;
-    }
-
-    /// Faults armed and not yet fired, all kinds together.
-    pub fn armed_total(&self) -> u32 {
-        self.armed.values().sum()
-    }
-
-    /// Whether `fault` is armed.
-    pub fn armed(&self, fault: PgFault) -> bool {
-        self.armed.get(&fault).is_some_and(|n| *n > 0)
-    }
-
-    /// Takes one armed `fault`: true when it was armed.
-    pub fn take(&mut self, fault: PgFault) -> bool {
-        match self.armed.get_mut(&fault) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                true
-            }
-            _ => false,
-        }
-    }
-}
+pub type PgNemesis = super::Armed<PgFault>;
 
 #[cfg(test)]
 mod tests {

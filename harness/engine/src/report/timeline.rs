@@ -124,7 +124,7 @@ fn fault_label(f: &FaultEvent) -> String {
         FaultEvent::DeadLettered { .. } => "dlq".into(),
         FaultEvent::Redriven { .. } => "redrive".into(),
         FaultEvent::Workload { name, .. } => short(name, 8),
-        FaultEvent::RedisRestart { .. } => "redis".into(),
+        FaultEvent::RedisRestart { .. } | FaultEvent::Redis { .. } | FaultEvent::LockLost { .. } => "redis".into(),
         FaultEvent::Dispatch { .. } => "dispatch".into(),
         FaultEvent::Sqs { .. } | FaultEvent::Redelivered { .. } => "sqs".into(),
         FaultEvent::Pg { .. } => "pg".into(),

@@ -26,6 +26,11 @@ pub struct ExploreSpec {
     /// on the menu (default false).
     #[serde(default)]
     pub pg_faults: bool,
+    /// Put the Redis faults (`redis:restart`, `redis:lose-lock`) on the menu (default true;
+    /// `false` for a workload whose workers never call Redis, where they change nothing and
+    /// take a share of the budget).
+    #[serde(default = "yes")]
+    pub redis_faults: bool,
     /// Put graceful stops of the in-process handlers (`c1:stop`) on the menu (default false).
     #[serde(default)]
     pub stops: bool,

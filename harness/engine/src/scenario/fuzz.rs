@@ -187,7 +187,7 @@ fn scenario_like_toml() -> impl Strategy<Value = String> {
     ];
     const KEYS: &[&str] = &[
         "workload", "description", "workers", "schedule", "explore", "exhaustive", "expect_trace", "config", "events",
-        "invariants", "external", "name", "payment", "decisions_max", "sqs_faults", "pg_faults", "stops", "applied", "crash", "visibility_timeout_s",
+        "invariants", "external", "name", "payment", "decisions_max", "sqs_faults", "pg_faults", "redis_faults", "stops", "applied", "crash", "visibility_timeout_s",
         "sql", "kind", "command", "points", "labels", "step_timeout_s", "systems", "colour", "bad", "explore.decisions_max",
         "config.visibility_timeout_s", "config.fifo_queues", "config.dead_letter", "\"workers\"", "worker_weights",
         "explore.worker_weights", "p", "c1", "ret",

@@ -102,6 +102,7 @@ const MORE_TOKENS: &[&str] = &[
     "manual-replay",
     "dispatch:e1",
     "redis:restart",
+    "redis:lose-lock",
     "sqs:stale-delete-noop",
     "sqs:redeliver-after-delete",
     "sqs:receive-lost",
@@ -120,7 +121,7 @@ const NEAR_MISSES: &[&str] = &[
     "c1:crash@Commit:applied", "c1:crash@after_lunch", "c1:fail", "c1:fail@", "c1:restart@after_claim", "c1:bogus@x",
     "c1:Recv", "c1:recv:now", "tick", "tick:", "tick:s", "tick:5", "tick:-5s", "tick:+5s", "tick:5y", "tick:1.5s",
     "tick:36501d", "tick:18446744073709551615ms", "tick:99999999999999999999999d", "tick:９s", "dispatch", "dispatch:",
-    "sqs", "sqs:", "sqs:nope", "pg", "pg:", "pg:nope", "redis", "redis:", "net", "net:", "net:drop-request", "net:drop-request@", "net:delay@gateway",
+    "sqs", "sqs:", "sqs:nope", "pg", "pg:", "pg:nope", "redis", "redis:", "redis:lose", "net", "net:", "net:drop-request", "net:drop-request@", "net:delay@gateway",
     "net:delay@gateway:", "net:delay@gateway:99999999999d", "net:nope@gateway", "net:heal@nowhere", "provider:delay@gateway:1s",
     "é", "c1:é", "\u{0}", "#", "c1#x", "replay:", "Replay",
 ];

@@ -19,6 +19,7 @@
 //! | `replay` (a name the workload declares) | a fault of the workload's own, e.g. replaying its failure transport |
 //! | `dispatch:e1` | the producer dispatches event `e1` once more |
 //! | `redis:restart` | Redis restarts without persistence: every lock is lost |
+//! | `redis:lose-lock` | the next lock asked for while another worker holds it is lost first, and the asker takes it |
 //! | `sqs:stale-delete-noop` | from now on a DeleteMessage with a stale receipt handle deletes nothing |
 //! | `sqs:redeliver-after-delete` | the next message deleted is delivered once more |
 //! | `sqs:receive-lost` | the next message received never reaches its consumer |
@@ -41,6 +42,7 @@ use std::fmt;
 
 use crate::nemesis::net::NetFault;
 use crate::nemesis::pg::PgFault;
+use crate::nemesis::redis::RedisFault;
 use crate::nemesis::sqs::SqsFault;
 use crate::spec::CrashPoint;
 
@@ -90,6 +92,8 @@ pub enum Decision {
     Dispatch { event: String },
     /// Redis restarts without persistence, losing every lock.
     RedisRestart,
+    /// A Redis fault armed for later (see [`crate::nemesis::redis`]).
+    Redis(RedisFault),
     /// An AWS behaviour that emulators do not produce (see [`crate::nemesis::sqs`]).
     Sqs(SqsFault),
     /// A PostgreSQL outcome fault (see [`crate::nemesis::pg`]).
@@ -149,6 +153,7 @@ impl Decision {
             Decision::Fault(name) => name.to_string(),
             Decision::Dispatch { .. } => "dispatch".into(),
             Decision::RedisRestart => "redis:restart".into(),
+            Decision::Redis(f) => f.to_string(),
             Decision::Sqs(f) => f.to_string(),
             Decision::Pg(f) => f.to_string(),
             Decision::Net(f) => {
@@ -188,6 +193,7 @@ impl fmt::Display for Decision {
             Decision::Fault(name) => write!(f, "{name}"),
             Decision::Dispatch { event } => write!(f, "dispatch:{event}"),
             Decision::RedisRestart => write!(f, "redis:restart"),
+            Decision::Redis(fault) => write!(f, "{fault}"),
             Decision::Sqs(fault) => write!(f, "{fault}"),
             Decision::Pg(fault) => write!(f, "{fault}"),
             Decision::Net(fault) => write!(f, "{fault}"),

@@ -71,6 +71,20 @@ pub struct Parents {
     /// deleted (the signal's `twins <queue>`), with that queue, in case order: the parents of
     /// `gather`.
     pub twins: Vec<(String, Arc<Schedule>)>,
+    /// Every schedule whose run had a worker ask in vain for a Redis lock that another held
+    /// (the signal's `contended <role>`), in case order: the parents of `contend`.
+    pub contended: Vec<Arc<Schedule>>,
+}
+
+/// Of the mutations made while some parent had a contended lock, one in this many is a
+/// `contend`.
+const CONTEND_OF: usize = 4;
+
+/// Arms `redis:lose-lock` at a random place of `d`: the next lock asked for in vain after it is
+/// lost first, and its asker takes it.
+fn contend(d: &mut Vec<Decision>, runner: &mut TestRunner) {
+    let i = below(runner, d.len() + 1);
+    d.insert(i, Decision::Redis(crate::nemesis::redis::RedisFault::LoseLock));
 }
 
 /// One fresh decision of `menu`'s kind, as a generated schedule draws them.
@@ -96,12 +110,24 @@ fn fresh(menu: &Menu, runner: &mut TestRunner) -> Option<Decision> {
 ///   drain the first to catch up receives at once what the others left visible. Windows of
 ///   batches (two deliveries of one event in one receive) need the copies received together,
 ///   where uniform steps receive each as soon as it is sent. Without such a parent (of a
-///   queue some worker handles), an `extend`.
+///   queue some worker handles), an `extend`;
+/// - `contend`: of a parent in which a worker asked in vain for a Redis lock another held,
+///   `redis:lose-lock` armed at a random place: the lock is lost as its asker comes, while its
+///   holder may still be between its calls under it (a lock's TTL passing during a pause, a
+///   failover). Drawn first, one mutation in [`CONTEND_OF`], and only when such a parent
+///   exists and the menu has the Redis faults: the mutations of a workload whose locks are
+///   never contended are as before.
 ///
 /// Returns the schedule, at most `menu.decisions_max` decisions with its ticks capped as a
 /// generated one's. `parents.corpus` must not be empty.
 pub fn mutate(menu: &Menu, parents: &Parents, runner: &mut TestRunner) -> Schedule {
     let corpus = &parents.corpus;
+    if menu.redis_faults && !parents.contended.is_empty() && below(runner, CONTEND_OF) == 0 {
+        let mut d = parents.contended[below(runner, parents.contended.len())].decisions.clone();
+        d.truncate(menu.decisions_max.saturating_sub(1));
+        contend(&mut d, runner);
+        return Schedule { decisions: cap_ticks(d, menu.clock_max_ms) };
+    }
     let mut d = corpus[below(runner, corpus.len())].decisions.clone();
     let at = |runner: &mut TestRunner, len: usize| below(runner, len + 1);
     // The queues with twins that a worker of the menu handles, each once.
@@ -186,6 +212,30 @@ mod tests {
         }
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["c1", "c2", "p"], "a lag is drawn from every stepped worker");
         assert!(!lag(&mut vec![Decision::Tick { ms: 1000 }], &mut TestRunner::deterministic()), "no step, no lag");
+    }
+
+    #[test]
+    fn a_contend_arms_one_lost_lock_in_a_parent_that_had_a_lock_asked_for_in_vain() {
+        let menu = crate::schedule::strategy::tests::menu();
+        let parent = Arc::new(crate::schedule::parse("p c1 c2 tick:31s c1", &vocabulary()).unwrap());
+        let lose = Decision::Redis(crate::nemesis::redis::RedisFault::LoseLock);
+        let parents = Parents { corpus: vec![parent.clone()], contended: vec![parent.clone()], ..Parents::default() };
+        let mut places = std::collections::BTreeSet::new();
+        for seed in 0..64u8 {
+            let mut runner = TestRunner::new_with_rng(Default::default(), proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &[seed; 32]));
+            let d = mutate(&menu, &parents, &mut runner).decisions;
+            // A contend: the parent, in order, with one `redis:lose-lock` more.
+            let Some(at) = d.iter().position(|x| *x == lose) else { continue };
+            let mut rest = d.clone();
+            rest.remove(at);
+            if rest == parent.decisions {
+                places.insert(at);
+            }
+        }
+        assert!(places.len() > 2, "contends armed the fault at {places:?} only");
+        let mut d = parent.decisions.clone();
+        contend(&mut d, &mut TestRunner::deterministic());
+        assert_eq!(d.iter().filter(|x| **x == lose).count(), 1);
     }
 
     #[test]

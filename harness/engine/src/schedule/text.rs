@@ -218,6 +218,7 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
         ("dispatch", _) => return Err("expected `dispatch:<event>`, e.g. `dispatch:e1`".into()),
         ("sqs", Some(f)) => return crate::nemesis::sqs::SqsFault::parse(f).map(Decision::Sqs),
         ("pg", Some(f)) => return crate::nemesis::pg::PgFault::parse(f).map(Decision::Pg),
+        ("redis", Some(f)) => return crate::nemesis::redis::RedisFault::parse(f).map(Decision::Redis),
         ("sqs", None) => return Err("expected `sqs:<fault>`, e.g. `sqs:stale-delete-noop`".into()),
         (family @ ("net" | "provider" | "webhook"), Some(f)) => {
             return crate::nemesis::net::NetFault::parse(family, f, &vocabulary.providers, &vocabulary.webhooks, &vocabulary.routes)
@@ -235,7 +236,7 @@ fn parse_token(token: &str, vocabulary: &Vocabulary) -> Result<Decision, String>
     }
     if role_of(&vocabulary.roles, head).is_none() {
         return Err(format!(
-            "expected a worker or a fault ({}), `tick:<duration>`, `dispatch:<event>`, `redis:restart` or `sqs:<fault>`",
+            "expected a worker or a fault ({}), `tick:<duration>`, `dispatch:<event>`, `redis:restart`, `redis:lose-lock` or `sqs:<fault>`",
             vocabulary.worker_forms()
         ));
     }

@@ -129,10 +129,10 @@ impl Clock {
                     self.keys.insert(key.clone(), Key { deadline_ms, seq: self.seq, lock });
                 }
             },
-            Fact::LockReleased { key, .. } => {
+            Fact::LockReleased { key, .. } | Fact::LockLost { key } => {
                 self.keys.remove(key);
             }
-            Fact::DependsOn { .. } | Fact::Dispatched { .. } | Fact::DeleteFailed { .. } | Fact::Handling { .. } | Fact::Suppressed { .. } => {}
+            Fact::DependsOn { .. } | Fact::AutocommitWrite | Fact::Dispatched { .. } | Fact::DeleteFailed { .. } | Fact::Handling { .. } | Fact::Suppressed { .. } => {}
         }
     }
 
@@ -248,6 +248,19 @@ mod tests {
         c.apply(&Fact::KeyWritten { key: "l".into(), expiry: Expiry::In(1_000) });
         assert_eq!(c.last_lock_deadline(), Some(101_000), "EXPIRE on a lock gives the lock a TTL");
         assert_eq!(c.advance_to(101_000), vec![Due::Key { key: "l".into(), lock: true }]);
+    }
+
+    #[test]
+    fn a_lost_lock_expires_only_as_its_new_holder_took_it() {
+        let mut c = Clock::new(BTreeMap::new(), BTreeMap::new());
+        c.apply(&Fact::LockTaken { key: "l".into(), ttl_ms: Some(10_000) });
+        assert!(c.advance_to(5_000).is_empty());
+        // `redis:lose-lock`: the holder's lock goes and the asker takes it with its own TTL.
+        c.apply(&Fact::LockLost { key: "l".into() });
+        assert_eq!(c.last_lock_deadline(), None, "the lost lock is forgotten");
+        c.apply(&Fact::LockTaken { key: "l".into(), ttl_ms: Some(10_000) });
+        assert!(c.advance_to(10_000).is_empty(), "the first holder's deadline is gone");
+        assert_eq!(c.advance_to(15_000), vec![Due::Key { key: "l".into(), lock: true }]);
     }
 
     #[test]

@@ -41,10 +41,17 @@ pub enum Fact {
     /// A Redis command wrote `key` (any command but a lock's `SET … NX`) and left its expiry as
     /// `expiry` says ([`crate::sim::model::redis`]).
     KeyWritten { key: String, expiry: Expiry },
+    /// A Redis lock held by another was lost just before this call asked for it (an armed
+    /// `redis:lose-lock`, [`crate::nemesis::redis`]): the harness deleted `key`, and the call
+    /// then took the lock (a [`Fact::LockTaken`] follows).
+    LockLost { key: String },
     /// A Redis lock was deleted (recorded only when the call deleted it). `checked` when the
     /// release proved it held the lock (a compare-and-delete of its token, which deletes
     /// nothing otherwise); `false` for a plain `DEL`.
     LockReleased { key: String, checked: bool },
+    /// A statement outside a transaction block wrote rows, committed as it completed
+    /// (autocommit, [`crate::sim::model::pg`]): other workers see it now, as after a COMMIT.
+    AutocommitWrite,
     /// The call's outcome depends on an SQS behaviour that endpoints differ on; `behaviour` is
     /// the calibration probe's name (e.g. `stale-receipt-handle`).
     DependsOn { behaviour: String },
@@ -278,6 +285,11 @@ pub enum FaultEvent {
     Sqs { name: String, text: String },
     /// A PostgreSQL outcome fault (`pg:<name>`) was armed, announced as `text`.
     Pg { name: String, text: String },
+    /// A Redis fault (`redis:<name>`, not `restart`) was armed, announced as `text`.
+    Redis { name: String, text: String },
+    /// An armed `redis:lose-lock` fired: the lock `key` (ids replaced by labels), held by
+    /// another, was lost as `by` asked for it, and `by` took it.
+    LockLost { key: String, by: String },
     /// `msg` was delivered once more after its delete (`sqs:redeliver-after-delete`).
     Redelivered { msg: String },
     /// A network or provider fault (`net:…@<p>`, `provider:…@<p>`), announced as `text`.

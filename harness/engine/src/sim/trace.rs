@@ -147,7 +147,12 @@ pub fn fault_text(f: &FaultEvent) -> String {
         FaultEvent::RedisRestart { locks, keys: 0 } => format!("redis restarted: {locks} lock(s) lost"),
         FaultEvent::RedisRestart { locks, keys } => format!("redis restarted: {locks} lock(s) and {keys} other key(s) lost"),
         FaultEvent::Dispatch { producer, event } => format!("{producer} will dispatch {event} again"),
-        FaultEvent::Sqs { text, .. } | FaultEvent::Pg { text, .. } | FaultEvent::Workload { text, .. } => text.clone(),
+        FaultEvent::Sqs { text, .. } | FaultEvent::Pg { text, .. } | FaultEvent::Redis { text, .. } | FaultEvent::Workload { text, .. } => {
+            text.clone()
+        }
+        FaultEvent::LockLost { key, by } => {
+            format!("redis:lose-lock: lock {key} was held when {by} asked for it: lost (a failover), and {by} takes it")
+        }
         FaultEvent::Net { name, text } => format!("{name}: {text}"),
         FaultEvent::Redelivered { msg } => format!("{msg} delivered once more after its delete (sqs:redeliver-after-delete)"),
         FaultEvent::Lag { worker, before } => {

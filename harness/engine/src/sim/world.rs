@@ -75,7 +75,9 @@ pub struct Mailbox {
     pub passed: Vec<CrashPoint>,
     /// The label of the last call the worker completed since its host started (`claim`): it
     /// stands at the call boundary `after_<label>` ([`crate::spec::after_call`]) until its
-    /// next call, whether or not its code marks a crash point there.
+    /// next call, whether or not its code marks a crash point there. An external worker's
+    /// call that failed or was an idle poll (an empty receive, a poll that claimed no row)
+    /// leaves `None`: no boundary stands after it.
     pub last_call: Option<&'static str>,
     /// Whether it has made no call since its loop started a new cycle (a receive, a poll, a
     /// dispatch): parked there after an idle cycle, it is quiescent.
@@ -277,6 +279,8 @@ pub struct World {
     pub sqs: crate::nemesis::sqs::SqsNemesis,
     /// The PostgreSQL nemesis: armed lost COMMIT replies and connection resets.
     pub pg: crate::nemesis::pg::PgNemesis,
+    /// The Redis faults armed and not yet fired.
+    pub redis: crate::nemesis::redis::RedisNemesis,
     /// Receives of each message label so far (SQS `ApproximateReceiveCount`), for workers whose
     /// receives do not ask SQS for it (Symfony Messenger 5.4).
     pub receive_counts: BTreeMap<String, u32>,
@@ -307,6 +311,7 @@ impl World {
             to_dispatch: Default::default(),
             sqs: Default::default(),
             pg: Default::default(),
+            redis: Default::default(),
             receive_counts: BTreeMap::new(),
             net: Default::default(),
             lock_tokens: 0,

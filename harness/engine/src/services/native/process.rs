@@ -249,7 +249,9 @@ pub fn install_signal_cleanup() {
         };
         std::thread::spawn(move || {
             if let Some(sig) = signals.forever().next() {
-                eprintln!("crashpoint: signal {sig}, stopping the services it started");
+                // Not eprintln!: a closed stderr (`… 2>&1 | head`) must not end this thread
+                // before it has stopped what the run started.
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("crashpoint: signal {sig}, stopping the processes it started\n").as_bytes());
                 INTERRUPTED.store(sig, std::sync::atomic::Ordering::SeqCst);
                 cleanup_all();
                 let deadline = std::time::Instant::now() + Duration::from_secs(REPORT_GRACE_S);

@@ -25,6 +25,7 @@ use super::history::{Fact, Outcome, Service, Step};
 use super::world::{SharedWorld, Status};
 use crate::sim::model::redis as model;
 use crate::nemesis::pg::PgFault;
+use crate::nemesis::redis::RedisFault;
 use crate::spec::CrashPoint;
 
 /// Real visibility timeout given to SQS, s. Long, so that only the logical clock expires
@@ -345,6 +346,12 @@ impl Cx {
         r.map(|_| ()).map_err(Into::into)
     }
 
+    /// The facts of statement `sql` answered `outcome` on this worker's connection: a write
+    /// outside a transaction block commits at once ([`crate::sim::model::pg::autocommit_write`]).
+    fn autocommit(&self, sql: &str, outcome: &Outcome) -> Vec<Fact> {
+        crate::sim::model::pg::autocommit_write(crate::sim::model::pg::first_keyword(sql), outcome, self.in_tx).into_iter().collect()
+    }
+
     /// Completes `op` with the connection error `message` of a PostgreSQL fault.
     fn pg_fault_error(&mut self, op: &'static str, message: &str) -> CallError {
         self.complete(op, Service::Postgres, Outcome::Error { message: message.to_string() }, vec![]);
@@ -382,8 +389,9 @@ impl Cx {
     ) -> Result<Option<PgRow>, CallError> {
         self.pg_gate(op, sql).await?;
         let r = bind(sqlx::query(sql), vals, self.now()).fetch_optional(self.pg()).await;
-        let outcome = r.as_ref().map(|o| Outcome::Returned { row: o.is_some() });
-        self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
+        let outcome = pg_outcome(r.as_ref().map(|o| Outcome::Returned { row: o.is_some() }));
+        let facts = self.autocommit(sql, &outcome);
+        self.complete(op, Service::Postgres, outcome, facts);
         Ok(r?)
     }
 
@@ -400,8 +408,9 @@ impl Cx {
     pub async fn execute(&mut self, op: &'static str, sql: &str, vals: &[Val]) -> Result<u64, CallError> {
         self.pg_gate(op, sql).await?;
         let r = bind(sqlx::query(sql), vals, self.now()).execute(self.pg()).await;
-        let outcome = r.as_ref().map(|d| Outcome::Affected { n: d.rows_affected() });
-        self.complete(op, Service::Postgres, pg_outcome(outcome), vec![]);
+        let outcome = pg_outcome(r.as_ref().map(|d| Outcome::Affected { n: d.rows_affected() }));
+        let facts = self.autocommit(sql, &outcome);
+        self.complete(op, Service::Postgres, outcome, facts);
         Ok(r?.rows_affected())
     }
 
@@ -482,22 +491,38 @@ impl Cx {
         for (i, v) in model::real_args(&args) {
             real[i] = v;
         }
-        let mut cmd = redis::cmd(&real[0]);
-        for a in &real[1..] {
-            cmd.arg(a);
+        let mut reply = self.redis_send(&real).await;
+        let mut lost = Vec::new();
+        // An armed `redis:lose-lock` takes the first lock asked for in vain: the holder's key
+        // goes (the harness's DEL, not counted as the worker's), and the command is sent again.
+        if let Some(key) = model::refused_lock(&args, &reply) {
+            if self.world.borrow_mut().redis.take(RedisFault::LoseLock) {
+                self.redis_send(&["DEL".to_string(), key.to_string()]).await;
+                lost.push(Fact::LockLost { key: key.to_string() });
+                reply = self.redis_send(&real).await;
+            }
         }
-        let r: redis::RedisResult<redis::Value> = cmd.query_async(&mut self.redis).await;
-        let reply = match &r {
-            Ok(redis::Value::Nil) => model::Reply::Null,
-            Ok(redis::Value::Int(n)) => model::Reply::Int(*n),
-            Ok(_) => model::Reply::Ok,
-            Err(e) => model::Reply::Error(e.to_string()),
-        };
         let (outcome, facts) = model::outcome(&args, &reply, 0);
-        self.complete(op, Service::Redis, outcome, facts);
+        lost.extend(facts);
+        self.complete(op, Service::Redis, outcome, lost);
         match reply {
             model::Reply::Error(e) => Err(CallError::Service(format!("redis {}: {e}", model::name(&args)))),
             reply => Ok(reply),
+        }
+    }
+
+    /// Sends `args` (its name first) on the worker's Redis connection, as it is: the reply as
+    /// the model reads it.
+    async fn redis_send(&mut self, args: &[String]) -> model::Reply {
+        let mut cmd = redis::cmd(&args[0]);
+        for a in &args[1..] {
+            cmd.arg(a);
+        }
+        match cmd.query_async::<redis::Value>(&mut self.redis).await {
+            Ok(redis::Value::Nil) => model::Reply::Null,
+            Ok(redis::Value::Int(n)) => model::Reply::Int(n),
+            Ok(_) => model::Reply::Ok,
+            Err(e) => model::Reply::Error(e.to_string()),
         }
     }
 

@@ -4,4 +4,5 @@
 //! answer back; it does not decide. The models write the history's records
 //! ([`crate::sim::history`]) and nothing above.
 
+pub mod pg;
 pub mod redis;

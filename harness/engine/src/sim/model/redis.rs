@@ -20,7 +20,7 @@
 //! what the real server holds, the pad included).
 
 use crate::sim::history::{Expiry, Fact, Outcome};
-use crate::sim::trace::{one_line, SUBJECT_MAX};
+use crate::sim::trace::one_line;
 
 /// Added to every positive TTL a command gives the real server, ms: the real key outlives its
 /// logical deadline by an hour, so that only the logical clock expires it (the harness deletes
@@ -73,6 +73,14 @@ fn is_lock(args: &[String]) -> bool {
     name(args) == "SET" && has(args, "NX")
 }
 
+/// The lock `args` asked for in vain, when it did: the key of a `SET … NX` that Redis refused
+/// because the key exists (a null reply; with `GET`, the holder's value). What an armed
+/// `redis:lose-lock` ([`crate::nemesis::redis`]) waits for: both front-ends then delete the key
+/// at the real server, send the command again, and record [`Fact::LockLost`] before its facts.
+pub fn refused_lock<'a>(args: &'a [String], reply: &Reply) -> Option<&'a str> {
+    (is_lock(args) && !matches!(reply, Reply::Error(_)) && !wrote(args, reply)).then(|| args[1].as_str())
+}
+
 /// The call label a command gets in the trace and as a crash point (`after_<label>`): `lock`
 /// for `SET … NX`, `unlock` for `DEL`, `UNLINK` and a compare-and-delete script, else the
 /// command's name in lower case.
@@ -85,9 +93,10 @@ pub fn label(args: &[String]) -> &'static str {
     }
 }
 
-/// What a command is about, for a trace line, on one line and at most
-/// [`crate::sim::trace::SUBJECT_MAX`] characters: the keys of an `EVAL`/`EVALSHA` (never its
-/// script), else the first argument after the name.
+/// What a command is about, for a trace line, on one line and uncut (the trace cuts it to
+/// [`crate::sim::trace::SUBJECT_MAX`] characters once its ids are labels: a cut id would not
+/// be known): the keys of an `EVAL`/`EVALSHA` (never its script), else the first argument
+/// after the name.
 pub fn subject(args: &[String]) -> Option<String> {
     let s = match name(args).as_str() {
         "EVAL" | "EVALSHA" | "FCALL" | "FCALL_RO" => {
@@ -100,7 +109,7 @@ pub fn subject(args: &[String]) -> Option<String> {
         }
         _ => args.get(1)?.clone(),
     };
-    Some(one_line(&s, SUBJECT_MAX))
+    Some(one_line(&s, usize::MAX))
 }
 
 /// The keys a command writes and what it does to their expiry, from its arguments alone (the
@@ -334,6 +343,14 @@ mod tests {
     #[test]
     fn a_lock_without_an_expiry_has_none() {
         assert_eq!(facts("SET k 1 NX", Reply::Ok), vec![Fact::LockTaken { key: "k".into(), ttl_ms: None }]);
+        // A lock asked for in vain, and only that, is what `redis:lose-lock` waits for.
+        let refused = |cmd: &str, reply: Reply| refused_lock(&a(cmd), &reply).map(str::to_string);
+        assert_eq!(refused("SET k 1 NX PX 20000", Reply::Null), Some("k".into()));
+        assert_eq!(refused("SET k 1 NX PX 20000", Reply::Ok), None, "taken");
+        assert_eq!(refused("SET k 1 NX GET", Reply::Ok), Some("k".into()), "with GET the holder's value says it was held");
+        assert_eq!(refused("SET k 1 NX GET", Reply::Null), None);
+        assert_eq!(refused("SET k 1 PX 20000", Reply::Null), None, "no NX: no lock");
+        assert_eq!(refused("SET k 1 NX", Reply::Error("READONLY".into())), None, "an error is not a refusal");
         assert_eq!(facts("SET k 1 NX PX 20000", Reply::Ok), vec![Fact::LockTaken { key: "k".into(), ttl_ms: Some(20_000) }]);
         assert_eq!(facts("SET k 1 NX EX 20", Reply::Ok), vec![Fact::LockTaken { key: "k".into(), ttl_ms: Some(20_000) }]);
         assert_eq!(facts("SET k 1 NX EX 20", Reply::Null), vec![], "refused: nothing taken");
@@ -424,6 +441,7 @@ mod tests {
         assert_eq!(subject(&a("EVALSHA abc 0")), None);
         assert_eq!(subject(&a("GET k")).as_deref(), Some("k"));
         assert_eq!(one_line("a\n  b", 10), "a b");
-        assert_eq!(one_line(&"x".repeat(60), SUBJECT_MAX).chars().count(), SUBJECT_MAX + 1);
+        let max = crate::sim::trace::SUBJECT_MAX;
+        assert_eq!(one_line(&"x".repeat(60), max).chars().count(), max + 1);
     }
 }

@@ -81,11 +81,11 @@ impl Polls {
 
 impl Run<'_> {
     /// One-shot faults armed and not yet fired: failures and crashes at crash points, and the
-    /// PostgreSQL and SQS nemeses' faults.
+    /// PostgreSQL, Redis and SQS nemeses' faults.
     fn faults_armed(&self) -> usize {
         let w = self.world.borrow();
         let at_points: usize = w.mailboxes.values().map(|s| s.armed_failures.len() + s.armed_crashes.len()).sum();
-        at_points + w.sqs.armed() as usize + w.pg.armed_total() as usize
+        at_points + w.sqs.armed() as usize + w.pg.armed_total() as usize + w.redis.armed_total() as usize
     }
 
     /// Labels of the events dispatched (a [`Fact::Dispatched`]) and never sent (no

@@ -257,6 +257,12 @@ impl<'a> Run<'a> {
             Decision::Fault(name) => self.workload_fault(name),
             Decision::Dispatch { event } => self.dispatch(event),
             Decision::RedisRestart => self.redis_restart(),
+            Decision::Redis(fault) => {
+                self.world.borrow_mut().redis.apply(*fault);
+                let (name, text) = (fault.to_string(), fault.announcement().to_string());
+                self.fault(FaultEvent::Redis { name, text }, vec![]);
+                Ok(())
+            }
             Decision::Net(fault) => self.net_fault(*fault),
             Decision::Pg(fault) => {
                 self.world.borrow_mut().pg.apply(*fault);
@@ -444,7 +450,9 @@ impl<'a> Run<'a> {
             let mut relabel = |t: &mut String| *t = w.names.relabel_all(t);
             match &mut fault {
                 FaultEvent::Skipped { why, .. } | FaultEvent::Armed { why, .. } => relabel(why),
-                FaultEvent::LockExpired { key } | FaultEvent::KeyExpired { key } => relabel(key),
+                FaultEvent::LockExpired { key } | FaultEvent::KeyExpired { key } | FaultEvent::LockLost { key, .. } => {
+                    relabel(key)
+                }
                 FaultEvent::Workload { text, .. } => relabel(text),
                 FaultEvent::DrainPending { left } => relabel(left),
                 _ => {}
@@ -682,6 +690,13 @@ impl<'a> Run<'a> {
                 if let super::history::Outcome::Error { message } = &mut step.outcome {
                     *message = self.world.borrow_mut().names.relabel_all(message);
                 }
+                // An armed `redis:lose-lock` fired in this call: the loss first, then the call.
+                for f in &step.facts {
+                    if let Fact::LockLost { key } = f {
+                        let by = step.worker.clone();
+                        self.fault(FaultEvent::LockLost { key: key.clone(), by }, vec![]);
+                    }
+                }
                 for f in &step.facts {
                     self.apply_fact(f);
                     // A FIFO queue delivers exactly once: no redelivery after a delete there.
@@ -698,7 +713,11 @@ impl<'a> Run<'a> {
                 let busy = !self.with_slot(&w, |s| s.idle);
                 // A failed statement may have ended its transaction too (pg:connection-reset).
                 let failed_pg = step.service == Service::Postgres && step.outcome.failed();
-                if busy && (step.op == "commit" || step.op == "rollback" || failed_pg) {
+                // A write that committed as it completed counts too, unless an idle poller made
+                // it (a heartbeat after an empty claim would wake it again and again).
+                let poller = role_of(&self.roles, &w).is_some_and(|r| r.kind == RoleKind::Poller);
+                let autocommit = step.facts.contains(&Fact::AutocommitWrite) && (busy || !poller);
+                if busy && (step.op == "commit" || step.op == "rollback" || failed_pg) || autocommit {
                     self.polls.db_changed();
                 }
                 tracing::debug!(worker = %step.worker, op = %step.op, at = ?step.at, outcome = ?step.outcome, t_ms = step.t_ms, "step");

@@ -17,7 +17,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::worker::WireWorker;
 use crate::sim::model::redis::{self as model, Reply};
-use crate::sim::history::{Outcome, Service};
+use crate::nemesis::redis::RedisFault;
+use crate::sim::history::{Fact, Outcome, Service};
 
 /// Commands that pass ungated.
 pub const PASS: &[&str] = &[
@@ -218,13 +219,27 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -
         let _pending = (!gated).then(|| worker.pending_guard());
         // Gated or queued in a MULTI: the real server gets each TTL padded, the logical clock
         // expires the key.
+        let key = raw.get(1).cloned().unwrap_or_default();
         let replace = model::real_args(&args);
         if !replace.is_empty() {
             bytes = encode(raw, replace);
         }
         let wall = wall_ms();
         server.write_all(&bytes).await?;
-        let (reply, out) = read_one(&mut server, &mut from_server, worker).await?;
+        let (mut reply, mut out) = read_one(&mut server, &mut from_server, worker).await?;
+        let mut lost = Vec::new();
+        // An armed `redis:lose-lock` takes the first lock asked for in vain: the holder's key
+        // goes (the proxy's own DEL, never the worker's), and the command is sent again.
+        if let Some(lost_key) = model::refused_lock(&args, &reply).filter(|_| gated) {
+            if worker.world.borrow_mut().redis.take(RedisFault::LoseLock) {
+                // The key as the worker sent it (its bytes, not their lossy text).
+                server.write_all(&encode(vec![b"DEL".to_vec(), key.clone()], vec![])).await?;
+                read_one(&mut server, &mut from_server, worker).await?;
+                lost.push(Fact::LockLost { key: lost_key.to_string() });
+                server.write_all(&bytes).await?;
+                (reply, out) = read_one(&mut server, &mut from_server, worker).await?;
+            }
+        }
         // Recorded before the worker hears the reply, as the other proxies do: a one-call
         // worker's next call then never finds this one in flight.
         if gated {
@@ -232,7 +247,8 @@ async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -
                 "EXEC" => model::exec(&std::mem::take(&mut queued), &reply, wall),
                 _ => model::outcome(&args, &reply, wall),
             };
-            worker.complete(Service::Redis, outcome, facts);
+            lost.extend(facts);
+            worker.complete(Service::Redis, outcome, lost);
         }
         client.write_all(&out).await?;
     }

@@ -322,8 +322,12 @@ impl WireWorker {
             about,
             tie,
         } = call;
-        // A trace line's subject is one readable line, whatever the call carried.
-        let about = about.map(|a| crate::sim::trace::one_line(&a, crate::sim::trace::SUBJECT_MAX));
+        // A trace line's subject is one readable line, whatever the call carried, with its ids
+        // as labels before it is cut (a cut id would no longer be known).
+        let about = about.map(|a| {
+            let a = self.world.borrow_mut().names.relabel_all(&a);
+            crate::sim::trace::one_line(&a, crate::sim::trace::SUBJECT_MAX)
+        });
         let task = tokio::task::try_id();
         // A proxy task makes its calls in turn: a call it made before is over.
         if let Some(prev) = self.current.borrow_mut().remove(&task).and_then(|c| c.unit) {
@@ -461,7 +465,10 @@ impl WireWorker {
         let t_ms = w.now_ms;
         let slot = w.mailbox(&self.me);
         slot.in_pg = false;
-        slot.last_call = Some(op);
+        // The boundary after a call stands only where the call did something: after a poll that
+        // found nothing (or a call that failed) a crash or failure aimed at `after_<call>` waits
+        // for the next one that did, instead of landing on the next idle poll.
+        slot.last_call = self.point_reached_by(op, &outcome).then_some(op);
         // A role without declared crash points stands at the boundary after each call that
         // reached one: counted as passed there, for the coverage table.
         let passed = self.at.get().or_else(|| {

@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 
 use crate::nemesis::pg::PgFault;
+use crate::sim::model::pg as model;
 use crate::sim::history::{Outcome, Service};
 use crate::sim::wire::gate::{Admit, PgCall, PgGate, PgReply};
 use crate::sim::wire::worker::{injected_error, Granted, Held, WireWorker};
@@ -218,7 +219,11 @@ impl PgGate for WireWorker {
         let outcome = pg_outcome(call, &reply);
         let polled = self.ext.poll.is_some_and(|p| self.current_op() == Some(p));
         let idle = outcome.no_rows();
-        self.complete(Service::Postgres, outcome, vec![]);
+        // The command tag names the statement; ReadyForQuery's status `I` says no transaction
+        // block is open after it.
+        let keyword = reply.tags.last().and_then(|t| t.split(' ').next()).unwrap_or("");
+        let facts = model::autocommit_write(keyword, &outcome, reply.status != Some(b'I')).into_iter().collect();
+        self.complete(Service::Postgres, outcome, facts);
         if polled {
             self.set_idle(idle);
         }
