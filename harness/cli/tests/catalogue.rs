@@ -22,39 +22,41 @@ fn catalogue_scenario(name: &str) -> String {
 /// here, where it would add about a sixth to this test's time; its own figures over seeds 1–10
 /// are in `data/detection/`.
 /// Measured first-failure indexes (with the AWS-only SQS faults on the menu since
-/// the batch mutants need `sqs:batch-delete-partial`) are in the comments; the budgets leave room.
+/// the batch mutants need `sqs:batch-delete-partial`; measured again when `redis:lose-lock`
+/// joined the menu, which changed every seed's draws) are in the comments; the budgets leave
+/// room.
 const BUDGETS: &[(&str, u64, &str)] = &[
     ("no-dedup", 30, "exactly one payout per payment"),           // 1
-    ("check-then-insert", 150, "exactly one payout per payment"), // 100
-    ("redis-only-dedup", 15, "exactly one payout per payment"),   // 5
-    ("dedup-separate-tx", 15, "no dedup row without its effect"), // 1
+    ("check-then-insert", 150, "exactly one payout per payment"), // 20
+    ("redis-only-dedup", 15, "exactly one payout per payment"),   // 1
+    ("dedup-separate-tx", 15, "no dedup row without its effect"), // 5
     ("key-per-attempt", 5, "nothing lost"),                       // 1
-    ("ack-before-commit", 40, "nothing lost"),                    // 12
-    ("relay-mark-before-send", 5, "every outbox event published at least once"), // 1
+    ("ack-before-commit", 100, "nothing lost"),                   // 70
+    ("relay-mark-before-send", 25, "every outbox event published at least once"), // 15
     ("naive-downstream", 5, "downstream effect exactly once per outbox id"), // 1
     ("short-retention", 45, "exactly one payout per payment"),    // 4
     ("lock-released-on-failure", 30, "exactly one payout per payment"), // 1
-    ("skip-without-delete", 45, "quiescence"),                    // 1
-    ("park-failure-acked", 45, "nothing lost"),                   // 1
+    ("skip-without-delete", 45, "quiescence"),                    // 4
+    ("park-failure-acked", 45, "nothing lost"),                   // 5
     ("relay-mark-fails-after-send", 5, "downstream effect exactly once per outbox id"), // 1
     ("balance-increment", 30, "merchant balance equals the sum of its payouts"), // 1
-    ("no-upstream-retry", 60, "nothing lost"),                    // 25
-    ("lock-without-token", 100, "a lock is released only by its holder"), // 66
+    ("no-upstream-retry", 60, "nothing lost"),                    // 10
+    ("lock-without-token", 100, "a lock is released only by its holder"), // 11
     // An older transaction must commit after a newer one with a relay cycle in between: a rare
-    // interleaving (seed 1: 43 with the SQS faults on the menu, 236 without). Its scripted
+    // interleaving (seed 1: 18 since `redis:lose-lock`, 43 before, 236 without the SQS faults). Its scripted
     // window is payout/watermark-relay.
-    ("relay-watermark", 150, "quiescence"), // 43
-    ("batch-ignores-failed-deletes", 30, "no failed acknowledgement is ignored"), // 3
+    ("relay-watermark", 150, "quiescence"), // 18
+    ("batch-ignores-failed-deletes", 30, "no failed acknowledgement is ignored"), // 1
     // Two deliveries of one event must be visible together: a dispatch lock that expired and a
     // dispatch again (payout/batch-duplicate-delivery is its scripted window).
-    ("batch-entry-id-identity", 150, "quiescence"), // 100
+    ("batch-entry-id-identity", 150, "quiescence"), // 45
     // On payout/catalogue-stops.
-    ("stop-keeps-prefetched", 60, "a stopped worker holds no message"), // 34
-    ("stop-drops-acks", 15, "a stopped worker holds no message"),       // 1
-    ("stop-resends-copies", 60, "copies per identity stay bounded"),    // 34
+    ("stop-keeps-prefetched", 60, "a stopped worker holds no message"), // 22
+    ("stop-drops-acks", 200, "a stopped worker holds no message"),      // 133
+    ("stop-resends-copies", 60, "copies per identity stay bounded"),    // 22
     // Its window (between two commits) has no declared crash point: reached at the boundary
-    // after the first `commit` (measured: schedule 4).
-    ("outbox-in-second-tx", 30, "nothing lost"), // 4
+    // after the first `commit`.
+    ("outbox-in-second-tx", 30, "nothing lost"), // 19
 ];
 
 #[test]
