@@ -715,7 +715,7 @@ impl<'a> Run<'a> {
                 let failed_pg = step.service == Service::Postgres && step.outcome.failed();
                 // A write that committed as it completed counts too, unless an idle poller made
                 // it (a heartbeat after an empty claim would wake it again and again).
-                let poller = role_of(&self.roles, &w).is_some_and(|r| r.kind == RoleKind::Poller);
+                let poller = self.kind(&w) == Some(RoleKind::Poller);
                 let autocommit = step.facts.contains(&Fact::AutocommitWrite) && (busy || !poller);
                 if busy && (step.op == "commit" || step.op == "rollback" || failed_pg) || autocommit {
                     self.polls.db_changed();
