@@ -6,7 +6,7 @@
 //! start a transaction), so the scheduler waits until its process is quiet: no byte moved
 //! through its proxies ([`crate::sim::world::Mailbox::activity`]), no ungated exchange or granted
 //! call under way, and its CPU time (its CPU-time clock, ns, every thread's) unchanged for
-//! [`QUIET_MS`], none of its threads runnable (`/proc/<pid>/task/*/stat`, read only then, and
+//! [`QUIET_MS`], none of its threads runnable or in a disk wait (`/proc/<pid>/task/*/stat`, read only then, and
 //! not again while its CPU time and its bytes stay unchanged). A process that reacts to its own timers (a heartbeat) moves on real
 //! time: the calls such a timer makes are held like any other, in the settle they arrive in.
 
@@ -144,8 +144,10 @@ fn read_cpu_ns(pid: Option<u32>) -> u64 {
     }
 }
 
-/// Whether a thread of process `pid` is runnable (`/proc/<pid>/task/*/stat`): a thread waiting
-/// for a CPU (the machine is busy) uses none, yet it has not finished reacting.
+/// Whether a thread of process `pid` is runnable or in an uninterruptible wait
+/// (`/proc/<pid>/task/*/stat`, state `R` or `D`, proc(5)): a thread waiting for a CPU (the
+/// machine is busy) or for its disk (a log line written while PostgreSQL syncs, a page fault)
+/// uses none, yet it has not finished reacting.
 fn any_runnable(pid: Option<u32>) -> bool {
     let Some(pid) = pid else { return false };
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -154,6 +156,6 @@ fn any_runnable(pid: Option<u32>) -> bool {
     tasks.flatten().any(|t| {
         // `pid (comm) S …`: the state follows the last `)`.
         let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('R'))
+        stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['R', 'D']))
     })
 }
