@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
-use crate::sim::history::{Entry, Fact, Outcome};
+use crate::sim::history::{Entry, Fact};
 
 /// The name of [`StoppedHoldsNothing`].
 pub const STOPPED_HOLDS_NOTHING: &str = "a stopped worker holds no message";
@@ -38,7 +38,7 @@ impl Invariant for StoppedHoldsNothing {
         for (i, e) in entries.iter().enumerate() {
             match e {
                 Entry::Step(s) => {
-                    let lost = matches!(s.outcome, Outcome::ReceiveLost { .. } | Outcome::ReceivedBatch { lost: true, .. });
+                    let lost = s.outcome.receive_lost();
                     for f in &s.facts {
                         match f {
                             Fact::Received { msg, .. } if !lost => {

@@ -154,13 +154,6 @@ impl SqsNemesis {
         self.redeliver_after_delete + self.receive_lost + self.batch_delete_partial
     }
 
-    /// Records a receive of one message; true when this receive is to be lost (an armed
-    /// `receive-lost`).
-    pub fn received(&mut self, queue: &'static str, msg: &str, receipt: &str, body: &str) -> bool {
-        self.note_received(queue, msg, receipt, body);
-        self.take_receive_lost()
-    }
-
     /// Records that `msg` was received with `receipt` (one message of a receive).
     pub fn note_received(&mut self, queue: &'static str, msg: &str, receipt: &str, body: &str) {
         self.latest_receipt.insert(msg.to_string(), receipt.to_string());
@@ -271,27 +264,29 @@ mod tests {
     #[test]
     fn handles_of_a_replaced_message_are_gone() {
         let mut n = SqsNemesis::default();
-        n.received("q", "m1", "h1", "{}");
-        n.received("q", "m1", "h2", "{}");
+        n.note_received("q", "m1", "h1", "{}");
+        n.note_received("q", "m1", "h2", "{}");
         assert!(!n.is_gone("h1") && !n.is_gone("h2"));
         n.deleted("m1");
         n.replaced("m1");
         assert!(n.is_gone("h1") && n.is_gone("h2"));
-        n.received("q", "m1", "h3", "{}");
+        n.note_received("q", "m1", "h3", "{}");
         assert!(!n.is_gone("h3"));
         assert!(n.is_stale("m1", "h2") && !n.depends_on_stale_delete("m1", "h2"), "a gone handle decides nothing");
-        n.received("q", "m1", "h4", "{}");
+        n.note_received("q", "m1", "h4", "{}");
         assert!(n.depends_on_stale_delete("m1", "h3"), "a stale handle of the copy still depends on the endpoint");
     }
 
     #[test]
     fn stale_handles_and_armed_faults() {
         let mut n = SqsNemesis::default();
-        assert!(!n.received("q", "m1", "h1", "{}"));
-        assert!(!n.is_stale("m1", "h1"));
+        n.note_received("q", "m1", "h1", "{}");
+        assert!(!n.take_receive_lost() && !n.is_stale("m1", "h1"));
         n.apply(SqsFault::ReceiveLost);
-        assert!(n.received("q", "m1", "h2", "{}"), "the armed receive is lost");
-        assert!(!n.received("q", "m1", "h3", "{}"), "only once");
+        n.note_received("q", "m1", "h2", "{}");
+        assert!(n.take_receive_lost(), "the armed receive is lost");
+        n.note_received("q", "m1", "h3", "{}");
+        assert!(!n.take_receive_lost(), "only once");
         assert!(n.is_stale("m1", "h1") && n.is_stale("m1", "h2") && !n.is_stale("m1", "h3"));
         assert_eq!(n.take_redelivery("m1"), None, "not armed");
         n.apply(SqsFault::RedeliverAfterDelete);

@@ -192,6 +192,12 @@ impl Outcome {
             || matches!(self, Outcome::Answered { status, .. } if !status.is_some_and(|s| (200..300).contains(&s)))
     }
 
+    /// Whether a ReceiveMessage's response was lost on its way (`sqs:receive-lost`, one message
+    /// or several): the consumer got nothing.
+    pub fn receive_lost(&self) -> bool {
+        matches!(self, Outcome::ReceiveLost { .. } | Outcome::ReceivedBatch { lost: true, .. })
+    }
+
     /// Whether a statement found nothing: no row returned, affected or fetched (a poll that
     /// found no work).
     pub fn no_rows(&self) -> bool {

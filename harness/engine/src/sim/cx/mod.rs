@@ -24,6 +24,7 @@ pub use program::{handle_one, handler_failed, Handler, Poller, Producer, Program
 use super::history::{Fact, Outcome, Service, Step};
 use super::world::{SharedWorld, Status};
 use crate::sim::model::redis as model;
+use crate::sim::model::pg as pg_model;
 use crate::nemesis::pg::PgFault;
 use crate::nemesis::redis::RedisFault;
 use crate::spec::CrashPoint;
@@ -329,17 +330,11 @@ impl Cx {
     /// A statement without parameters that opens (`in_tx_after`) or closes a transaction. An
     /// injected failure leaves the transaction state as it was: the statement was not sent.
     async fn simple(&mut self, op: &'static str, sql: &str, in_tx_after: bool) -> Result<(), CallError> {
-        self.pg_gate(op, sql).await?;
-        // An armed `pg:commit-response-lost` takes a COMMIT that commits: in an aborted
-        // transaction (where any statement fails, 25P02) COMMIT rolls back, and the fault
-        // waits for the next COMMIT. The probe is the harness's, not counted as the worker's.
-        let lose_reply = sql == "COMMIT"
-            && self.world.borrow().pg.armed(PgFault::CommitResponseLost)
-            && sqlx::raw_sql("SELECT 1").execute(self.pg()).await.is_ok();
+        let fate = self.pg_gate_commit(op, sql, sql == "COMMIT").await?;
         let r = sqlx::raw_sql(sql).execute(self.pg()).await;
         // COMMIT and ROLLBACK end the transaction even when they report an error.
         self.in_tx = in_tx_after && r.is_ok();
-        if r.is_ok() && lose_reply && self.world.borrow_mut().pg.take(PgFault::CommitResponseLost) {
+        if r.is_ok() && fate == pg_model::Fate::LoseReply {
             return Err(self.pg_fault_error(op, crate::nemesis::pg::COMMIT_REPLY_LOST));
         }
         self.complete(op, Service::Postgres, pg_outcome(r.as_ref().map(|_| Outcome::Done)), vec![]);
@@ -347,9 +342,9 @@ impl Cx {
     }
 
     /// The facts of statement `sql` answered `outcome` on this worker's connection: a write
-    /// outside a transaction block commits at once ([`crate::sim::model::pg::autocommit_write`]).
+    /// outside a transaction block commits at once ([`pg_model::autocommit_write`]).
     fn autocommit(&self, sql: &str, outcome: &Outcome) -> Vec<Fact> {
-        crate::sim::model::pg::autocommit_write(crate::sim::model::pg::first_keyword(sql), outcome, self.in_tx).into_iter().collect()
+        pg_model::autocommit_write(pg_model::first_keyword(sql), outcome, self.in_tx).into_iter().collect()
     }
 
     /// Completes `op` with the connection error `message` of a PostgreSQL fault.
@@ -365,8 +360,20 @@ impl Cx {
     /// [`crate::nemesis::pg::CONNECTION_RESET`]. A statement that goes out and names
     /// `pg_backend_pid` marks the session ([`names_backend_pid`]).
     async fn pg_gate(&mut self, op: &'static str, sql: &str) -> Result<(), CallError> {
+        self.pg_gate_commit(op, sql, false).await.map(|_| ())
+    }
+
+    /// [`Cx::pg_gate`] of a statement that is a COMMIT (`commit`) or not: the fate the armed
+    /// faults give it ([`pg_model::fate`]). Whether a COMMIT commits is probed when a lost
+    /// reply is armed: in an aborted transaction (every statement fails, 25P02) it rolls back.
+    /// The probe is the harness's, not counted as the worker's.
+    async fn pg_gate_commit(&mut self, op: &'static str, sql: &str, commit: bool) -> Result<pg_model::Fate, CallError> {
         self.gate(op).await?;
-        if self.world.borrow_mut().pg.take(PgFault::ConnectionReset) {
+        let commits = commit
+            && self.world.borrow().pg.armed(PgFault::CommitResponseLost)
+            && sqlx::raw_sql("SELECT 1").execute(self.pg()).await.is_ok();
+        let fate = pg_model::fate(&mut self.world.borrow_mut().pg, commits);
+        if fate == pg_model::Fate::Reset {
             if self.in_tx {
                 let _ = sqlx::raw_sql("ROLLBACK").execute(self.pg()).await;
                 self.in_tx = false;
@@ -376,7 +383,7 @@ impl Cx {
         self.pid_named |= names_backend_pid(sql);
         self.count(1, 0, 0);
         self.set_in_pg(true);
-        Ok(())
+        Ok(fate)
     }
 
     /// Runs `sql` with `vals` and returns at most one row (`RETURNING …`). A yield point named

@@ -17,7 +17,8 @@ pub struct FailedEntry {
     /// `sqs:batch-delete-partial`.
     pub code: String,
 }
-use crate::sim::history::{Fact, Outcome, Service};
+use crate::sim::history::{Outcome, Service};
+use crate::sim::model::sqs as model;
 
 impl Cx {
 
@@ -58,37 +59,28 @@ impl Cx {
                 return Err(e);
             }
         };
-        let mut out = Vec::new();
-        for m in messages {
-            let id = m.message_id.unwrap_or_default();
-            let count = m
-                .attributes
-                .as_ref()
-                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                .and_then(|v| v.parse().ok());
-            let msg = self.label(prefix, id);
-            let receive_count = self.world.borrow_mut().count_receive(&msg, count);
-            out.push(Delivery { queue, msg, body: m.body.unwrap_or_default(), receipt: m.receipt_handle.unwrap_or_default(), receive_count });
-        }
-        let lost = {
-            let mut w = self.world.borrow_mut();
-            out.iter().for_each(|d| w.sqs.note_received(queue, &d.msg, &d.receipt, &d.body));
-            !out.is_empty() && w.sqs.take_receive_lost()
-        };
-        let facts = out
-            .iter()
-            .map(|d| Fact::Received { queue, msg: d.msg.clone(), receive_count: d.receive_count, receipt: d.receipt.clone() })
+        let got = messages
+            .into_iter()
+            .map(|m| model::Got {
+                id: m.message_id.unwrap_or_default(),
+                receive_count: m
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                    .and_then(|v| v.parse().ok()),
+                receipt: m.receipt_handle.unwrap_or_default(),
+                body: m.body.unwrap_or_default(),
+            })
             .collect();
-        let outcome = match (out.as_slice(), lost) {
-            ([], _) => Outcome::Empty,
-            ([d], false) => Outcome::Received { msg: d.msg.clone(), receive_count: d.receive_count },
-            ([d], true) => Outcome::ReceiveLost { msg: d.msg.clone(), receive_count: d.receive_count },
-            (many, lost) => Outcome::ReceivedBatch { msgs: many.iter().map(|d| (d.msg.clone(), d.receive_count)).collect(), lost },
-        };
+        let model::Received { delivered, lost, outcome, facts } = model::receive(&mut self.world.borrow_mut(), queue, prefix, got, None);
         // A lost receive: SQS counted it and the messages are in flight, the consumer gets nothing.
-        if lost {
-            out.clear();
-        }
+        let out: Vec<Delivery> = match lost {
+            true => Vec::new(),
+            false => delivered
+                .into_iter()
+                .map(|d| Delivery { queue, msg: d.msg, body: d.body, receipt: d.receipt, receive_count: d.receive_count })
+                .collect(),
+        };
         self.complete("recv", Service::Sqs, outcome, facts);
         self.set_idle(out.is_empty());
         Ok(out)
@@ -135,24 +127,13 @@ impl Cx {
         }
         match on_io(req.send()).await {
             Ok(out) => {
-                let who = self.world.borrow().names.uuid(&identity);
-                let sent = self.world.borrow_mut().sent(queue, prefix, &out.message_id.unwrap_or_default(), fifo.is_some(), fifo.as_ref());
-                match sent {
-                    Ok(msg) => {
-                        if let Some(first) = fifo.as_ref().and_then(|f| f.inside.as_ref()) {
-                            self.note(format!("SQS accepted {msg} as a new message, though {} had its deduplication id less than 5 min before", first.msg));
-                        }
-                        let fact = Fact::Sent { queue, msg: msg.clone(), identity };
-                        self.complete(op, Service::Sqs, Outcome::Sent { msg: msg.clone(), who }, vec![fact]);
-                        Ok(msg)
-                    }
-                    Err(first) => {
-                        let outcome = Outcome::Suppressed { msg: first.msg.clone(), who, first_ms: first.at_ms };
-                        let fact = Fact::Suppressed { queue, msg: first.msg.clone(), identity, replay: false };
-                        self.complete(op, Service::Sqs, outcome, vec![fact]);
-                        Ok(first.msg)
-                    }
+                let id = out.message_id.unwrap_or_default();
+                let sent = model::sent(&mut self.world.borrow_mut(), queue, prefix, &id, fifo.is_some(), fifo.as_ref(), identity);
+                if let (None, Some(first)) = (sent.suppressed_since, fifo.as_ref().and_then(|f| f.inside.as_ref())) {
+                    self.note(format!("SQS accepted {} as a new message, though {} had its deduplication id less than 5 min before", sent.msg, first.msg));
                 }
+                self.complete(op, Service::Sqs, sent.outcome(), vec![sent.fact]);
+                Ok(sent.msg)
             }
             Err(e) => {
                 let e = format!("SendMessage: {}", aws_err(&e));
@@ -172,29 +153,21 @@ impl Cx {
     /// nothing: the call is made, and the copy stays.
     pub async fn delete(&mut self, d: &Delivery) -> Result<(), CallError> {
         self.gate("delete").await?;
-        let (depends, noop, gone) = {
-            let w = self.world.borrow();
-            let gone = w.sqs.is_gone(&d.receipt);
-            (w.sqs.depends_on_stale_delete(&d.msg, &d.receipt), w.sqs.is_stale(&d.msg, &d.receipt) && w.sqs.stale_delete_noop, gone)
-        };
-        if noop {
-            self.complete("delete", Service::Sqs, Outcome::NotDeleted { msg: d.msg.clone() }, vec![]);
-            return Ok(());
+        let plan = model::plan_delete(&self.world.borrow(), &d.msg, &d.receipt);
+        if !plan.noop {
+            self.count(0, 1, 0);
         }
-        self.count(0, 1, 0);
-        let r = on_io(self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send()).await;
-        match r {
-            Ok(_) if gone => {
-                self.complete("delete", Service::Sqs, Outcome::NotDeleted { msg: d.msg.clone() }, vec![]);
-                Ok(())
+        let r = match plan.noop {
+            true => Ok(()),
+            false => {
+                let call = self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send();
+                on_io(call).await.map(|_| ())
             }
-            Ok(_) => {
-                self.world.borrow_mut().sqs.deleted(&d.msg);
-                let mut facts = vec![Fact::Deleted { queue: d.queue, msg: d.msg.clone() }];
-                if depends {
-                    facts.push(Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() });
-                }
-                self.complete("delete", Service::Sqs, Outcome::Deleted { msg: d.msg.clone(), stale: depends }, facts);
+        };
+        match r {
+            Ok(()) => {
+                let (outcome, facts) = model::deleted(&mut self.world.borrow_mut(), d.queue, &d.msg, plan);
+                self.complete("delete", Service::Sqs, outcome, facts);
                 Ok(())
             }
             Err(e) => {
@@ -223,27 +196,18 @@ impl Cx {
             _ => return Err(CallError::Service("DeleteMessageBatch: 1 to 10 entries of one queue".into())),
         };
         self.gate("delete_batch").await?;
-        let (mut failed, mut facts) = (Vec::new(), Vec::new());
         // SQS checks the request as a whole: entry ids that repeat or are malformed get the
         // batch rejected whatever the entries hold, so such a request goes as it is, with no
         // fault applied to its entries.
-        let mut ids: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
-        ids.sort_unstable();
-        let well_formed = |id: &str| (1..=80).contains(&id.len()) && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        let rejected = ids.windows(2).any(|p| p[0] == p[1]) || !ids.iter().all(|id| well_formed(id));
-        let keys: Vec<(&str, &str)> = entries.iter().map(|(_, d)| (d.msg.as_str(), d.receipt.as_str())).collect();
+        let rejected = model::batch_ids_refused(entries.iter().map(|(id, _)| id.as_str()));
+        let keyed: Vec<(String, String)> = entries.iter().map(|(_, d)| (d.msg.clone(), d.receipt.clone())).collect();
+        let keys: Vec<(&str, &str)> = keyed.iter().map(|(m, r)| (m.as_str(), r.as_str())).collect();
         let plan = self.world.borrow_mut().sqs.plan_batch_delete(&keys, rejected);
-        let mut kept: Vec<String> = plan.kept.iter().map(|i| entries[*i].1.msg.clone()).collect();
-        let send: Vec<(String, &Delivery)> = plan.send.iter().map(|i| (entries[*i].0.clone(), entries[*i].1)).collect();
-        if let Some(i) = plan.failed {
-            failed.push(FailedEntry { delivery: entries[i].1.clone(), code: "InternalError".into() });
-        }
-        facts.extend((0..plan.depends).map(|_| Fact::DependsOn { behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into() }));
-        let mut deleted = Vec::new();
-        if !send.is_empty() {
+        let (mut ok, mut refused) = (Vec::new(), Vec::new());
+        if !plan.send.is_empty() {
             self.count(0, 1, 0);
-            let request = send.iter().map(|(id, d)| {
-                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(id).receipt_handle(&d.receipt).build()
+            let request = plan.send.iter().map(|i| {
+                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(&entries[*i].0).receipt_handle(&entries[*i].1.receipt).build()
             });
             let request: Result<Vec<_>, _> = request.collect();
             let r = match request {
@@ -260,35 +224,14 @@ impl Cx {
                     return Err(CallError::Service(e));
                 }
             };
-            let of = |id: &str| send.iter().find(|(i, _)| i == id).map(|(_, d)| *d);
-            for ok in &out.successful {
-                if let Some(d) = of(&ok.id) {
-                    // A handle of a message a redelivery replaced: answered OK, nothing deleted.
-                    if self.world.borrow().sqs.is_gone(&d.receipt) {
-                        kept.push(d.msg.clone());
-                        continue;
-                    }
-                    self.world.borrow_mut().sqs.deleted(&d.msg);
-                    facts.push(Fact::Deleted { queue, msg: d.msg.clone() });
-                    deleted.push(d.msg.clone());
-                }
-            }
-            for f in &out.failed {
-                if let Some(d) = of(&f.id) {
-                    failed.push(FailedEntry { delivery: d.clone(), code: f.code.clone() });
-                }
-            }
+            let index = |id: &str| plan.send.iter().copied().find(|i| entries[*i].0 == id);
+            ok.extend(out.successful.iter().filter_map(|e| index(&e.id)));
+            refused.extend(out.failed.iter().filter_map(|f| Some((index(&f.id)?, f.code.clone()))));
         }
-        // In the order of the request, whatever order SQS answered in.
-        failed.sort_by_key(|f| entries.iter().position(|(_, d)| d.msg == f.delivery.msg));
-        facts.extend(failed.iter().map(|f| Fact::DeleteFailed { queue, msg: f.delivery.msg.clone() }));
-        let outcome = Outcome::BatchDeleted {
-            deleted,
-            kept,
-            failed: failed.iter().map(|f| (f.delivery.msg.clone(), f.code.clone())).collect(),
-        };
-        let service = if send.is_empty() { Service::None } else { Service::Sqs };
-        self.complete("delete_batch", service, outcome, facts);
+        let done = model::batch_deleted(&mut self.world.borrow_mut(), queue, &keyed, &plan, ok, refused);
+        let failed = done.failed.iter().map(|(i, code)| FailedEntry { delivery: entries[*i].1.clone(), code: code.clone() }).collect();
+        let service = if plan.send.is_empty() { Service::None } else { Service::Sqs };
+        self.complete("delete_batch", service, done.outcome, done.facts);
         Ok(failed)
     }
 
@@ -311,12 +254,8 @@ impl Cx {
         .await;
         match r {
             Ok(_) => {
-                self.complete(
-                    op,
-                    Service::Sqs,
-                    Outcome::Hidden { msg: d.msg.clone(), secs },
-                    vec![Fact::VisibilityChanged { queue: d.queue, msg: d.msg.clone(), secs }],
-                );
+                let (outcome, facts) = model::hidden(d.queue, &d.msg, secs);
+                self.complete(op, Service::Sqs, outcome, facts);
                 Ok(())
             }
             Err(e) => {

@@ -6,3 +6,4 @@
 
 pub mod pg;
 pub mod redis;
+pub mod sqs;

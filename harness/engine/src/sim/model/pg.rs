@@ -9,6 +9,7 @@
 //! events change what a poller finds without any COMMIT the history shows: the drain must poll
 //! its idle pollers again after such a write, as after a COMMIT.
 
+use crate::nemesis::pg::{PgFault, PgNemesis};
 use crate::sim::history::{Fact, Outcome};
 
 /// The fact of a statement whose first keyword is `keyword` (`INSERT`, `update`, …), answered
@@ -36,6 +37,34 @@ pub fn first_keyword(sql: &str) -> &str {
     s.split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("")
 }
 
+/// What the armed PostgreSQL faults do to a statement about to go out ([`fate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// It goes out, and its reply comes back.
+    Forward,
+    /// `pg:connection-reset`: not sent; the connection drops, so the server rolls back the open
+    /// transaction, and the worker gets [`crate::nemesis::pg::CONNECTION_RESET`].
+    Reset,
+    /// `pg:commit-response-lost`: the COMMIT goes out and commits; the connection drops before
+    /// its reply, and the worker gets [`crate::nemesis::pg::COMMIT_REPLY_LOST`]. Should the
+    /// COMMIT fail after all, its own error is what the worker gets, and the fault is spent.
+    LoseReply,
+}
+
+/// The fate of the next statement of a worker under the armed faults, taking the one that
+/// fires: a reset takes any statement; a lost reply only a COMMIT that commits (`commits`: a
+/// COMMIT in a transaction that has not failed; in a failed one, where every statement fails
+/// with 25P02, COMMIT rolls back, and the fault waits for the next).
+pub fn fate(pg: &mut PgNemesis, commits: bool) -> Fate {
+    if pg.take(PgFault::ConnectionReset) {
+        Fate::Reset
+    } else if commits && pg.take(PgFault::CommitResponseLost) {
+        Fate::LoseReply
+    } else {
+        Fate::Forward
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,5 +86,17 @@ mod tests {
         assert_eq!(first_keyword("-- note\n  insert into t values (1)"), "insert");
         assert_eq!(first_keyword("  SELECT 1"), "SELECT");
         assert_eq!(first_keyword("/* unclosed"), "");
+    }
+
+    #[test]
+    fn a_reset_takes_any_statement_first_and_a_lost_reply_waits_for_a_committing_commit() {
+        let mut pg = PgNemesis::default();
+        assert_eq!(fate(&mut pg, true), Fate::Forward);
+        pg.apply(PgFault::CommitResponseLost);
+        pg.apply(PgFault::ConnectionReset);
+        assert_eq!(fate(&mut pg, true), Fate::Reset);
+        assert_eq!(fate(&mut pg, false), Fate::Forward, "not a COMMIT that commits: the lost reply waits");
+        assert_eq!(fate(&mut pg, true), Fate::LoseReply);
+        assert_eq!(fate(&mut pg, true), Fate::Forward, "spent");
     }
 }

@@ -534,7 +534,7 @@ impl WireWorker {
     /// Whether call `op`, answered `outcome`, reached the point after it: it succeeded and was
     /// no idle poll.
     fn point_reached_by(&self, op: &str, outcome: &Outcome) -> bool {
-        let idle = matches!(outcome, Outcome::Empty | Outcome::ReceiveLost { .. }) || self.ext.poll == Some(op) && outcome.no_rows();
+        let idle = matches!(outcome, Outcome::Empty) || outcome.receive_lost() || self.ext.poll == Some(op) && outcome.no_rows();
         !outcome.failed() && !idle
     }
 
@@ -569,11 +569,6 @@ impl WireWorker {
     /// Adds a line to the trace.
     pub fn note(&self, text: String) {
         self.world.borrow_mut().mailbox(&self.me).notes.push(text);
-    }
-
-    /// The trace label of id `id` with `prefix`.
-    pub fn label(&self, prefix: &'static str, id: &str) -> String {
-        self.world.borrow_mut().names.label(prefix, id)
     }
 
     /// Remembers that `receipt` belongs to message `msg` of `queue`.

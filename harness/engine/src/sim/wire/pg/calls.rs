@@ -5,7 +5,6 @@
 
 use async_trait::async_trait;
 
-use crate::nemesis::pg::PgFault;
 use crate::sim::model::pg as model;
 use crate::sim::history::{Outcome, Service};
 use crate::sim::wire::gate::{Admit, PgCall, PgGate, PgReply};
@@ -203,13 +202,10 @@ impl PgGate for WireWorker {
                 // As in-process: a reset takes the next statement; a lost reply takes the next
                 // COMMIT that commits (not one in a failed transaction, which rolls back).
                 let commits = keyword_label(call) == "commit" && call.status == Some(b'T');
-                let mut w = self.world.borrow_mut();
-                if w.pg.take(PgFault::ConnectionReset) {
-                    Admit::Reset
-                } else if commits && w.pg.take(PgFault::CommitResponseLost) {
-                    Admit::LoseReply
-                } else {
-                    Admit::Forward
+                match model::fate(&mut self.world.borrow_mut().pg, commits) {
+                    model::Fate::Reset => Admit::Reset,
+                    model::Fate::LoseReply => Admit::LoseReply,
+                    model::Fate::Forward => Admit::Forward,
                 }
             }
         }

@@ -27,18 +27,7 @@ pub(super) async fn delete_batch(
     body: Bytes,
 ) -> Response<Full<Bytes>> {
     let entries = call.entries("DeleteMessageBatchRequestEntry", "ReceiptHandle");
-    let mut ids: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
-    ids.sort_unstable();
-    let well_formed = |id: &str| {
-        (1..=80).contains(&id.len())
-            && id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    };
-    if !(1..=10).contains(&entries.len())
-        || ids.windows(2).any(|w| w[0] == w[1])
-        || !ids.iter().all(|id| well_formed(id))
-    {
+    if !(1..=10).contains(&entries.len()) || model::batch_ids_refused(entries.iter().map(|(id, _)| id.as_str())) {
         return refused_as_a_whole(p, parts, body).await;
     }
     // Each entry's message, as this worker received it (a handle it never received keeps its id).
@@ -51,28 +40,10 @@ pub(super) async fn delete_batch(
                 .unwrap_or_else(|| format!("?{id}"))
         })
         .collect();
-    let keys: Vec<(&str, &str)> = msgs
-        .iter()
-        .zip(&entries)
-        .map(|(m, (_, r))| (m.as_str(), r.as_str()))
-        .collect();
-    let plan = p
-        .worker
-        .world
-        .borrow_mut()
-        .sqs
-        .plan_batch_delete(&keys, false);
-    let mut facts: Vec<Fact> = (0..plan.depends)
-        .map(|_| Fact::DependsOn {
-            behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into(),
-        })
-        .collect();
-    let mut successful: Vec<usize> = plan.kept.clone();
-    let mut failed: Vec<(usize, String)> = plan
-        .failed
-        .map(|i| (i, "InternalError".to_string()))
-        .into_iter()
-        .collect();
+    let keyed: Vec<(String, String)> = msgs.iter().cloned().zip(entries.iter().map(|(_, r)| r.clone())).collect();
+    let keys: Vec<(&str, &str)> = keyed.iter().map(|(m, r)| (m.as_str(), r.as_str())).collect();
+    let plan = p.worker.world.borrow_mut().sqs.plan_batch_delete(&keys, false);
+    let (mut ok, mut refused) = (Vec::new(), Vec::new());
     if !plan.send.is_empty() {
         let request = plan.send.iter().map(|i| {
             aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
@@ -92,57 +63,27 @@ pub(super) async fn delete_batch(
             Err(resp) => return resp,
         };
         let index = |id: &str| entries.iter().position(|(i, _)| i == id);
-        successful.extend(out.successful.iter().filter_map(|ok| index(&ok.id)));
-        failed.extend(
-            out.failed
-                .iter()
-                .filter_map(|f| Some((index(&f.id)?, f.code.clone()))),
-        );
+        ok.extend(out.successful.iter().filter_map(|e| index(&e.id)));
+        refused.extend(out.failed.iter().filter_map(|f| Some((index(&f.id)?, f.code.clone()))));
     }
-    successful.sort_unstable();
-    failed.sort_unstable();
-    let (mut deleted, mut kept) = (Vec::new(), plan.kept.clone());
-    {
-        let mut w = p.worker.world.borrow_mut();
-        for i in successful.iter().filter(|i| !plan.kept.contains(i)) {
-            // A handle of a message a redelivery replaced: answered OK, nothing deleted.
-            if w.sqs.is_gone(&entries[*i].1) {
-                kept.push(*i);
-                continue;
-            }
-            if p.worker.message_of(&entries[*i].1).is_some() {
-                w.sqs.deleted(&msgs[*i]);
-                facts.push(Fact::Deleted {
-                    queue,
-                    msg: msgs[*i].clone(),
-                });
-                deleted.push(msgs[*i].clone());
-            }
-        }
-    }
-    facts.extend(failed.iter().map(|(i, _)| Fact::DeleteFailed {
-        queue,
-        msg: msgs[*i].clone(),
-    }));
-    let outcome = Outcome::BatchDeleted {
-        deleted,
-        kept: kept.iter().map(|i| msgs[*i].clone()).collect(),
-        failed: failed
-            .iter()
-            .map(|(i, code)| (msgs[*i].clone(), code.clone()))
-            .collect(),
-    };
+    // A handle this worker never received deletes what SQS says, and records nothing.
+    let (known, unknown): (Vec<usize>, Vec<usize>) = ok.into_iter().partition(|i| p.worker.message_of(&entries[*i].1).is_some());
+    let done = model::batch_deleted(&mut p.worker.world.borrow_mut(), queue, &keyed, &plan, known, refused);
     p.worker.complete(
         if plan.send.is_empty() {
             Service::None
         } else {
             Service::Sqs
         },
-        outcome,
-        facts,
+        done.outcome,
+        done.facts,
     );
+    let mut successful = done.successful;
+    successful.extend(unknown);
+    successful.sort_unstable();
     let ids = |v: &[usize]| v.iter().map(|i| entries[*i].0.clone()).collect::<Vec<_>>();
-    let failed_ids: Vec<(String, String)> = failed
+    let failed_ids: Vec<(String, String)> = done
+        .failed
         .iter()
         .map(|(i, code)| (entries[*i].0.clone(), code.clone()))
         .collect();
@@ -253,27 +194,13 @@ pub(super) async fn send_batch(
             .and_then(|v| (*p.worker.identity)(&v))
             .map(|(_, u)| u)
             .unwrap_or_default();
-        let mut w = p.worker.world.borrow_mut();
-        let who = w.names.uuid(&identity);
-        match w.sent(queue, p.worker.queues.prefix(queue), message_id, fifo, None) {
-            Ok(msg) => {
-                facts.push(Fact::Sent {
-                    queue,
-                    msg: msg.clone(),
-                    identity,
-                });
-                sent.push((msg, who));
-            }
-            Err(first) => {
-                facts.push(Fact::Suppressed {
-                    queue,
-                    msg: first.msg.clone(),
-                    identity,
-                    replay: false,
-                });
-                suppressed.push((first.msg, who));
-            }
+        let prefix = p.worker.queues.prefix(queue);
+        let one = model::sent(&mut p.worker.world.borrow_mut(), queue, prefix, message_id, fifo, None, identity);
+        match one.suppressed_since {
+            None => sent.push((one.msg, one.who)),
+            Some(_) => suppressed.push((one.msg, one.who)),
         }
+        facts.push(one.fact);
     }
     p.worker.complete(
         Service::Sqs,
@@ -351,14 +278,7 @@ pub(super) async fn change_visibility_batch(
         .filter_map(|f| Some((index(&f.id)?, f.code.clone())))
         .collect();
     bad.sort_unstable();
-    let facts = ok
-        .iter()
-        .map(|i| Fact::VisibilityChanged {
-            queue,
-            msg: msg_of(*i),
-            secs: secs_of(*i),
-        })
-        .collect();
+    let facts = ok.iter().flat_map(|i| model::hidden(queue, &msg_of(*i), secs_of(*i)).1).collect();
     let outcome = Outcome::BatchHidden {
         hidden: ok.iter().map(|i| (msg_of(*i), secs_of(*i))).collect(),
         failed: bad

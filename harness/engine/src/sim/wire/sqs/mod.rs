@@ -36,7 +36,8 @@ mod protocol;
 use batch::*;
 use protocol::*;
 use crate::sim::cx::REAL_VISIBILITY_S;
-use crate::sim::history::{Fact, Outcome, Service};
+use crate::sim::history::{Outcome, Service};
+use crate::sim::model::sqs as model;
 
 /// What every request handler of one worker's proxy shares.
 pub struct SqsProxy {
@@ -381,67 +382,22 @@ async fn receive(
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    let msgs = parse_received(call.proto, &rbody);
+    let got = parse_received(call.proto, &rbody);
     let prefix = p.worker.queues.prefix(queue);
-    let mut facts = Vec::new();
-    let mut outcome = Outcome::Empty;
-    let mut lost_all = !msgs.is_empty();
-    let mut lost = Vec::new();
-    for (i, m) in msgs.iter().enumerate() {
-        let msg = p.worker.label(prefix, &m.id);
-        let receive_count = p
-            .worker
-            .world
-            .borrow_mut()
-            .count_receive(&msg, m.receive_count);
-        p.worker.remember_receipt(&m.receipt, queue, &msg);
-        let is_lost = p
-            .worker
-            .world
-            .borrow_mut()
-            .sqs
-            .received(queue, &msg, &m.receipt, &m.body);
-        lost_all &= is_lost;
-        if is_lost {
-            lost.push(m.receipt.clone());
-        }
-        facts.push(Fact::Received {
-            queue,
-            msg: msg.clone(),
-            receive_count,
-            receipt: m.receipt.clone(),
-        });
-        if let Some(secs) = visibility.filter(|_| !is_lost) {
-            facts.push(Fact::VisibilityChanged {
-                queue,
-                msg: msg.clone(),
-                secs,
-            });
-        }
-        if i == 0 {
-            outcome = if is_lost {
-                Outcome::ReceiveLost { msg, receive_count }
-            } else {
-                Outcome::Received { msg, receive_count }
-            };
-        } else {
-            p.worker
-                .note(format!("the same receive also returned {msg} (prefetch)"));
-        }
+    let model::Received {
+        delivered,
+        lost,
+        outcome,
+        facts,
+    } = model::receive(&mut p.worker.world.borrow_mut(), queue, prefix, got, visibility);
+    for d in &delivered {
+        p.worker.remember_receipt(&d.receipt, queue, &d.msg);
     }
-    let idle = msgs.is_empty() || lost_all;
     p.worker.complete(Service::Sqs, outcome, facts);
-    p.worker.set_idle(idle);
-    if lost_all {
+    p.worker.set_idle(delivered.is_empty() || lost);
+    if lost {
+        // The response is lost on its way: the worker gets an empty one.
         return empty();
-    }
-    if !lost.is_empty() {
-        // Replies are not signed: the lost messages are cut out of it.
-        return passthrough(
-            status,
-            headers,
-            Bytes::from(without_messages(call.proto, &rbody, &lost)),
-        );
     }
     passthrough(status, headers, rbody)
 }
@@ -483,46 +439,12 @@ async fn send(
         Proto::Query => xml_tag(&String::from_utf8_lossy(&rbody), "MessageId").unwrap_or_default(),
     };
     let identity = identity.unwrap_or_default();
-    let who = p.worker.world.borrow().names.uuid(&identity);
     // The worker's own MessageDeduplicationId, if any, passes through: on a FIFO queue SQS's
     // answer with an accepted message's id says it dropped the send (in LocalStack's real time).
     let fifo = p.worker.queues.is_fifo(queue);
-    let sent =
-        p.worker
-            .world
-            .borrow_mut()
-            .sent(queue, p.worker.queues.prefix(queue), &id, fifo, None);
-    match sent {
-        Ok(msg) => p.worker.complete(
-            Service::Sqs,
-            Outcome::Sent {
-                msg: msg.clone(),
-                who,
-            },
-            vec![Fact::Sent {
-                queue,
-                msg,
-                identity,
-            }],
-        ),
-        Err(first) => {
-            let fact = Fact::Suppressed {
-                queue,
-                msg: first.msg.clone(),
-                identity,
-                replay: false,
-            };
-            p.worker.complete(
-                Service::Sqs,
-                Outcome::Suppressed {
-                    msg: first.msg,
-                    who,
-                    first_ms: first.at_ms,
-                },
-                vec![fact],
-            );
-        }
-    }
+    let prefix = p.worker.queues.prefix(queue);
+    let sent = model::sent(&mut p.worker.world.borrow_mut(), queue, prefix, &id, fifo, None, identity);
+    p.worker.complete(Service::Sqs, sent.outcome(), vec![sent.fact]);
     passthrough(status, headers, rbody)
 }
 
@@ -543,53 +465,26 @@ async fn delete(
         );
         return forward_or_502(p, parts, body).await;
     };
-    let (depends, noop, gone) = {
-        let w = p.worker.world.borrow();
-        (
-            w.sqs.depends_on_stale_delete(&msg, &receipt),
-            w.sqs.is_stale(&msg, &receipt) && w.sqs.stale_delete_noop,
-            w.sqs.is_gone(&receipt),
-        )
-    };
-    if noop {
-        p.worker
-            .complete(Service::Sqs, Outcome::NotDeleted { msg }, vec![]);
-        return call.ok_reply("");
-    }
-    let (status, headers, rbody) = match forward_call(p, parts, body).await {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    // A handle of a message a redelivery replaced: the copy stays.
-    if gone {
-        p.worker.complete(Service::Sqs, Outcome::NotDeleted { msg }, vec![]);
-        return passthrough(status, headers, rbody);
-    }
-    p.worker.world.borrow_mut().sqs.deleted(&msg);
-    let mut facts = vec![Fact::Deleted {
-        queue,
-        msg: msg.clone(),
-    }];
-    if depends {
-        facts.push(Fact::DependsOn {
-            behaviour: crate::nemesis::sqs::STALE_RECEIPT_HANDLE.into(),
-        });
-    }
-    p.worker.complete(
-        Service::Sqs,
-        Outcome::Deleted {
-            msg,
-            stale: depends,
+    let plan = model::plan_delete(&p.worker.world.borrow(), &msg, &receipt);
+    let answer = match plan.noop {
+        true => None,
+        false => match forward_call(p, parts, body).await {
+            Ok(r) => Some(r),
+            Err(resp) => return resp,
         },
-        facts,
-    );
-    passthrough(status, headers, rbody)
+    };
+    let (outcome, facts) = model::deleted(&mut p.worker.world.borrow_mut(), queue, &msg, plan);
+    p.worker.complete(Service::Sqs, outcome, facts);
+    match answer {
+        Some((status, headers, rbody)) => passthrough(status, headers, rbody),
+        None => call.ok_reply(""),
+    }
 }
 
 /// Completes a ChangeMessageVisibility that set `msg`'s visibility to `secs` (logical).
 fn hidden(p: &SqsProxy, queue: &'static str, msg: String, secs: u64) {
-    let facts = vec![Fact::VisibilityChanged { queue, msg: msg.clone(), secs }];
-    p.worker.complete(Service::Sqs, Outcome::Hidden { msg, secs }, facts);
+    let (outcome, facts) = model::hidden(queue, &msg, secs);
+    p.worker.complete(Service::Sqs, outcome, facts);
 }
 
 

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
+use crate::sim::model::sqs::Got;
 
 /// The wire form of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,16 +229,8 @@ pub(super) fn reply(
         .expect("a valid response")
 }
 
-/// A message in a ReceiveMessage reply.
-pub(super) struct Received {
-    pub(super) id: String,
-    pub(super) receipt: String,
-    pub(super) body: String,
-    /// `ApproximateReceiveCount`, when the receive asked for it.
-    pub(super) receive_count: Option<u32>,
-}
-
-pub(super) fn parse_received(proto: Proto, body: &[u8]) -> Vec<Received> {
+/// The messages of a ReceiveMessage reply, in its order.
+pub(super) fn parse_received(proto: Proto, body: &[u8]) -> Vec<Got> {
     match proto {
         Proto::Json => {
             let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
@@ -245,7 +238,7 @@ pub(super) fn parse_received(proto: Proto, body: &[u8]) -> Vec<Received> {
                 .and_then(|m| m.as_array())
                 .map(|ms| {
                     ms.iter()
-                        .map(|m| Received {
+                        .map(|m| Got {
                             id: str_of(m, "MessageId"),
                             receipt: str_of(m, "ReceiptHandle"),
                             body: str_of(m, "Body"),
@@ -268,7 +261,7 @@ pub(super) fn parse_received(proto: Proto, body: &[u8]) -> Vec<Received> {
                         .find(|a| a.contains("<Name>ApproximateReceiveCount</Name>"))
                         .and_then(|a| xml_tag(a, "Value"))
                         .and_then(|c| c.parse().ok());
-                    Received {
+                    Got {
                         id: xml_tag(m, "MessageId").unwrap_or_default(),
                         receipt: xml_tag(m, "ReceiptHandle").unwrap_or_default(),
                         body: xml_tag(m, "Body").unwrap_or_default(),
@@ -303,35 +296,6 @@ pub(super) fn xml_tag(xml: &str, tag: &str) -> Option<String> {
     quick_xml::escape::unescape(&xml[start..end])
         .ok()
         .map(|s| s.into_owned())
-}
-
-/// A ReceiveMessage reply without the messages whose receipt handle is in `receipts`.
-pub(super) fn without_messages(proto: Proto, body: &[u8], receipts: &[String]) -> Vec<u8> {
-    match proto {
-        Proto::Json => {
-            let mut v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-            if let Some(ms) = v.get_mut("Messages").and_then(|m| m.as_array_mut()) {
-                ms.retain(|m| !receipts.contains(&str_of(m, "ReceiptHandle")));
-            }
-            v.to_string().into_bytes()
-        }
-        Proto::Query => {
-            let text = String::from_utf8_lossy(body);
-            let mut parts = text.split("<Message>");
-            let mut out = parts.next().unwrap_or_default().to_string();
-            for m in parts {
-                let keep = xml_tag(m, "ReceiptHandle").is_none_or(|r| !receipts.contains(&r));
-                let (message, rest) = m.split_once("</Message>").unwrap_or((m, ""));
-                if keep {
-                    out.push_str("<Message>");
-                    out.push_str(message);
-                    out.push_str("</Message>");
-                }
-                out.push_str(rest);
-            }
-            out.into_bytes()
-        }
-    }
 }
 
 #[cfg(test)]
@@ -384,17 +348,6 @@ mod tests {
             ("b", "{\"x\":1}", Some(3))
         );
         assert!(parse_received(Proto::Json, b"{}").is_empty());
-        let cut = without_messages(Proto::Query, xml, &["s".to_string()]);
-        assert!(parse_received(Proto::Query, &cut).is_empty());
-        let two = br#"{"Messages":[{"MessageId":"a","ReceiptHandle":"r"},{"MessageId":"b","ReceiptHandle":"q"}]}"#;
-        let cut = without_messages(Proto::Json, two, &["r".to_string()]);
-        assert_eq!(
-            parse_received(Proto::Json, &cut)
-                .iter()
-                .map(|m| m.id.as_str())
-                .collect::<Vec<_>>(),
-            vec!["b"]
-        );
         assert_eq!(
             error_code(br#"{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"x"}"#)
                 .as_deref(),
