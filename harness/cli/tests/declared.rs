@@ -859,8 +859,13 @@ fn a_second_call_of_a_one_call_worker_names_the_calls_the_client_and_the_setting
     for f in ["schema.sql", "schema-no-unique.sql"] {
         std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
     }
+    // The first handler's first call is held for 3 s of real time, so that the second handler's
+    // call comes meanwhile however slowly its connection opens (on a loaded machine the first
+    // handler could otherwise finish before the second one's connection is up).
     let window = "scenarios/invoices/batch-same-order.toml";
-    std::fs::copy(src.join(window), dir.path().join(window)).unwrap();
+    let scenario = std::fs::read_to_string(src.join(window)).unwrap();
+    assert!(scenario.contains("\nc1:recv "), "the window no longer receives with `c1:recv`");
+    std::fs::write(dir.path().join(window), scenario.replace("\nc1:recv ", "\nc1:recv pause:3000ms ")).unwrap();
     let out = crashpoint_in(dir.path(), &["run", "invoices/batch-same-order", "--no-calibrate"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
