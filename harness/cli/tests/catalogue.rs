@@ -95,7 +95,7 @@ fn every_mutant_is_caught_within_its_budget_with_a_short_counterexample() {
                     missed.push(format!("{name}: caught by {broken:?}, not by `{invariant}`"));
                 }
                 let n = f.minimal.schedule.decisions.len();
-                // Issue 15: every counterexample shrinks to at most 5 decisions.
+                // Every counterexample shrinks to at most 5 decisions.
                 let most = 5;
                 if n > most {
                     missed.push(format!("{name}: shrunk only to {n} decisions: {}", f.minimal.schedule));

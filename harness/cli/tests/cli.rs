@@ -191,7 +191,7 @@ impl Drop for Interrupted {
     }
 }
 
-/// Issue 16: a service that dies under a running exploration ends the run with exit 2 within
+/// A service that dies under a running exploration ends the run with exit 2 within
 /// 10 s, naming the service, with its reports written and nothing left behind.
 #[test]
 #[ignore = "full tier: three service kills, 15 s of running each; `cargo test -- --include-ignored` runs it"]
@@ -246,7 +246,7 @@ fn a_service_killed_mid_run_ends_it_with_exit_2_naming_the_service() {
     }
 }
 
-/// Issue 16: a report directory that cannot be created, or exists and cannot be written,
+/// A report directory that cannot be created, or exists and cannot be written,
 /// ends the run with exit 2 before a service starts or a schedule runs, naming the directory.
 /// (`/proc/self/fdinfo` exists and refuses new files even to root, who may write in a
 /// directory of mode 0555.)
@@ -271,7 +271,7 @@ fn an_unwritable_report_directory_is_exit_2_before_any_schedule() {
     }
 }
 
-/// Issue 16 §5: every command that creates or destroys something on the services (the
+/// Every command that creates or destroys something on the services (the
 /// operations `crashpoint::services::safety::DESTRUCTIVE` lists) refuses endpoints that are not
 /// on loopback, before it connects to them, and says how to allow it.
 #[test]
@@ -308,7 +308,7 @@ fn every_destructive_command_refuses_a_remote_host_before_connecting() {
     }
 }
 
-/// Issue 16 §5: passwords in the service URLs and the AWS secret key appear in no output of a
+/// Passwords in the service URLs and the AWS secret key appear in no output of a
 /// run: stdout, stderr with debug logs, the reports and the timeline of a failure, and the
 /// error of a run whose PostgreSQL cannot be reached.
 #[test]

@@ -126,7 +126,7 @@ fn the_node_invoice_variants_are_caught_shrunk_and_reproduced() {
     caught_shrunk_and_reproduced(&dir, "invoices/explore-batch", "batch-check-then-insert", "one invoice per order");
 }
 
-/// Issue 43 §5: the concurrency-only variant fails the window of two events of one order in one
+/// The concurrency-only variant fails the window of two events of one order in one
 /// batch, and the trace tells the two handlers' calls apart by the event each is about.
 #[test]
 fn two_events_of_one_order_in_one_batch_give_two_invoices_without_a_unique_order() {
@@ -249,7 +249,7 @@ fn the_redeliver_window_charges_twice_without_an_idempotency_key() {
     assert!(t.contains("FAIL at most one charge per order: row order_id=o1 charges=2"), "{t}");
 }
 
-/// Issue 53 §2: the job worker declares `reuse = true`. An exploration runs most schedules on
+/// The job worker declares `reuse = true`. An exploration runs most schedules on
 /// processes kept from the schedule before, and `--check-determinism` replays each on fresh
 /// processes: the same trace byte for byte.
 #[test]
@@ -270,7 +270,7 @@ fn a_reusable_worker_serves_the_next_schedules_and_its_fresh_replays_match() {
     assert!(kept >= 3, "only {kept} of 12 schedules ran on kept processes:\n{t}");
 }
 
-/// Issue 53 §2: a role declared `reuse = true` whose process keeps state between schedules
+/// A role declared `reuse = true` whose process keeps state between schedules
 /// (a count of the jobs it handled, after which it leaves them undone) fails only on a kept
 /// process. The failure is replayed on fresh processes before it is reported; the replay
 /// passes, and the run stops with a harness error (exit 2) naming the role, not a verdict.
@@ -839,7 +839,7 @@ fn send_message_batch_and_change_message_visibility_batch_pass_the_proxy_with_ea
     assert!(t.lines().any(|l| l.contains("d1   delete") && l.contains("o1 deleted")), "{t}");
 }
 
-/// Issue 43 §1: a worker declared one call at a time that sends two at once (sqs-consumer
+/// A worker declared one call at a time that sends two at once (sqs-consumer
 /// handling a batch of two in parallel) stops the run with exit 2, naming both calls, the client
 /// library the wire named and the setting to change.
 #[test]
@@ -879,7 +879,7 @@ fn a_second_call_of_a_one_call_worker_names_the_calls_the_client_and_the_setting
     assert!(t.contains("its clients:"), "no client library named:\n{t}");
 }
 
-// ---- Issue 55: a team's HTTP provider declared in its workload file, at the wire ----
+// ---- A team's HTTP provider declared in its workload file, at the wire ----
 
 /// The payment worker (`examples/node-payments`: stripe-node against the declared card
 /// processor) passes the article's provider windows, each twice with the same trace.

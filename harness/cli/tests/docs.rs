@@ -151,7 +151,7 @@ fn crashpoint(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Issue 45: every command of `crashpoint --help` has its row in the command reference, and
+/// Every command of `crashpoint --help` has its row in the command reference, and
 /// every fault and decision `crashpoint list` names has its row in the schedule reference.
 #[test]
 fn every_command_and_every_fault_has_its_place_in_the_reference() {

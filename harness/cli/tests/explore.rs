@@ -66,7 +66,7 @@ fn reference_passes_generated_schedules_and_each_runs_twice_identically() {
     assert!(report.stats.calls.pg > 0 && report.stats.calls.sqs > 0 && report.stats.calls.redis > 0);
 }
 
-/// Issue 15: the reference survives lost COMMIT replies and reset connections anywhere a
+/// The reference survives lost COMMIT replies and reset connections anywhere a
 /// generated schedule puts them (`[explore] pg_faults = true`), and the faults do occur.
 #[test]
 fn reference_passes_generated_schedules_with_postgresql_outcome_faults() {

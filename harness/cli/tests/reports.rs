@@ -377,7 +377,7 @@ fn the_catalogue_does_not_depend_on_jobs() {
     assert!(out.contains("| lookup-before-claim (must not be caught) | no |"), "{out}");
 }
 
-/// Issue 44 §5: `catalogue --seeds` gives a detection rate: per mutant the seeds that caught
+/// `catalogue --seeds` gives a detection rate: per mutant the seeds that caught
 /// it and the median schedules to its first failure, the reference explored on every seed;
 /// the table (written as `detection.md`) is the same for one slot and four.
 #[test]

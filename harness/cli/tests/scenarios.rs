@@ -99,7 +99,7 @@ fn a_message_processed_inside_its_queues_retention_is_paid_once() {
     window("aws/retention", &["clock +3d", "c1   recv                                    → m1 (receive 1)"]);
 }
 
-/// Issue 15: this schedule used to pass, but SQS deletes a message after its queue's
+/// This schedule used to pass, but SQS deletes a message after its queue's
 /// retention (4 days by default) whether or not anyone processed it.
 #[test]
 fn a_message_left_past_its_queues_retention_is_reported_expired_unprocessed() {
@@ -119,7 +119,7 @@ fn a_message_left_past_its_queues_retention_is_reported_expired_unprocessed() {
 
 // ---- Dead-letter queues: the move and the redrive, in logical time ----
 
-/// Issue 15: a message received maxReceiveCount times moves to the dead-letter queue at the
+/// A message received maxReceiveCount times moves to the dead-letter queue at the
 /// next receive from its queue (which finds nothing), and a redrive inside its retention sends
 /// it back as a new message.
 #[test]
@@ -130,7 +130,7 @@ fn a_dead_lettered_message_redriven_inside_its_retention_is_paid_once() {
     );
 }
 
-/// Issue 15: on a standard queue a dead-letter queue's retention counts from the first
+/// On a standard queue a dead-letter queue's retention counts from the first
 /// enqueue, so a message moved a few seconds after its send and redriven 4 days later is gone,
 /// although it spent less than 4 days on the dead-letter queue.
 #[test]
@@ -159,7 +159,7 @@ fn a_dead_lettered_message_expires_four_days_after_its_first_enqueue_not_after_t
     assert_eq!(payout.detail, "payment p1 has no payout");
 }
 
-/// Issue 15: SQS moves a message at a receive, not when its visibility expires: until another
+/// SQS moves a message at a receive, not when its visibility expires: until another
 /// receive, the holder whose visibility timeout ran out still deletes it with its handle, and
 /// nothing reaches the dead-letter queue.
 #[test]
@@ -173,7 +173,7 @@ fn a_holder_past_its_visibility_timeout_still_deletes_a_message_at_the_receive_l
     assert!(!o.trace.contains("payments-dlq"), "nothing moves without a receive\n{}", o.trace);
 }
 
-/// Issue 15: nobody redrives during the schedule; the drain's operator does, and the new
+/// Nobody redrives during the schedule; the drain's operator does, and the new
 /// message is paid once.
 #[test]
 fn the_drain_redrives_what_the_schedule_left_on_the_dead_letter_queue() {
@@ -186,7 +186,7 @@ fn the_drain_redrives_what_the_schedule_left_on_the_dead_letter_queue() {
 
 // ---- FIFO queues: deduplication in logical time ----
 
-/// Issue 15: a send inside the 5-minute window is accepted and dropped by SQS (LocalStack
+/// A send inside the 5-minute window is accepted and dropped by SQS (LocalStack
 /// answers with the first message's id), after the first message was deleted too.
 #[test]
 fn a_send_inside_the_fifo_window_is_dropped_even_after_the_delete() {
@@ -201,7 +201,7 @@ fn a_replay_past_the_fifo_window_is_a_new_message_and_paid_once() {
     window("payout/fifo-replay", &["replayed e1 from the failure transport as m2", "m2 (receive 1)"]);
 }
 
-/// Issue 15: the checker reports a replay that FIFO deduplication dropped, though the
+/// The checker reports a replay that FIFO deduplication dropped, though the
 /// operator needed it (the parked event is then never paid).
 #[test]
 fn a_replay_inside_the_fifo_window_is_reported_suppressed() {
@@ -287,7 +287,7 @@ fn a_delete_with_a_handle_of_the_deleted_message_leaves_its_redelivered_copy() {
     }
 }
 
-/// Issue 44: `c1:lag` holds c1 before its COMMIT in the drain until the others settle. With
+/// `c1:lag` holds c1 before its COMMIT in the drain until the others settle. With
 /// c1's outbox row inserted and not committed, c2 commits a newer row, r1 publishes it, and only
 /// then does c1 commit: the reference relay publishes c1's row too, the watermark relay never
 /// does (the window of `payout/watermark-relay`, reached from a schedule of steps and one lag).
@@ -306,7 +306,7 @@ fn a_lagging_consumer_commits_last_and_only_the_watermark_relay_loses_its_row() 
     assert!(failed.contains(&"every outbox event published at least once"), "{failed:?}\n{}", o.trace);
 }
 
-/// Issue 44: `c:lag@recv` holds every handler of role `c` before its next receive in the drain
+/// `c:lag@recv` holds every handler of role `c` before its next receive in the drain
 /// until the others settle. With the dispatch lock of e1 lost (`redis:restart`) and e1 dispatched again,
 /// the producer sends both copies before any consumer receives, and c1 receives all four
 /// messages in one batch: the batch reference numbers its DeleteMessageBatch entries by
@@ -403,7 +403,7 @@ fn outbox_labels_follow_the_order_of_creation() {
     window("payout/outbox-label-order", &["→ x1 (ob2)", "→ x2 (ob1)"]);
 }
 
-/// Issue 17: a producer that dies holding its dispatch lock suppresses its own retries until
+/// A producer that dies holding its dispatch lock suppresses its own retries until
 /// the lock expires; the upstream dispatches the event again after 900 logical seconds.
 #[test]
 fn a_dispatch_lock_outliving_its_producer_delays_the_event_and_loses_nothing() {
@@ -433,7 +433,7 @@ fn without_upstream_retry_the_suppressed_dispatch_is_reported_lost() {
     assert_eq!(payout.detail, "payment p1 has no payout");
 }
 
-// ---- Issue 15: a relay with a watermark ----
+// ---- A relay with a watermark ----
 
 /// The transaction that began first commits last: the reference relay asks for every
 /// unpublished row and publishes c1's late row too.
@@ -452,7 +452,7 @@ fn a_watermark_relay_never_publishes_a_row_that_commits_below_its_watermark() {
     assert!(o.trace.contains("r1   send           [relay_after_select]     → x1 (ob2)"), "{}", o.trace);
 }
 
-// ---- Issue 15: lock ownership ----
+// ---- Lock ownership ----
 
 /// A consumer whose dispatch lock expired and was taken by a later dispatch releases it: the
 /// reference's compare-and-delete of its message's token deletes nothing.
@@ -488,7 +488,7 @@ fn a_plain_del_of_a_lock_taken_by_a_later_dispatch_is_caught() {
     assert!(others.is_empty(), "only the lock invariant should break: {others:?}");
 }
 
-// ---- Issue 15: batches ----
+// ---- Batches ----
 
 /// One receive returns three messages; the consumer dies after the first commit, and all three
 /// stay in flight until their visibility times out; c2 gets them together and one
@@ -584,7 +584,7 @@ fn a_batch_size_outside_1_to_10_is_refused_at_load() {
     );
 }
 
-// ---- Issue 15: graceful shutdown ----
+// ---- Graceful shutdown ----
 
 /// A stop in the middle of a batch: c1 finishes m1, releases m2 and m3 at once, deletes m1
 /// and exits; c2 receives the released two without waiting for a visibility timeout.

@@ -396,7 +396,7 @@ pub(crate) mod tests {
         assert_eq!(s.to_string(), "c1:crash@commit:applied");
     }
 
-    /// Issue 43 §3: a pause of real time for the workers' own timers, bounded.
+    /// A pause of real time for the workers' own timers, bounded.
     #[test]
     fn a_pause_is_real_time_and_bounded() {
         let s = parse("pause:1500ms tick:1s").unwrap();
@@ -406,7 +406,7 @@ pub(crate) mod tests {
         assert!(parse("pause").unwrap_err().message.contains("pause:<duration>"));
     }
 
-    /// Issue 43 §1: a concurrent worker's k-th held call is named in text that round-trips.
+    /// A concurrent worker's k-th held call is named in text that round-trips.
     #[test]
     fn a_pick_among_held_calls_prints_back_and_k_must_be_positive() {
         let s = parse("c1/2 c1 c2/10").unwrap();

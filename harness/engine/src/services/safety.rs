@@ -81,7 +81,7 @@ pub const DESTRUCTIVE_PATTERNS: &[&str] = &[
 mod tests {
     use super::*;
 
-    /// Issue 16 §5: every destructive operation in the source is in [`DESTRUCTIVE`], and every
+    /// Every destructive operation in the source is in [`DESTRUCTIVE`], and every
     /// entry of the list is still there; comments and tests are not operations.
     #[test]
     fn every_destructive_operation_in_the_source_is_listed() {

@@ -657,7 +657,7 @@ mod tests {
         a.destroy(&[]);
     }
 
-    /// Issue 16: a PostgreSQL killed between two schedules makes the next namespace fail at
+    /// A PostgreSQL killed between two schedules makes the next namespace fail at
     /// its first connect, where a pool would retry the refused connect for its acquire timeout
     /// (30 s by default) and the run would outlive its 10 s.
     #[test]

@@ -266,7 +266,7 @@ mod tests {
         give_back(d, &[], false);
     }
 
-    /// Issue 14's fourth lever: with several LocalStack instances, the namespaces this process
+    /// With several LocalStack instances, the namespaces this process
     /// creates spread their queues over them (each new one where fewest live). A namespace's queues exist on its own instance and
     /// on no other, so its workers must (and do, [`Admin::endpoints`]) talk to that one.
     #[test]

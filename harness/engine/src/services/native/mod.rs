@@ -205,7 +205,7 @@ mod tests {
         std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o777
     }
 
-    /// Issue 16 §3 and §5: each service is first offered a port that this test holds (a port
+    /// Each service is first offered a port that this test holds (a port
     /// taken between being chosen and the bind); each gives it up and starts on another, and
     /// the services' temp dirs are private.
     #[test]

@@ -251,7 +251,7 @@ mod tests {
 
     use super::*;
 
-    /// Issue 16 §5: the logs directory is private, a worker the harness stopped leaves no log
+    /// The logs directory is private, a worker the harness stopped leaves no log
     /// behind, and a worker whose log an error names keeps it.
     #[test]
     fn worker_logs_are_private_and_removed_unless_an_error_names_them() {
