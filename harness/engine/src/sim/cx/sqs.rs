@@ -154,12 +154,10 @@ impl Cx {
     pub async fn delete(&mut self, d: &Delivery) -> Result<(), CallError> {
         self.gate("delete").await?;
         let plan = model::plan_delete(&self.world.borrow(), &d.msg, &d.receipt);
-        if !plan.noop {
-            self.count(0, 1, 0);
-        }
         let r = match plan.noop {
             true => Ok(()),
             false => {
+                self.count(0, 1, 0);
                 let call = self.sqs.delete_message().queue_url(self.queues.url(d.queue)).receipt_handle(&d.receipt).send();
                 on_io(call).await.map(|_| ())
             }

@@ -184,7 +184,7 @@ pub(super) async fn send_batch(
         Err(resp) => return resp,
     };
     let (ok, failed) = batch_result(call, &rbody, "MessageId");
-    let fifo = p.worker.queues.is_fifo(queue);
+    let (fifo, prefix) = (p.worker.queues.is_fifo(queue), p.worker.queues.prefix(queue));
     let (mut sent, mut suppressed, mut facts) = (Vec::new(), Vec::new(), Vec::new());
     for (id, message_id) in &ok {
         let identity = bodies
@@ -194,7 +194,6 @@ pub(super) async fn send_batch(
             .and_then(|v| (*p.worker.identity)(&v))
             .map(|(_, u)| u)
             .unwrap_or_default();
-        let prefix = p.worker.queues.prefix(queue);
         let one = model::sent(&mut p.worker.world.borrow_mut(), queue, prefix, message_id, fifo, None, identity);
         match one.suppressed_since {
             None => sent.push((one.msg, one.who)),
