@@ -9,7 +9,7 @@
 //! receives, the visibility timeout passing, crashes after the receive and after the COMMIT,
 //! and the AWS-only SQS faults.
 
-use crashpoint::sim::history::{Entry, Fact, FaultEvent, History, Outcome, Service};
+use crashpoint::{Entry, Fact, FaultEvent, History, Outcome, Service};
 mod common;
 
 /// The SQS steps of `history` before its drain: (worker, outcome, facts), with each receipt

@@ -103,6 +103,8 @@
 //!   and the program traits it drives, the logical clock and the scheduler; external workers
 //!   (a team's process in any language) gated at the wire by PostgreSQL, SQS and Redis
 //!   proxies; the simulated network to the workload's providers;
+//! - `record`: what a schedule did: its history of steps and faults, its trace text, and the
+//!   labels that make ids readable and stable from run to run;
 //! - `provider`: external providers (payment gateways, mail APIs) a workload declares, run as
 //!   turmoil hosts, with the ledger of effects the checker reads;
 //! - `schedule`: schedules as data and their text form;
@@ -132,7 +134,7 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    checker, cli, duration, error, explore, nemesis, provider, report, scenario, schedule, services, sim, spec,
+    checker, cli, duration, error, explore, nemesis, provider, record, report, scenario, schedule, services, sim, spec,
     workload
 );
 
@@ -152,14 +154,14 @@ pub use cli::{main, main_with, Declarations};
 pub use duration::parse_duration_ms;
 pub use provider::api as http_api;
 pub use provider::{Call as ProviderCall, Effect, Handled, Provider, Reply, Request};
+pub use record::history::{Entry, Fact, FaultEvent, History, Outcome, Service, Step, WorkerRole};
+pub use record::labels::Labels;
 pub use scenario::InvariantSpec;
 pub use sim::admin::SqlClock;
 pub use sim::cx::{
     handle_one, handler_failed, CallError, Cx, Delivery, FailedEntry, Handler, Poller, Producer, Program, SendEach,
     System, Val, HANDLER_ERROR,
 };
-pub use sim::history::{Entry, Fact, FaultEvent, History, Outcome, Service, Step, WorkerRole};
-pub use sim::labels::Labels;
 pub use sim::wire::host::RESERVED_ENV;
 pub use sim::wire::webhook::answer_label as webhook_answer_label;
 pub use sim::wire::{External, ExternalRaw, Variant as ExternalVariant};

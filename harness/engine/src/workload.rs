@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::checker::Invariant;
 use crate::sim::cx::System;
-use crate::sim::labels::Labels;
+use crate::record::labels::Labels;
 use crate::spec::{Event, Leftover, QueueSpec, RoleSpec, SystemInfo, WorkloadFault};
 
 /// Everything the engine needs to know about one message-driven system under test.

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
-use crate::sim::history::{Entry, Fact, Outcome};
+use crate::record::history::{Entry, Fact, Outcome};
 use crate::sim::cx::HANDLER_ERROR;
 
 /// The name of [`FailedAcksHandled`].

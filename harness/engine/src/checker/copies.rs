@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
 use crate::duration::format_instant_ms;
-use crate::sim::history::{Entry, Fact, History, Outcome};
+use crate::record::history::{Entry, Fact, History, Outcome};
 
 /// The name of [`CopiesBounded`].
 pub const COPIES_BOUNDED: &str = "copies per identity stay bounded: a handler that sends a message it holds back to its queue deletes the original";
@@ -174,7 +174,7 @@ fn undeleted(history: &History) -> Vec<(Copy<'_>, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::history::{Service, Step};
+    use crate::record::history::{Service, Step};
 
     const Q: &str = "payments";
 

@@ -7,12 +7,12 @@
 //! (roll back, leave the message to its visibility timeout, go on).
 //!
 //! Read from the history alone: each crash the worker caused itself
-//! ([`crate::sim::history::Exited`]), with the call it made last and what that call returned.
+//! ([`crate::record::history::Exited`]), with the call it made last and what that call returned.
 //! A worker that exits before its first call is not this: it cannot start, a setup error
 //! (exit 2).
 
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
-use crate::sim::history::{Entry, History};
+use crate::record::history::{Entry, History};
 
 /// The name of [`WorkersSurvive`].
 pub const WORKERS_SURVIVE: &str = "workers survive the faults injected";
@@ -41,7 +41,7 @@ fn exits(history: &History) -> Vec<Problem> {
                 _ => None,
             });
             let after = match last {
-                Some(s) => format!(", after its call `{}` → {}", s.op, crate::sim::trace::outcome_text(s)),
+                Some(s) => format!(", after its call `{}` → {}", s.op, crate::record::trace::outcome_text(s)),
                 None => String::new(),
             };
             let text = format!("{worker} exited by itself ({}) at {:.3}s{after}", exited.how, *t_ms as f64 / 1000.0);
@@ -53,7 +53,7 @@ fn exits(history: &History) -> Vec<Problem> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::history::{Exited, Outcome, Service, Step};
+    use crate::record::history::{Exited, Outcome, Service, Step};
 
     fn verdict(entries: Vec<Entry>) -> Verdict {
         Verdict::from_problems(WORKERS_SURVIVE, exits(&History { entries, roles: Default::default() }))

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
 use crate::duration::{format_duration_ms, format_instant_ms};
-use crate::sim::history::{Entry, Fact, FaultEvent};
+use crate::record::history::{Entry, Fact, FaultEvent};
 
 /// The name of [`NothingExpired`].
 pub const NOTHING_EXPIRED: &str = "nothing silently expired: no message outlived its queue's retention unprocessed";

@@ -63,7 +63,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use crate::sim::admin::Admin;
-use crate::sim::history::{Entry, Fact, FaultEvent, History};
+use crate::record::history::{Entry, Fact, FaultEvent, History};
 use crate::spec::Event;
 
 /// The facts tables, empty: run before the system's DDL for a workload whose
@@ -182,7 +182,7 @@ pub fn fill(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::history::{Outcome, Service, Step};
+    use crate::record::history::{Outcome, Service, Step};
 
     fn step(facts: Vec<Fact>) -> Entry {
         Entry::Step(Step { t_ms: 0, worker: "c1".into(), op: "x".into(), service: Service::Sqs, at: None, outcome: Outcome::Done, idle: false, facts, unit: None })

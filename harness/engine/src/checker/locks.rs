@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
-use crate::sim::history::{Entry, Fact};
+use crate::record::history::{Entry, Fact};
 
 /// The name of [`ReleasedByHolder`].
 pub const RELEASED_BY_HOLDER: &str = "a lock is released only by its holder";

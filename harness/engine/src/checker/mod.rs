@@ -41,8 +41,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::sim::admin::Admin;
-use crate::sim::history::History;
-use crate::sim::labels::Labels;
+use crate::record::history::History;
+use crate::record::labels::Labels;
 use crate::spec::Event;
 
 /// The outcome of one invariant.
@@ -173,7 +173,7 @@ impl<'a> CheckCx<'a> {
         let mut labels = self.row_labels.borrow_mut();
         let masked = |t: &str, labels: &Labels| {
             let mut m = labels.relabel(&self.names.relabel(t));
-            for id in crate::sim::labels::uuids_in(&m.clone()) {
+            for id in crate::record::labels::uuids_in(&m.clone()) {
                 m = m.replace(id, "?");
             }
             m

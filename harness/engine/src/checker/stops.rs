@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
-use crate::sim::history::{Entry, Fact};
+use crate::record::history::{Entry, Fact};
 
 /// The name of [`StoppedHoldsNothing`].
 pub const STOPPED_HOLDS_NOTHING: &str = "a stopped worker holds no message";

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::{CheckCx, CulpritKind, Invariant, Problem, Verdict};
 use crate::duration::format_instant_ms;
-use crate::sim::history::{Entry, Fact};
+use crate::record::history::{Entry, Fact};
 
 /// The name of [`NoReplaySuppressed`].
 pub const NO_REPLAY_SUPPRESSED: &str = "no replay is suppressed: FIFO deduplication dropped no message replayed from the failure transport";

@@ -10,7 +10,7 @@ use crate::scenario::{Scenario, ScenarioOutcome};
 /// (what it said as it died: a traceback, an unhandled rejection).
 fn exit_logs(o: &ScenarioOutcome) {
     for e in &o.history.entries {
-        if let crate::sim::history::Entry::Crash { worker, exited: Some(x), .. } = e {
+        if let crate::record::history::Entry::Crash { worker, exited: Some(x), .. } = e {
             println!("{worker} exited by itself ({}); the last lines of its log:", x.how);
             for line in x.log_tail.lines() {
                 println!("  | {line}");

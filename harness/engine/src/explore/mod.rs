@@ -259,6 +259,9 @@ fn explore_on<'e>(
     slots::run_cases(endpoints, &system, s, opts, &calls, started, board, |mut ran| {
         ex.stats.cases.push(Case { index: ran.index, case_seed: ran.seed, schedule: stats::schedule_id(&ran.schedule) });
         ex.stats.record_with(&ran.outcome, std::mem::take(&mut ran.signal));
+        if let Some(how) = ran.kept_differs.take() {
+            ex.stats.kept_differed(how);
+        }
         if opts.check_determinism {
             Determinism::count(&mut ex.stats.determinism, ran.divergence.is_none());
         }

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use crate::sim::history::{Entry, Fact, History, Outcome, Service, Step};
+use crate::record::history::{Entry, Fact, History, Outcome, Service, Step};
 use crate::spec::{role_of, RoleSpec};
 
 /// What one worker holds at a point of the history.
@@ -183,7 +183,7 @@ pub fn signal(history: &History, roles: &[RoleSpec]) -> BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::history::Step;
+    use crate::record::history::Step;
     use crate::spec::RoleKind;
 
     fn lock(worker: &str, taken: bool, facts: Vec<Fact>) -> Entry {

@@ -39,6 +39,10 @@ pub(super) struct Ran {
     pub outcome: ScenarioOutcome,
     /// With `check_determinism`: the first trace line where a second run differed.
     pub divergence: Option<String>,
+    /// When it failed on kept worker processes and their replay on fresh ones differed (two
+    /// fresh runs agreeing): the schedule and how kept and fresh differed. Its outcome is the
+    /// fresh one's.
+    pub kept_differs: Option<String>,
     /// Its abstract coverage signal (`super::signal`), computed here once for the stats and
     /// a guided exploration's corpus.
     pub signal: std::collections::BTreeSet<String>,
@@ -68,6 +72,10 @@ struct Shared {
     /// The corpus of a guided exploration (`[explore] strategy = "guided"`).
     guide: Option<Guide>,
     started: Instant,
+    /// Set once a schedule ran otherwise on kept worker processes than on fresh ones: the
+    /// kept processes carry something that changes what they do, and every later schedule
+    /// starts its processes afresh.
+    fresh_only: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -126,26 +134,52 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
             tracing::debug!(case = index, mutation, %schedule, "case schedule");
             // On the processes the namespace kept, where roles declare `reuse = true`; a
             // failure found on them is reported only as fresh processes replay it.
-            let outcome = crate::sim::wire::keep::reusing(|| run_scenario(endpoints, system.clone(), s, Some(&schedule)))?;
-            let outcome = match outcome.reused.is_empty() || outcome.passed() {
-                true => outcome,
+            let outcome = match shared.fresh_only.load(Ordering::Relaxed) {
+                false => crate::sim::wire::keep::reusing(|| run_scenario(endpoints, system.clone(), s, Some(&schedule)))?,
+                true => run_scenario(endpoints, system.clone(), s, Some(&schedule))?,
+            };
+            let (mut outcome, mut kept_differs) = match outcome.reused.is_empty() || outcome.passed() {
+                true => (outcome, None),
                 false => {
                     let fresh = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
-                    same_on_fresh(&outcome, &fresh)?;
-                    fresh
+                    match kept_against_fresh(&outcome, &fresh) {
+                        None => (fresh, None),
+                        // A kept process carries what a fresh one has not: its own state, and
+                        // timers a schedule's end started (a client's reconnect backoff). Fresh
+                        // processes decide, as long as they agree with each other.
+                        Some(differs) => {
+                            let again = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
+                            if let Some(d) = fresh_differs(&fresh, &again) {
+                                return Err(not_deterministic(&outcome, &differs, &d));
+                            }
+                            shared.fresh_only.store(true, Ordering::Relaxed);
+                            (fresh, Some(format!("schedule `{}`: {differs}", schedule)))
+                        }
+                    }
                 }
             };
-            let signal = super::signal::signal(&outcome.history, &roles);
             // The second run on fresh processes: it checks the reuse too.
             let divergence = match shared.opts.check_determinism {
                 true => {
                     let again = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
-                    same_on_fresh(&outcome, &again)?;
-                    first_divergence(&outcome.trace, &again.trace)
+                    match kept_against_fresh(&outcome, &again) {
+                        // A run on kept processes that passed, against fresh ones: two runs of
+                        // fresh processes judge determinism, and the fresh outcome stands.
+                        Some(differs) => {
+                            let third = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
+                            kept_differs.get_or_insert(format!("schedule `{schedule}`: {differs}"));
+                            shared.fresh_only.store(true, Ordering::Relaxed);
+                            let d = first_divergence(&again.trace, &third.trace);
+                            outcome = again;
+                            d
+                        }
+                        None => first_divergence(&outcome.trace, &again.trace),
+                    }
                 }
                 false => None,
             };
-            Ok(Ran { index, seed, mutation, schedule, outcome, divergence, signal })
+            let signal = super::signal::signal(&outcome.history, &roles);
+            Ok(Ran { index, seed, mutation, schedule, outcome, divergence, signal, kept_differs })
         });
         if ran.as_ref().map_or(true, Ran::stops) {
             shared.stop_at.fetch_min(index, Ordering::Relaxed);
@@ -156,30 +190,44 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
     }
 }
 
-/// Checks that `fresh`, a replay on fresh processes, gives the verdict and the trace of
-/// `reused`, a run on processes kept from the schedule before. Nothing to check when `reused`
-/// took no kept process. Errors: they differ, naming the reused roles: a process of theirs
-/// kept state between schedules (or the run is not deterministic).
-fn same_on_fresh(reused: &ScenarioOutcome, fresh: &ScenarioOutcome) -> Result<()> {
+/// How `fresh`, a replay on fresh processes, differs from `reused`, a run on processes kept
+/// from the schedule before: in the invariants it broke, else at the first trace line where
+/// they part. `None` when they agree, or when `reused` took no kept process.
+fn kept_against_fresh(reused: &ScenarioOutcome, fresh: &ScenarioOutcome) -> Option<String> {
     if reused.reused.is_empty() {
-        return Ok(());
+        return None;
     }
+    differs(reused, fresh, "kept processes", "fresh ones")
+}
+
+/// How two runs of one schedule on fresh processes differ, as [`kept_against_fresh`] says it.
+fn fresh_differs(first: &ScenarioOutcome, second: &ScenarioOutcome) -> Option<String> {
+    differs(first, second, "a first run on fresh processes", "a second")
+}
+
+/// How runs `a` and `b` of one schedule differ: the invariants each broke, else the first
+/// trace line where they part (`a_is`, `b_is` name them).
+fn differs(a: &ScenarioOutcome, b: &ScenarioOutcome, a_is: &str, b_is: &str) -> Option<String> {
     let broken = |o: &ScenarioOutcome| -> Vec<String> {
         o.verdicts.iter().filter(|v| !v.holds).map(|v| v.invariant.clone()).chain(o.missing_trace_facts.iter().cloned()).collect()
     };
-    let differs = match (broken(reused), broken(fresh)) {
-        (a, b) if a != b => Some(format!("broken on kept processes: {a:?}; on fresh ones: {b:?}")),
-        _ => first_divergence(&reused.trace, &fresh.trace).map(|d| format!("the traces differ at {d} (kept ≠ fresh)")),
-    };
-    let Some(differs) = differs else { return Ok(()) };
+    match (broken(a), broken(b)) {
+        (x, y) if x != y => Some(format!("broken on {a_is}: {x:?}; on {b_is}: {y:?}")),
+        _ => first_divergence(&a.trace, &b.trace).map(|d| format!("the traces differ at {d} ({a_is} ≠ {b_is})")),
+    }
+}
+
+/// The error of a schedule that ran differently on kept processes (`kept`: how) and then on
+/// two runs of fresh ones (`fresh`: how): the run is not deterministic.
+fn not_deterministic(reused: &ScenarioOutcome, kept: &str, fresh: &str) -> anyhow::Error {
     let roles: Vec<String> = reused.reused.iter().map(|r| format!("`{r}`")).collect();
-    Err(anyhow!(
-        "schedule `{}`: a run on worker processes kept from the schedule before and its replay on fresh processes differ: {differs}. \
-         Role {} keeps state between schedules (or the run is not deterministic: run again with `--check-determinism` after removing \
-         `reuse = true` to tell): do not declare it `reuse = true`",
+    anyhow!(
+        "schedule `{}` is not deterministic: on worker processes kept from the schedule before and on fresh ones, {kept}; \
+         on two runs of fresh processes, {fresh}. Run it again with `crashpoint repro` a few times to see it, and with \
+         `--check-determinism` after removing `reuse = true` from role {}",
         reused.schedule,
         roles.join(", ")
-    ))
+    )
 }
 
 /// Puts results back in case order and hands them to the consumer.
@@ -245,7 +293,7 @@ pub(super) fn run_cases<'e>(
 ) -> Result<()> {
     let guided = s.explore.as_ref().is_some_and(|e| e.strategy == crate::scenario::Strategy::Guided);
     let guide = guided.then(Guide::default);
-    let shared = Arc::new(Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts: opts.clone(), calls: calls.clone(), guide, started });
+    let shared = Arc::new(Shared { next: AtomicU64::new(0), stop_at: AtomicU64::new(u64::MAX), opts: opts.clone(), calls: calls.clone(), guide, started, fresh_only: Default::default() });
     let mut order = Consumer { order: InOrder::new(), done: None, shared: &shared, each };
     let name = system.name().to_string();
     let parallel = parallel_ok(system.as_ref(), s);

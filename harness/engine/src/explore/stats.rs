@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::scenario::ScenarioOutcome;
-use crate::sim::history::{Entry, Fact, FaultEvent};
+use crate::record::history::{Entry, Fact, FaultEvent};
 use crate::spec::CrashPoint;
-use crate::sim::history::CallCounts;
+use crate::record::history::CallCounts;
 
 /// How one crash point was exercised.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -78,6 +78,10 @@ pub struct Stats {
     /// Schedules that ran on worker processes kept from the schedule before instead of
     /// started (roles declared `reuse = true`, [`crate::sim::wire::keep`]).
     pub reused: u64,
+    /// Of those, the ones that failed on kept processes and ran otherwise on fresh ones (two
+    /// fresh runs agreeing, whose outcome counts), with the first such schedule and how the
+    /// runs differed.
+    pub kept_differed: (u64, Option<String>),
 }
 
 /// Schedules run twice to check determinism ([`Stats::determinism`]).
@@ -123,7 +127,7 @@ pub const UPSTREAM_RETRY: &str = "upstream retry (drain)";
 
 /// Whether some dispatch attempt of `history` ended without its event being sent: the next
 /// attempt of the same producer began, or the history ended, before a `Sent` of its identity.
-fn dispatch_sent_nothing(history: &crate::sim::history::History) -> bool {
+fn dispatch_sent_nothing(history: &crate::record::history::History) -> bool {
     let mut open: std::collections::BTreeMap<&str, (uuid::Uuid, bool)> = Default::default();
     for s in history.steps() {
         for f in &s.facts {
@@ -150,12 +154,28 @@ impl Stats {
     /// (reuse = true); every failure is replayed on fresh ones before it is reported`.
     pub fn reused_line(&self) -> Option<String> {
         (self.reused > 0).then(|| {
+            let differed = match &self.kept_differed {
+                (0, _) => String::new(),
+                (n, first) => format!(
+                    "; {n} ran otherwise there than on fresh ones, whose outcome counts, and every schedule after it started fresh \
+                     processes (a kept process carries its own state, or a timer of its client's that a schedule's end started, \
+                     such as a reconnect backoff; the first: {})",
+                    first.as_deref().unwrap_or("?")
+                ),
+            };
             format!(
                 "kept worker processes: {} of {} schedules ran on processes of the schedule before (reuse = true); \
-                 a failure is reported only as fresh processes replay it",
+                 a failure is reported only as fresh processes replay it{differed}",
                 self.reused, self.schedules
             )
         })
+    }
+
+    /// Counts a schedule whose run on kept processes and replay on fresh ones differed
+    /// (`how`: the schedule and where).
+    pub fn kept_differed(&mut self, how: String) {
+        self.kept_differed.0 += 1;
+        self.kept_differed.1.get_or_insert(how);
     }
 
     /// Empty counters for a scenario of `workload`.
@@ -221,7 +241,7 @@ impl Stats {
             match e {
                 Entry::Crash { worker, at: Some(cp), op: None, .. } => self.coverage.entry((role(worker), *cp)).or_default().crashed += 1,
                 Entry::Step(s) => {
-                    use crate::sim::history::Outcome;
+                    use crate::record::history::Outcome;
                     if let Outcome::Injected { at } | Outcome::ServiceErrorInjected { at } = s.outcome {
                         self.coverage.entry((role(&s.worker), at)).or_default().failed += 1;
                     }

@@ -1,5 +1,5 @@
 //! Reports of a run, for a CI page and for people: the files written to
-//! the report directory (`--report-dir`, default [`DEFAULT_DIR`]; the trace text is [`crate::sim::trace`]):
+//! the report directory (`--report-dir`, default [`DEFAULT_DIR`]; the trace text is [`crate::record::trace`]):
 //!
 //! | file | what |
 //! |---|---|

@@ -210,6 +210,10 @@ pub struct ScenarioReport {
     /// `reuse = true`); left out of report.json when none did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reused_schedules: Option<u64>,
+    /// Of those, schedules that failed on kept processes and ran otherwise on fresh ones,
+    /// whose outcome counted (absent when none did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_differed: Option<u64>,
 }
 
 /// The coverage an exploration reached, as distinct elements of the abstract signal.
@@ -317,6 +321,7 @@ impl ScenarioReport {
             external_workers: s.external.iter().map(|e| crate::sim::wire::info(e)).collect(),
             determinism: st.determinism,
             reused_schedules: (st.reused > 0).then_some(st.reused),
+            kept_differed: (st.kept_differed.0 > 0).then_some(st.kept_differed.0),
         }
     }
 

@@ -16,10 +16,10 @@ use std::fmt::Write;
 
 use quick_xml::escape::escape;
 
-use crate::sim::trace;
+use crate::record::trace;
 use super::violation::first_break;
 use crate::scenario::ScenarioOutcome;
-use crate::sim::history::{Entry, FaultEvent, Outcome, Service};
+use crate::record::history::{Entry, FaultEvent, Outcome, Service};
 
 const LABEL_W: usize = 110;
 const COL_W: usize = 52;
@@ -83,7 +83,7 @@ fn service_lane(s: Service) -> Option<&'static str> {
 }
 
 /// The provider an HTTP step called.
-fn provider_of(s: &crate::sim::history::Step) -> Option<&str> {
+fn provider_of(s: &crate::record::history::Step) -> Option<&str> {
     match &s.outcome {
         Outcome::Http { provider, .. } | Outcome::NoResponse { provider, .. } | Outcome::Delivered { provider, .. } | Outcome::Answered { provider, .. } => Some(provider),
         _ => None,

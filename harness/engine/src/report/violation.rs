@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 use crate::checker::{CulpritKind, Verdict};
-use crate::sim::history::{Entry, Fact, History, Outcome};
+use crate::record::history::{Entry, Fact, History, Outcome};
 use crate::spec::RoleKind;
 
 /// The identities each entry concerns, by entry index, and whether it is an effective commit.
@@ -143,5 +143,5 @@ pub fn first_break<'v>(history: &History, verdicts: &'v [Verdict]) -> Option<(us
 
 /// The trace line of the step where the first violated invariant of `o` broke.
 pub fn breaking_line(o: &crate::scenario::ScenarioOutcome) -> Option<String> {
-    first_break(&o.history, &o.verdicts).map(|(i, _)| crate::sim::trace::line(&o.history.entries[i]))
+    first_break(&o.history, &o.verdicts).map(|(i, _)| crate::record::trace::line(&o.history.entries[i]))
 }

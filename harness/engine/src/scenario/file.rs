@@ -453,7 +453,7 @@ pub fn load(root: &Path, path: &Path, registry: &Registry) -> Result<Option<Scen
         check_names(&text, path, spanned, &schedule, &workers, &event_names)?;
     }
     // The workload checks its fields now, so that a bad file fails before any service starts.
-    let mut names = crate::sim::labels::Labels::default();
+    let mut names = crate::record::labels::Labels::default();
     workload.events(&events, uuid::Uuid::nil(), &mut names).map_err(|e| {
         // The workload's message starts with `events[i]` when it names a table.
         let i = e.strip_prefix("events[").and_then(|r| r.split(']').next()).and_then(|i| i.parse::<usize>().ok());

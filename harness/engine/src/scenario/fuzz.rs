@@ -20,7 +20,7 @@ use proptest::sample::select;
 
 use super::load;
 use crate::schedule::fuzz::{mutation, repository_scenarios, FAULTS, PROVIDERS, ROLES};
-use crate::sim::labels::Labels;
+use crate::record::labels::Labels;
 use crate::workload::{Registry, Workload};
 use crate::spec::{Event, QueueSpec, Resend, RoleSpec, SystemInfo, WorkloadFault};
 

@@ -6,12 +6,12 @@ use uuid::Uuid;
 
 use super::Scenario;
 use crate::checker::{self, Verdict};
-use crate::sim::trace;
+use crate::record::trace;
 use crate::schedule::Schedule;
 use crate::services::cpu::thread_cpu_ms;
 use crate::services::Endpoints;
 use crate::sim::scheduler::{Run, Setup};
-use crate::sim::{history::CallCounts, labels::Labels};
+use crate::record::{history::CallCounts, labels::Labels};
 use crate::sim::cx::System;
 use crate::spec::{CrashPoint, Event, QueueSpec};
 
@@ -42,7 +42,7 @@ pub struct ScenarioOutcome {
     /// Wall time by phase (not part of the trace).
     pub phases: Phases,
     /// The recorded history.
-    pub history: crate::sim::history::History,
+    pub history: crate::record::history::History,
     /// The roles whose processes were kept from the schedule before instead of started
     /// ([`crate::sim::wire::keep`]; empty outside [`crate::sim::wire::keep::reusing`]).
     pub reused: std::collections::BTreeSet<&'static str>,

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::history::{Expiry, Fact};
+use crate::record::history::{Expiry, Fact};
 
 
 /// A message that was received and not yet deleted.

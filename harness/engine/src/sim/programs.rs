@@ -2,7 +2,7 @@
 //! Messenger worker loop of a handler, and the cycle loop of a poller.
 
 use crate::sim::cx::Cx;
-use crate::sim::history::Fact;
+use crate::record::history::Fact;
 use crate::sim::cx::{handle_one, handler_failed, Program};
 
 /// Runs `program` until the host is crashed or the simulation ends. `queue` is the queue a

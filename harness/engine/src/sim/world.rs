@@ -7,14 +7,14 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use super::history::CallCounts;
-use super::labels::Labels;
+use crate::record::history::CallCounts;
+use crate::record::labels::Labels;
 use std::rc::Rc;
 
 use tokio::sync::Notify;
 
 use super::fifo::{Accepted, FifoSend};
-use super::history::Step;
+use crate::record::history::Step;
 use crate::spec::{CrashPoint, Event};
 
 /// Where a worker is.

@@ -21,7 +21,7 @@ pub use sqs::FailedEntry;
 mod program;
 pub use program::{handle_one, handler_failed, Handler, Poller, Producer, Program, SendEach, System, HANDLER_ERROR};
 
-use super::history::{Fact, Outcome, Service, Step};
+use crate::record::history::{Fact, Outcome, Service, Step};
 use super::world::{SharedWorld, Status};
 use crate::sim::model::redis as model;
 use crate::sim::model::pg as pg_model;

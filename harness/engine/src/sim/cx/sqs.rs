@@ -17,7 +17,7 @@ pub struct FailedEntry {
     /// `sqs:batch-delete-partial`.
     pub code: String,
 }
-use crate::sim::history::{Outcome, Service};
+use crate::record::history::{Outcome, Service};
 use crate::sim::model::sqs as model;
 
 impl Cx {

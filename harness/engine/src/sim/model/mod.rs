@@ -2,7 +2,7 @@
 //! both front-ends, the in-process [`crate::sim::cx::Cx`] and the wire proxies
 //! ([`crate::sim::wire`]). A front-end translates a call into the model's terms and the model's
 //! answer back; it does not decide. The models write the history's records
-//! ([`crate::sim::history`]) and nothing above.
+//! ([`crate::record::history`]) and nothing above.
 
 pub mod pg;
 pub mod redis;

@@ -10,7 +10,7 @@
 //! its idle pollers again after such a write, as after a COMMIT.
 
 use crate::nemesis::pg::{PgFault, PgNemesis};
-use crate::sim::history::{Fact, Outcome};
+use crate::record::history::{Fact, Outcome};
 
 /// The fact of a statement whose first keyword is `keyword` (`INSERT`, `update`, …), answered
 /// `outcome`, completed with a transaction block open (`in_tx`) or not:

@@ -19,8 +19,8 @@
 //! `FLUSHDB`/`FLUSHALL`, and a worker reading a TTL back (`TTL`, `PTTL`, `EXPIRETIME` answer
 //! what the real server holds, the pad included).
 
-use crate::sim::history::{Expiry, Fact, Outcome};
-use crate::sim::trace::one_line;
+use crate::record::history::{Expiry, Fact, Outcome};
+use crate::record::trace::one_line;
 
 /// Added to every positive TTL a command gives the real server, ms: the real key outlives its
 /// logical deadline by an hour, so that only the logical clock expires it (the harness deletes
@@ -94,7 +94,7 @@ pub fn label(args: &[String]) -> &'static str {
 }
 
 /// What a command is about, for a trace line, on one line and uncut (the trace cuts it to
-/// [`crate::sim::trace::SUBJECT_MAX`] characters once its ids are labels: a cut id would not
+/// [`crate::record::trace::SUBJECT_MAX`] characters once its ids are labels: a cut id would not
 /// be known): the keys of an `EVAL`/`EVALSHA` (never its script), else the first argument
 /// after the name.
 pub fn subject(args: &[String]) -> Option<String> {
@@ -441,7 +441,7 @@ mod tests {
         assert_eq!(subject(&a("EVALSHA abc 0")), None);
         assert_eq!(subject(&a("GET k")).as_deref(), Some("k"));
         assert_eq!(one_line("a\n  b", 10), "a b");
-        let max = crate::sim::trace::SUBJECT_MAX;
+        let max = crate::record::trace::SUBJECT_MAX;
         assert_eq!(one_line(&"x".repeat(60), max).chars().count(), max + 1);
     }
 }

@@ -21,7 +21,7 @@
 //!   `InvalidBatchEntryId`): SQS refuses such a request as a whole, before any entry.
 
 use crate::nemesis::sqs::{BatchDeletePlan, STALE_RECEIPT_HANDLE};
-use crate::sim::history::{Fact, Outcome};
+use crate::record::history::{Fact, Outcome};
 use crate::sim::world::World;
 
 /// One message of a ReceiveMessage's answer, as the front-end read it.

@@ -4,7 +4,7 @@
 use anyhow::Result;
 
 use super::Run;
-use crate::sim::history::Entry;
+use crate::record::history::Entry;
 use crate::sim::world::Status;
 
 impl Run<'_> {

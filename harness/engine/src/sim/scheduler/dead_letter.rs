@@ -15,7 +15,7 @@
 use anyhow::{Context, Result};
 
 use super::Run;
-use crate::sim::history::{Fact, FaultEvent};
+use crate::record::history::{Fact, FaultEvent};
 use crate::spec::RoleKind;
 
 /// A message visible on its source queue again after `maxReceiveCount` receives: SQS moves it

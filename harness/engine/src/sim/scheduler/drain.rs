@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::Result;
 
 use super::Run;
-use crate::sim::history::{Fact, FaultEvent};
+use crate::record::history::{Fact, FaultEvent};
 use crate::sim::world::Status;
 use crate::spec::{role_of, RoleKind};
 
@@ -324,7 +324,7 @@ impl Run<'_> {
         let mut received = std::collections::BTreeSet::new();
         for e in &self.history.entries {
             // A dead-letter move, a redrive or retention took it off its queue: not a worker's doing.
-            if let crate::sim::history::Entry::Fault {
+            if let crate::record::history::Entry::Fault {
                 fault: FaultEvent::Redriven { msg, .. } | FaultEvent::Expired { msg, .. } | FaultEvent::DeadLettered { msg, .. },
                 ..
             } = e
@@ -332,8 +332,8 @@ impl Run<'_> {
                 deleted.insert(msg.clone());
             }
             let facts = match e {
-                crate::sim::history::Entry::Step(s) => &s.facts,
-                crate::sim::history::Entry::Fault { facts, .. } => facts,
+                crate::record::history::Entry::Step(s) => &s.facts,
+                crate::record::history::Entry::Fault { facts, .. } => facts,
                 _ => continue,
             };
             for f in facts {

@@ -7,7 +7,7 @@
 use anyhow::Result;
 
 use super::{back_at_receive, inapplicable, Inapplicable, Run};
-use crate::sim::history::Entry;
+use crate::record::history::Entry;
 use crate::sim::world::Status;
 use crate::spec::CrashPoint;
 
@@ -121,13 +121,13 @@ impl Run<'_> {
         }
         // What it did before it exited comes first in the history.
         self.collect(None);
-        self.end_host(&w, false, Some(crate::sim::history::Exited { how, log_tail }))?;
+        self.end_host(&w, false, Some(crate::record::history::Exited { how, log_tail }))?;
         Ok(true)
     }
 
     /// Ends worker `w`'s host and records it: killed (`graceful` false), stopped, or `exited`
     /// by itself.
-    pub(super) fn end_host(&mut self, w: &str, graceful: bool, exited: Option<crate::sim::history::Exited>) -> Result<()> {
+    pub(super) fn end_host(&mut self, w: &str, graceful: bool, exited: Option<crate::record::history::Exited>) -> Result<()> {
         let status = self.status(w);
         let (at, op) = match &status {
             Status::Crashed => return Err(inapplicable(format!("{w} is already crashed"))),

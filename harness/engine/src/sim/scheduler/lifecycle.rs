@@ -16,9 +16,9 @@ use crate::sim::admin::{Admin, SqlClock};
 use crate::sim::clock::Clock;
 use crate::sim::cx::System;
 use crate::sim::fleet;
-use crate::sim::history::{CallCounts, History, WorkerRole};
+use crate::record::history::{CallCounts, History, WorkerRole};
 use crate::sim::host_spec::HostSpec;
-use crate::sim::labels::Labels;
+use crate::record::labels::Labels;
 use crate::sim::world::World;
 use crate::spec::{role_of, CrashPoint, Event, IdentityFn, Leftover, QueueSpec, RoleSpec, WorkloadFault};
 

@@ -27,7 +27,7 @@ pub use lifecycle::Setup;
 
 use super::admin::Admin;
 use super::clock::Clock;
-use super::history::{Entry, Fact, FaultEvent, History, Service};
+use crate::record::history::{Entry, Fact, FaultEvent, History, Service};
 use super::world::{Mailbox, SharedWorld, Status};
 use crate::schedule::Decision;
 use crate::spec::{
@@ -687,7 +687,7 @@ impl<'a> Run<'a> {
                 if let Some(unit) = &mut step.unit {
                     *unit = self.world.borrow_mut().names.relabel_all(unit);
                 }
-                if let super::history::Outcome::Error { message } = &mut step.outcome {
+                if let crate::record::history::Outcome::Error { message } = &mut step.outcome {
                     *message = self.world.borrow_mut().names.relabel_all(message);
                 }
                 // An armed `redis:lose-lock` fired in this call: the loss first, then the call.

@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use super::{inapplicable, Inapplicable, Run};
 use crate::sim::clock::Due;
-use crate::sim::history::{Fact, FaultEvent};
+use crate::record::history::{Fact, FaultEvent};
 use crate::sim::world::Status;
 use crate::spec::{CrashPoint, RoleKind};
 

@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use super::Run;
 use crate::nemesis::net::{NetFault, NetFaultKind};
-use crate::sim::history::{Entry, FaultEvent};
+use crate::record::history::{Entry, FaultEvent};
 use crate::sim::net::Cut;
 
 impl Run<'_> {

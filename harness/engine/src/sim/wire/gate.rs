@@ -4,7 +4,7 @@
 //! A proxy (PostgreSQL, SQS or Redis) reads one complete call from the worker, asks its
 //! gate ([`PgGate`], or [`super::worker::WireWorker`] for SQS and Redis) whether the call is gated, holds it until the gate admits it, then forwards it
 //! (or answers with a service error), relays the reply, and reports what the reply said. The
-//! gate turns that into the same [`crate::sim::history::Step`]s as an in-process worker's call.
+//! gate turns that into the same [`crate::record::history::Step`]s as an in-process worker's call.
 
 use async_trait::async_trait;
 

@@ -47,7 +47,7 @@ use tokio::net::TcpListener;
 use super::worker::{injected_error, Granted, Held, WireWorker};
 use crate::nemesis::net::{NetFault, NetFaultKind};
 use crate::provider::{Provider, Reply};
-use crate::sim::history::{Outcome, Service};
+use crate::record::history::{Outcome, Service};
 use crate::sim::net::host::{decode, encode};
 use crate::sim::net::Handoff;
 
@@ -79,6 +79,8 @@ pub async fn serve(listener: TcpListener, provider: Rc<dyn Provider>, worker: Rc
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        // A reply goes out whole at once (no Nagle wait for the worker's delayed ACK).
+        let _ = stream.set_nodelay(true);
         let (provider, worker, last) = (provider.clone(), worker.clone(), last.clone());
         tokio::task::spawn_local(async move {
             let gate = worker.clone();

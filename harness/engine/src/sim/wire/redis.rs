@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::worker::WireWorker;
 use crate::sim::model::redis::{self as model, Reply};
 use crate::nemesis::redis::RedisFault;
-use crate::sim::history::{Fact, Outcome, Service};
+use crate::record::history::{Fact, Outcome, Service};
 
 /// Commands that pass ungated.
 pub const PASS: &[&str] = &[
@@ -126,6 +126,11 @@ async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, worker: &WireWorker) ->
 
 async fn relay(mut client: TcpStream, upstream: &str, worker: &Rc<WireWorker>) -> Result<()> {
     let mut server = TcpStream::connect(upstream).await?;
+    // A reply goes out at once, even behind another one the worker has not acknowledged yet
+    // (pipelined commands of a concurrent worker): without it, Nagle's algorithm may hold it
+    // until the worker's delayed ACK, tens of ms of real time in which the worker seems still.
+    client.set_nodelay(true)?;
+    server.set_nodelay(true)?;
     let (mut from_client, mut from_server) = (Vec::new(), Vec::new());
     let mut in_multi = false;
     // The commands queued in the current MULTI: EXEC's reply answers each in order.

@@ -26,7 +26,7 @@ use hyper_util::rt::TokioIo;
 
 use super::worker::{Granted, Held, WireWorker};
 use crate::provider::api::Webhook;
-use crate::sim::history::{Outcome, Service};
+use crate::record::history::{Outcome, Service};
 use crate::sim::net::webhook::{answered, take, Delivery};
 use crate::sim::world::SharedWorld;
 

@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use super::spec::External;
 use crate::sim::cx::QueueUrls;
-use crate::sim::history::{Fact, Outcome, Service, Step};
+use crate::record::history::{Fact, Outcome, Service, Step};
 use crate::sim::world::{InFlight, SharedWorld, Status, Unit};
 use crate::spec::{CrashPoint, IdentityFn};
 
@@ -326,7 +326,7 @@ impl WireWorker {
         // as labels before it is cut (a cut id would no longer be known).
         let about = about.map(|a| {
             let a = self.world.borrow_mut().names.relabel_all(&a);
-            crate::sim::trace::one_line(&a, crate::sim::trace::SUBJECT_MAX)
+            crate::record::trace::one_line(&a, crate::record::trace::SUBJECT_MAX)
         });
         let task = tokio::task::try_id();
         // A proxy task makes its calls in turn: a call it made before is over.

@@ -36,7 +36,7 @@ mod protocol;
 use batch::*;
 use protocol::*;
 use crate::sim::cx::REAL_VISIBILITY_S;
-use crate::sim::history::{Outcome, Service};
+use crate::record::history::{Outcome, Service};
 use crate::sim::model::sqs as model;
 
 /// What every request handler of one worker's proxy shares.
@@ -69,6 +69,8 @@ pub async fn serve(listener: TcpListener, proxy: Rc<SqsProxy>) {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        // A reply goes out whole at once (no Nagle wait for the worker's delayed ACK).
+        let _ = stream.set_nodelay(true);
         let proxy = proxy.clone();
         tokio::task::spawn_local(async move {
             let worker = proxy.worker.clone();

@@ -113,7 +113,7 @@ pub enum Service {
     None,
 }
 
-/// What a call returned, as data; `crate::sim::trace` turns it into text.
+/// What a call returned, as data; `crate::record::trace` turns it into text.
 // Each variant's doc names and explains its fields.
 #[allow(missing_docs)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

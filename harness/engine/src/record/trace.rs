@@ -12,7 +12,7 @@ use std::fmt::Write;
 
 use crate::duration::format_instant_ms;
 use crate::schedule::format_duration_ms;
-use crate::sim::history::{Entry, FaultEvent, History, Outcome, Step};
+use crate::record::history::{Entry, FaultEvent, History, Outcome, Step};
 
 /// Width of the seconds column: 4 digits, or more when the history's logical time needs them
 /// (a 15-day tick reaches 7), so that every line of one trace keeps its columns aligned.
@@ -276,7 +276,7 @@ pub fn render(history: &History) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::history::{Service, Step};
+    use crate::record::history::{Service, Step};
 
     fn step(t_ms: u64) -> Entry {
         let outcome = Outcome::Received { msg: "m1".into(), receive_count: 1 };
