@@ -1,4 +1,12 @@
-//! Durations in schedules and traces: `31s`, `1500ms`, `2m`, `1h`, `3d`, in logical ms.
+//! Logical time: its epoch, and durations in schedules and traces (`31s`, `1500ms`, `2m`, `1h`,
+//! `3d`, in logical ms).
+
+use chrono::{DateTime, Utc};
+
+/// The logical clock's epoch: logical time 0 is 2026-01-01T00:00:00Z.
+pub fn epoch() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_767_225_600, 0).expect("valid epoch")
+}
 
 /// The logical clock's limit, ms: 100 years (`36500d`). A duration past it, or scripted ticks
 /// adding up past it ([`crate::schedule::parse`]), are refused, so that logical time plus any

@@ -103,6 +103,8 @@
 //!   and the program traits it drives, the logical clock and the scheduler; external workers
 //!   (a team's process in any language) gated at the wire by PostgreSQL, SQS and Redis
 //!   proxies; the simulated network to the workload's providers;
+//! - `namespace`: a schedule's schema, queues and Redis prefix in the real services, pooled and
+//!   reset between schedules;
 //! - `record`: what a schedule did: its history of steps and faults, its trace text, and the
 //!   labels that make ids readable and stable from run to run;
 //! - `provider`: external providers (payment gateways, mail APIs) a workload declares, run as
@@ -134,8 +136,8 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    checker, cli, duration, error, explore, nemesis, provider, record, report, scenario, schedule, services, sim, spec,
-    workload
+    checker, cli, duration, error, explore, namespace, nemesis, provider, record, report, scenario, schedule, services,
+    sim, spec, workload
 );
 
 pub mod files;
@@ -152,12 +154,12 @@ pub use checker::{
 };
 pub use cli::{main, main_with, Declarations};
 pub use duration::parse_duration_ms;
+pub use namespace::admin::SqlClock;
 pub use provider::api as http_api;
 pub use provider::{Call as ProviderCall, Effect, Handled, Provider, Reply, Request};
 pub use record::history::{Entry, Fact, FaultEvent, History, Outcome, Service, Step, WorkerRole};
 pub use record::labels::Labels;
 pub use scenario::InvariantSpec;
-pub use sim::admin::SqlClock;
 pub use sim::cx::{
     handle_one, handler_failed, CallError, Cx, Delivery, FailedEntry, Handler, Poller, Producer, Program, SendEach,
     System, Val, HANDLER_ERROR,

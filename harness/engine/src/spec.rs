@@ -237,7 +237,7 @@ pub struct Leftover {
     pub count_sql: &'static str,
     /// When that work becomes due, if it waits for time (a claim's lease):
     /// `SELECT min(<timestamptz>) …` (one `timestamptz`, NULL when nothing waits), in logical
-    /// time (`crate::sim::cx::epoch`). The drain jumps the logical clock there when nothing
+    /// time (`crate::duration::epoch`). The drain jumps the logical clock there when nothing
     /// else moves. `None` for work that waits for no time.
     pub due_sql: Option<&'static str>,
 }

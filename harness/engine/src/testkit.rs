@@ -23,8 +23,9 @@ extern "C" fn stop_at_exit() {
     // namespaces the tests pooled on them. A failure here must not abort the exit. Without
     // a subscriber: a test's (tracing-test's, at every level) would print the cleanup's SDK
     // traces after the test results.
-    let quiet =
-        || tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), crate::sim::pool::release);
+    let quiet = || {
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), crate::namespace::pool::release)
+    };
     let _ = std::panic::catch_unwind(quiet);
     let taken = SERVICES.lock().map(|mut s| s.take()).unwrap_or(None);
     drop(taken);

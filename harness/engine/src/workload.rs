@@ -112,7 +112,7 @@ pub trait Workload: Send + Sync + 'static {
     /// Whether PostgreSQL's `now()`, `transaction_timestamp()`, `statement_timestamp()` and
     /// `clock_timestamp()` follow the schedule's logical clock in its schema, for the DDL's
     /// defaults and every connection, as `crashpoint_now()` does
-    /// ([`crate::sim::admin::SqlClock::Everywhere`]). Default `false`: `now()` is wall time.
+    /// ([`crate::namespace::admin::SqlClock::Everywhere`]). Default `false`: `now()` is wall time.
     fn logical_now(&self) -> bool {
         false
     }

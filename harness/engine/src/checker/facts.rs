@@ -62,7 +62,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use crate::sim::admin::Admin;
+use crate::namespace::admin::Admin;
 use crate::record::history::{Entry, Fact, FaultEvent, History};
 use crate::spec::Event;
 

@@ -40,7 +40,7 @@ use sqlx::postgres::PgRow;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::sim::admin::Admin;
+use crate::namespace::admin::Admin;
 use crate::record::history::History;
 use crate::record::labels::Labels;
 use crate::spec::Event;

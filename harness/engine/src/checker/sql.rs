@@ -97,7 +97,7 @@ impl Invariant for SqlInvariant {
 /// Column `i` of `row`, whose PostgreSQL type is `ty` (sqlx's name: `INT8`, `NUMERIC`, `UUID[]`
 /// for an array), as the failure line prints it: numbers and text as they are, `numeric` in
 /// full, `timestamptz` and `timestamp` as logical time (`31.000s` from the logical clock's
-/// epoch, [`crate::sim::cx::epoch`]) or ISO 8601 before it, `date` ISO, `interval` as `90s`
+/// epoch, [`crate::duration::epoch`]) or ISO 8601 before it, `date` ISO, `interval` as `90s`
 /// or `1 mon 2 days 30s`, `json`/`jsonb` as compact JSON, arrays as `{a,b}`, `null`; any
 /// other type as `<TYPE>`. UUIDs print whole here; labels replace them after.
 pub fn value(row: &PgRow, i: usize, ty: &str) -> String {
@@ -110,7 +110,7 @@ pub fn value(row: &PgRow, i: usize, ty: &str) -> String {
     fn list<T>(v: Option<Option<Vec<Option<T>>>>, f: impl Fn(T) -> String) -> Option<String> {
         or_null(v, |items| format!("{{{}}}", items.into_iter().map(|x| x.map(&f).unwrap_or_else(|| "NULL".into())).collect::<Vec<_>>().join(",")))
     }
-    let epoch = crate::sim::cx::epoch();
+    let epoch = crate::duration::epoch();
     let instant = move |t: DateTime<Utc>| match (t - epoch).num_milliseconds() {
         ms if ms >= 0 => format_instant_ms(ms as u64),
         _ => t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),

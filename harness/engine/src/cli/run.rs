@@ -157,7 +157,7 @@ pub fn with_services<T>(
             down if down.is_empty() => e,
             down => e.context(format!("{} stopped accepting connections during the run", down.join(" and "))),
         });
-    crate::sim::pool::release();
+    crate::namespace::pool::release();
     rt.block_on(services.stop());
     result
 }

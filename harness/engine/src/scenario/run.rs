@@ -173,7 +173,7 @@ pub(crate) fn run_driven(
     let (schedule, stuck) = match (driven, stuck) {
         (Ok(schedule), Ok(stuck)) => (schedule, stuck),
         (Err(e), _) | (_, Err(e)) => {
-            crate::sim::pool::give_back(fin.admin, &fin.keys, false);
+            crate::namespace::pool::give_back(fin.admin, &fin.keys, false);
             return Err(anyhow!("{e}\ntrace so far:\n{text}"));
         }
     };
@@ -183,7 +183,7 @@ pub(crate) fn run_driven(
     let invariants = s.invariants();
     if s.workload.history_tables() {
         if let Err(e) = checker::facts::fill(&fin.admin, &fin.history, &events, &fin.provider_calls, &fin.deliveries) {
-            crate::sim::pool::give_back(fin.admin, &fin.keys, false);
+            crate::namespace::pool::give_back(fin.admin, &fin.keys, false);
             return Err(anyhow!("{}: {e:#}\ntrace:\n{text}", s.name));
         }
     }
@@ -199,13 +199,13 @@ pub(crate) fn run_driven(
     // The namespace's own view: the one SQS endpoint its queues live on, not every shard.
     if let Some(down) = down_under_a_failure(&fin.admin.endpoints, &failed) {
         tracing::info!(schedule = %schedule, services_down = %down, "schedule checked: a services error, not a verdict");
-        crate::sim::pool::give_back(fin.admin, &fin.keys, false);
+        crate::namespace::pool::give_back(fin.admin, &fin.keys, false);
         let failed = failed.join("`, `");
         return Err(anyhow!("{}: `{failed}` broke while {down} accepted no connections: a services error, not the handler's verdict\ntrace:\n{text}", s.name));
     }
     cpu[3] = thread_cpu_ms();
     let t_teardown = Instant::now();
-    let sqs_calls = crate::sim::pool::give_back(fin.admin, &fin.keys, stuck.is_none());
+    let sqs_calls = crate::namespace::pool::give_back(fin.admin, &fin.keys, stuck.is_none());
     cpu[4] = thread_cpu_ms();
     let cpu_ms = [cpu[1] - cpu[0], cpu[2] - cpu[1], cpu[3] - cpu[2], cpu[4] - cpu[3]];
     let phases = Phases { setup_ms, run_ms, check_ms, teardown_ms: t_teardown.elapsed().as_secs_f64() * 1e3, cpu_ms };

@@ -200,3 +200,19 @@ where
     samples.sort_unstable();
     Ok(samples[samples.len() / 2])
 }
+
+/// The runtime that owns the workers' sockets: one thread for all slots, living as long as
+/// the process. A socket registered with a turmoil host's runtime dies with it when the
+/// schedule ends; one registered here can outlive its host (a kept PostgreSQL connection,
+/// [`super::worker_pg`]).
+pub fn io_runtime() -> &'static tokio::runtime::Runtime {
+    static IO: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    IO.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("crashpoint-io")
+            .enable_all()
+            .build()
+            .expect("starting the runtime of the workers' connections")
+    })
+}

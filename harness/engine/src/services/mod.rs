@@ -60,7 +60,7 @@ pub struct Endpoints {
     pub sqs_endpoint_url: String,
     /// Further SQS endpoints: other LocalStack instances beside `sqs_endpoint_url`, empty for
     /// one. A schedule's namespace keeps its queues on one of them, the one with the fewest
-    /// live namespaces when it is created (the namespace pool, `sim/pool.rs`, hands the
+    /// live namespaces when it is created (the namespace pool, `namespace/pool.rs`, hands the
     /// namespace [`Endpoints::on_sqs_shard`]), so that the slots' SQS calls spread over several
     /// LocalStack processes instead of queueing for one (LocalStack serves SQS from one Python
     /// process: its CPU per call was measured as the exploration's ceiling).

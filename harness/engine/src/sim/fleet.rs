@@ -5,7 +5,7 @@
 //! sockets close (an in-flight SQS message stays invisible until its visibility expires). Its
 //! PostgreSQL connection is closed and its backend terminated, which rolls back its open
 //! transaction, unless no call was under way: then it is reset as a fresh session (its
-//! transaction rolled back) and handed to the next restart ([`super::worker_pg`]). A restart is
+//! transaction rolled back) and handed to the next restart ([`crate::namespace::worker_pg`]). A restart is
 //! `Sim::bounce`: fresh software that takes such a connection or connects again. A worker's
 //! PostgreSQL connection left idle at the schedule's end is kept for the namespace's next
 //! schedule. The sockets to the services belong to the I/O
@@ -114,7 +114,7 @@ async fn host_main(name: String, program: Program, queue: Option<&'static str>, 
         Some(pg) => pg,
         None => {
             let opts = clients::pg_options(&spec.endpoints.database_url)?.options([("search_path", spec.search_path.as_str())]);
-            super::worker_pg::connect(opts).await?
+            crate::namespace::worker_pg::connect(opts).await?
         }
     };
     let sqs = clients::sqs_worker_client(&spec.endpoints.sqs_endpoint_url, &spec.sqs_calls);

@@ -7,7 +7,7 @@
 //! task queue each, about half of the harness's CPU (perf). While a worker waits
 //! on a real service, its reply is seen only by a step, so the scheduler had to step again
 //! and again, pausing 100 to 400 µs between steps (about 9 steps per SQS call of 2.3 ms, 3 per
-//! PostgreSQL call). Here the sockets belong to [`runtime`] instead: its thread waits on their
+//! PostgreSQL call). Here the sockets belong to [`crate::services::clients::io_runtime`] instead: its thread waits on their
 //! readiness and wakes the host task that waits, and every host's top-level future has its
 //! waker wrapped ([`Signal::wrap`]) so that the same wake also reaches the schedule's thread
 //! ([`Signal::wait`]). Tasks a host spawns itself (the simulated network's, the external
@@ -17,28 +17,13 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::Duration;
 
-/// The runtime that owns the workers' sockets: one thread for all slots, living as long as
-/// the process. A socket registered with a turmoil host's runtime dies with it when the
-/// schedule ends; one registered here can outlive its host (a kept PostgreSQL connection,
-/// [`super::worker_pg`]).
-pub fn runtime() -> &'static tokio::runtime::Runtime {
-    static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    IO.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("crashpoint-io")
-            .enable_all()
-            .build()
-            .expect("starting the runtime of the workers' connections")
-    })
-}
 
-/// Runs `f` on [`runtime`] and waits for its output, from any runtime (a turmoil host's).
+/// Runs `f` on [`crate::services::clients::io_runtime`] and waits for its output, from any runtime (a turmoil host's).
 /// Dropping the returned future (a host crashed) aborts `f`, as dropping `f` itself would: a
 /// crash cancels the call where it stands. Errors: none; a panic in `f` is resumed here.
 pub async fn on_io<F>(f: F) -> F::Output
@@ -53,7 +38,7 @@ where
             self.0.abort();
         }
     }
-    let task = runtime().spawn(f);
+    let task = crate::services::clients::io_runtime().spawn(f);
     let _abort = Abort(task.abort_handle());
     match task.await {
         Ok(out) => out,
@@ -173,7 +158,7 @@ mod tests {
         local.spawn_local(signal.wrap(async move { g.set(rx.await.ok()) }));
         rt.block_on(local.run_until(tokio::task::yield_now()));
         assert!(!signal.wait(Duration::from_millis(50)), "woken with nothing sent");
-        runtime().spawn(async move {
+        crate::services::clients::io_runtime().spawn(async move {
             tokio::time::sleep(Duration::from_millis(20)).await;
             tx.send(7).unwrap();
         });

@@ -3,7 +3,6 @@
 //! the wire with the same yield points; [`model`] decides what a service does with a call, once
 //! for both front-ends ([`cx`] in-process, [`wire`] at the wire).
 
-pub(crate) mod admin;
 pub(crate) mod clock;
 pub mod fifo;
 pub mod cx;
@@ -13,10 +12,7 @@ pub(crate) mod host_spec;
 pub(crate) mod io;
 pub(crate) mod net;
 pub mod model;
-pub(crate) mod pool;
 pub(crate) mod programs;
 pub(crate) mod scheduler;
-pub(crate) mod snapshot;
 pub(crate) mod world;
-pub(crate) mod worker_pg;
 pub mod wire;

@@ -28,10 +28,9 @@ use crate::sim::model::pg as pg_model;
 use crate::nemesis::pg::PgFault;
 use crate::nemesis::redis::RedisFault;
 use crate::spec::CrashPoint;
+use crate::duration::epoch;
+use crate::namespace::queues::QueueUrls;
 
-/// Real visibility timeout given to SQS, s. Long, so that only the logical clock expires
-/// messages (by ChangeMessageVisibility to 0).
-pub const REAL_VISIBILITY_S: i32 = 3600;
 
 /// Compare-and-delete of a lock: `DEL` only when the key still holds the caller's token
 /// (Redis documentation, "Distributed locks with Redis": the release script). Returns the
@@ -39,10 +38,6 @@ pub const REAL_VISIBILITY_S: i32 = 3600;
 pub const COMPARE_AND_DELETE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
-/// The logical clock's epoch: logical time 0 is 2026-01-01T00:00:00Z.
-pub fn epoch() -> DateTime<Utc> {
-    DateTime::from_timestamp(1_767_225_600, 0).expect("valid epoch")
-}
 
 /// Why a call or a handler step failed.
 #[derive(Debug, thiserror::Error)]
@@ -107,54 +102,14 @@ pub struct Delivery {
     pub receive_count: u32,
 }
 
-/// Where the schedule's queues are: URL and trace label prefix, by queue name.
-#[derive(Debug, Clone, Default)]
-pub struct QueueUrls {
-    /// (queue name, URL, label prefix), in the workload's order.
-    pub queues: Vec<(&'static str, String, &'static str)>,
-    /// The names of the FIFO queues among them ([`crate::spec::QueueSpec::fifo`]).
-    pub fifo: Vec<&'static str>,
-    /// The names of the outbound queues among them ([`crate::spec::QueueSpec::outbound`]).
-    pub outbound: Vec<&'static str>,
-}
-
-impl QueueUrls {
-    /// The URL of queue `q`. Panics on a queue the workload did not declare (a workload bug,
-    /// reported with the known names).
-    pub fn url(&self, q: &str) -> &str {
-        &self.entry(q).1
-    }
-
-    /// The label prefix of queue `q`'s messages.
-    pub fn prefix(&self, q: &str) -> &'static str {
-        self.entry(q).2
-    }
-
-    /// Whether queue `q` is a FIFO queue.
-    pub fn is_fifo(&self, q: &str) -> bool {
-        self.fifo.contains(&q)
-    }
-
-    /// The declared name of queue `q`, as a static string.
-    pub fn name(&self, q: &str) -> &'static str {
-        self.entry(q).0
-    }
-
-    fn entry(&self, q: &str) -> &(&'static str, String, &'static str) {
-        self.queues.iter().find(|e| e.0 == q).unwrap_or_else(|| {
-            let known: Vec<&str> = self.queues.iter().map(|e| e.0).collect();
-            panic!("the workload declares no queue `{q}` (queues: {})", known.join(", "))
-        })
-    }
-}
 
 /// One worker's connections and its line to the scheduler.
 pub struct Cx {
     me: String,
     world: SharedWorld,
     /// `None` only while the host drops it ([`Drop`] leaves it on the shelf or closes it).
-    pg: Option<super::worker_pg::WorkerPg>,
-    shelf: Rc<super::worker_pg::Shelf>,
+    pg: Option<crate::namespace::worker_pg::WorkerPg>,
+    shelf: Rc<crate::namespace::worker_pg::Shelf>,
     sqs: aws_sdk_sqs::Client,
     redis: redis::aio::MultiplexedConnection,
     queues: QueueUrls,
@@ -174,8 +129,8 @@ impl Cx {
     pub(crate) fn new(
         me: String,
         world: SharedWorld,
-        pg: super::worker_pg::WorkerPg,
-        shelf: Rc<super::worker_pg::Shelf>,
+        pg: crate::namespace::worker_pg::WorkerPg,
+        shelf: Rc<crate::namespace::worker_pg::Shelf>,
         sqs: aws_sdk_sqs::Client,
         redis: redis::aio::MultiplexedConnection,
         queues: QueueUrls,
@@ -557,7 +512,7 @@ impl Cx {
 impl Drop for Cx {
     /// The host stops (a crash, a graceful stop, a program that returned, the schedule's end):
     /// a connection with no call under way goes to the shelf
-    /// (`super::worker_pg::Shelf::leave`), which hands it to a restart after a crash or a
+    /// (`crate::namespace::worker_pg::Shelf::leave`), which hands it to a restart after a crash or a
     /// stop, and keeps it at the schedule's end if it is outside a transaction; any other is
     /// closed here, and PostgreSQL rolls back what it had open.
     fn drop(&mut self) {

@@ -5,7 +5,8 @@
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use uuid::Uuid;
 
-use super::{CallError, Cx, Delivery, REAL_VISIBILITY_S};
+use super::{CallError, Cx, Delivery};
+use crate::namespace::queues::REAL_VISIBILITY_S;
 use crate::sim::io::on_io;
 
 /// An entry of a DeleteMessageBatch that failed while the call succeeded.

@@ -143,7 +143,7 @@ impl Run<'_> {
         // forking a new backend.
         let shelf = self.pg_kept.clone();
         let left = shelf.catching(|| self.sim.crash(w));
-        let recycled = crate::sim::worker_pg::reset(left);
+        let recycled = crate::namespace::worker_pg::reset(left);
         let recycled_pids: Vec<i32> = recycled.iter().map(|c| c.pid).collect();
         shelf.give(recycled);
         let pids = self.with_slot(w, |s| {

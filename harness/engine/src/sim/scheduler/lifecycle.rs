@@ -12,7 +12,7 @@ use anyhow::Result;
 
 use super::{drain, Run, CALL_TIMEOUT_S};
 use crate::services::Endpoints;
-use crate::sim::admin::{Admin, SqlClock};
+use crate::namespace::admin::{Admin, SqlClock};
 use crate::sim::clock::Clock;
 use crate::sim::cx::System;
 use crate::sim::fleet;
@@ -25,7 +25,7 @@ use crate::spec::{role_of, CrashPoint, Event, IdentityFn, Leftover, QueueSpec, R
 /// What a schedule runs against.
 pub struct Setup {
     /// Where the services are, every SQS endpoint of them: the namespace picks one
-    /// ([`crate::sim::pool::take`]).
+    /// ([`crate::namespace::pool::take`]).
     pub endpoints: Endpoints,
     /// The workload's roles.
     pub roles: Vec<RoleSpec>,
@@ -125,11 +125,12 @@ impl<'a> Run<'a> {
             (false, true) => SqlClock::Off,
         };
         let ddl = format!("{}{}", setup.prelude_ddl, setup.system.schema_sql());
-        let mut admin = crate::sim::pool::take(&setup.endpoints, &ddl, &setup.queues, sql_clock)?;
-        let pg_kept = Rc::new(crate::sim::worker_pg::Shelf::new(crate::sim::worker_pg::alive(
+        let mut admin = crate::namespace::pool::take(&setup.endpoints, &ddl, &setup.queues, sql_clock)?;
+        let pg_kept = Rc::new(crate::namespace::worker_pg::Shelf::new(crate::namespace::worker_pg::alive(
             std::mem::take(&mut admin.kept),
         )));
-        let processes = Rc::new(crate::sim::wire::keep::Shelf::new(std::mem::take(&mut admin.processes)));
+        let kept = std::mem::take(&mut admin.processes).into_iter().filter_map(|p| p.downcast::<crate::sim::wire::keep::Kept>().ok());
+        let processes = Rc::new(crate::sim::wire::keep::Shelf::new(kept.map(|k| *k).collect()));
         let identity = Rc::new(setup.identity);
         let step_timeout = setup
             .external
@@ -227,7 +228,7 @@ impl<'a> Run<'a> {
         let t1 = Instant::now();
         if let Err(e) = run.settle(None) {
             let Finished { admin, keys, .. } = run.finish();
-            crate::sim::pool::give_back(admin, &keys, false);
+            crate::namespace::pool::give_back(admin, &keys, false);
             return Err(e);
         }
         run.pg_kept.started();
@@ -260,11 +261,11 @@ impl<'a> Run<'a> {
         pg_kept.collect();
         processes.collect();
         drop(sim);
-        admin.processes = processes.drain();
+        admin.processes = processes.drain().into_iter().map(|k| Box::new(k) as Box<dyn std::any::Any + Send>).collect();
         let reused = processes.reused();
         // Reset now, before the checker's statements and the namespace's TRUNCATE: a
         // transaction a workload opened by hand would hold the locks the TRUNCATE waits for.
-        admin.kept = crate::sim::worker_pg::reset(pg_kept.drain());
+        admin.kept = crate::namespace::worker_pg::reset(pg_kept.drain());
         let effects = providers.iter().flat_map(|p| p.effects()).collect();
         let mut w = world.borrow_mut();
         let passed = w

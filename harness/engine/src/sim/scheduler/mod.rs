@@ -25,7 +25,7 @@ pub mod quiet;
 
 pub use lifecycle::Setup;
 
-use super::admin::Admin;
+use crate::namespace::admin::Admin;
 use super::clock::Clock;
 use crate::record::history::{Entry, Fact, FaultEvent, History, Service};
 use super::world::{Mailbox, SharedWorld, Status};
@@ -82,7 +82,7 @@ const WAKE_WAIT_MAX_MS: u64 = 2;
 pub struct Run<'a> {
     sim: turmoil::Sim<'a>,
     /// The workers' PostgreSQL connections kept between the namespace's schedules.
-    pg_kept: Rc<super::worker_pg::Shelf>,
+    pg_kept: Rc<crate::namespace::worker_pg::Shelf>,
     /// The external worker processes kept between the namespace's schedules.
     processes: Rc<super::wire::keep::Shelf>,
     /// Raised when a host task is woken ([`crate::sim::io`]).

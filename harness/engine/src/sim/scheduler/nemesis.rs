@@ -77,7 +77,7 @@ impl Run<'_> {
     pub(super) fn advance_clock(&mut self, to: u64) -> Result<()> {
         let due = self.clock.advance_to(to);
         self.world.borrow_mut().now_ms = self.clock.now_ms;
-        if self.admin.sql_clock != crate::sim::admin::SqlClock::Off {
+        if self.admin.sql_clock != crate::namespace::admin::SqlClock::Off {
             self.admin.set_clock(self.clock.now_ms)?;
         }
         for d in due {
@@ -137,7 +137,7 @@ impl Run<'_> {
                     false => w.fifo.prepare(queue, identity, None, w.now_ms),
                 }
             });
-            let message_id = self.admin.send(queue, &r.body.to_string(), fifo.as_ref())?;
+            let message_id = self.admin.send(queue, &r.body.to_string(), fifo.as_ref().map(|f| (f.group.as_str(), f.dedup.as_str())))?;
             let who = self.world.borrow().names.uuid(&identity);
             let prefix = self.admin.queues.prefix(queue);
             let sent = self.world.borrow_mut().sent(queue, prefix, &message_id, fifo.is_some(), fifo.as_ref());

@@ -3,14 +3,14 @@
 //!
 //! A worker's host listens on three loopback ports ([`Listeners`]). At a schedule's end, a
 //! reusable role's process that is still running is left, with its listening sockets, on the
-//! [`Shelf`]; the namespace keeps it ([`crate::sim::admin::Admin`]), and a schedule that
+//! [`Shelf`]; the namespace keeps it ([`crate::namespace::admin::Admin`]), and a schedule that
 //! ends otherwise than quiescent drops the namespace and kills it. Every connection the process
 //! had to the proxies closes with the schedule's hosts: its pools see their connections reset
 //! and reconnect, and those connections wait in the listening sockets' backlog until the next
 //! schedule of the namespace serves them. That schedule's host of the same worker name, command,
 //! variant and configuration takes the process instead of starting one: its calls are then held
 //! as a started process's are. Its schema, queues and Redis keys are the namespace's own and
-//! were reset in between ([`crate::sim::pool`]).
+//! were reset in between ([`crate::namespace::pool`]).
 //!
 //! Only generated cases of an exploration take kept processes, inside [`reusing`]; a failure
 //! found on them is run again on fresh processes before it is reported, and a shrink, a repro

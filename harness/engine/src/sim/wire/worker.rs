@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
 use super::spec::External;
-use crate::sim::cx::QueueUrls;
+use crate::namespace::queues::QueueUrls;
 use crate::record::history::{Fact, Outcome, Service, Step};
 use crate::sim::world::{InFlight, SharedWorld, Status, Unit};
 use crate::spec::{CrashPoint, IdentityFn};

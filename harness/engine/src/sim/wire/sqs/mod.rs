@@ -35,7 +35,7 @@ mod protocol;
 
 use batch::*;
 use protocol::*;
-use crate::sim::cx::REAL_VISIBILITY_S;
+use crate::namespace::queues::REAL_VISIBILITY_S;
 use crate::record::history::{Outcome, Service};
 use crate::sim::model::sqs as model;
 

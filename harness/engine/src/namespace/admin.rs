@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 
-use super::cx::QueueUrls;
+use super::queues::QueueUrls;
 use super::snapshot::{self, qualified, relations_of, baseline_schema, Snapshot};
 use crate::services::sqs_calls::SqsCalls;
 use crate::services::{clients, Endpoints};
@@ -38,7 +38,7 @@ const NOW_DDL: &str = "CREATE FUNCTION now() RETURNS timestamptz LANGUAGE sql ST
 /// How much of PostgreSQL's time follows the schedule's logical clock in its schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SqlClock {
-    /// None: the workers are in-process and take the logical clock from [`super::cx::Cx::now`].
+    /// None: the workers are in-process and take the logical clock from `Cx::now`.
     Off,
     /// `crashpoint_now()` (timestamptz): a one-row table `crashpoint_clock` and the function,
     /// created before the system's DDL, for external workers, whose own clock is real.
@@ -94,22 +94,23 @@ pub struct Admin {
     /// The schedule's queues.
     pub queues: QueueUrls,
     /// The schedule's SQS calls by operation, the workers' and the harness's: the worker
-    /// hosts' clients count into it too ([`crate::sim::host_spec::HostSpec::sqs_calls`]).
+    /// hosts' clients count into it too (a host spec's `sqs_calls`).
     pub sqs_calls: SqsCalls,
     /// What puts the schema back as the DDL left it ([`Admin::reset`]); `None` when the schema
     /// cannot be put back that way.
     snapshot: Option<Snapshot>,
-    /// What it was made for, as [`crate::sim::pool`] tells namespaces apart.
+    /// What it was made for, as [`crate::namespace::pool`] tells namespaces apart.
     pub(super) shape: String,
     /// Set when PostgreSQL stopped answering ([`Admin::pg_unreachable`]): removing the
     /// namespace then skips the schema instead of waiting out the pool's timeout again.
     pg_gone: std::sync::atomic::AtomicBool,
     /// The workers' PostgreSQL connections kept for the namespace's next schedule
     /// ([`super::worker_pg`]); closed before the schema is dropped.
-    pub(super) kept: Vec<super::worker_pg::WorkerPg>,
-    /// External worker processes kept for the namespace's next schedule, with their proxies'
-    /// listening sockets ([`super::wire::keep`]); killed when the namespace is dropped.
-    pub(super) processes: Vec<super::wire::keep::Kept>,
+    pub(crate) kept: Vec<super::worker_pg::WorkerPg>,
+    /// What a schedule left running for the namespace's next one, opaque here: the external
+    /// worker processes with their proxies' listening sockets (`sim::wire::keep`);
+    /// dropped (killed) before the namespace's queues and schema go.
+    pub(crate) processes: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl Admin {
@@ -209,7 +210,7 @@ impl Admin {
     }
 
     /// Sets `crashpoint_now()` to the logical time `now_ms` (ms since the epoch of
-    /// [`crate::sim::cx::epoch`]). Errors: PostgreSQL failing.
+    /// [`crate::duration::epoch`]). Errors: PostgreSQL failing.
     pub fn set_clock(&self, now_ms: u64) -> Result<()> {
         self.on_pg(async {
             sqlx::query("UPDATE crashpoint_clock SET now_ms = $1").bind(now_ms as i64).execute(&self.pg).await?;
@@ -282,7 +283,7 @@ impl Admin {
             }
             let (mut found, mut exhausted, mut others) = (false, false, Vec::new());
             for _ in 0..10 {
-                let out = self.sqs.receive_message().queue_url(&url).max_number_of_messages(10).visibility_timeout(super::cx::REAL_VISIBILITY_S).send().await
+                let out = self.sqs.receive_message().queue_url(&url).max_number_of_messages(10).visibility_timeout(super::queues::REAL_VISIBILITY_S).send().await
                     .map_err(|e| anyhow::anyhow!("ReceiveMessage: {}", DisplayErrorContext(&e)))?;
                 let got = out.messages.unwrap_or_default();
                 exhausted = got.is_empty();
@@ -320,7 +321,7 @@ impl Admin {
                 let t: Option<chrono::DateTime<chrono::Utc>> =
                     sqlx::query_scalar(sql).fetch_one(&self.pg).await.with_context(|| format!("due probe `{sql}`"))?;
                 if let Some(t) = t {
-                    let ms = (t - crate::sim::cx::epoch()).num_milliseconds().max(0) as u64;
+                    let ms = (t - crate::duration::epoch()).num_milliseconds().max(0) as u64;
                     next = Some(next.map_or(ms, |n| n.min(ms)));
                 }
             }
@@ -376,12 +377,12 @@ impl Admin {
         })
     }
 
-    /// Sends `body` to queue `q` (a redelivery, a replayed message), with `fifo`'s group and
-    /// deduplication ids on a FIFO queue, and returns the SQS MessageId. Errors: SendMessage
-    /// failed.
-    pub fn send(&self, q: &str, body: &str, fifo: Option<&super::fifo::FifoSend>) -> Result<String> {
+    /// Sends `body` to queue `q` (a redelivery, a replayed message), with `fifo`'s
+    /// (MessageGroupId, MessageDeduplicationId) on a FIFO queue, and returns the SQS MessageId.
+    /// Errors: SendMessage failed.
+    pub fn send(&self, q: &str, body: &str, fifo: Option<(&str, &str)>) -> Result<String> {
         let url = self.queues.url(q).to_string();
-        let (group, dedup) = fifo.map(|f| (f.group.clone(), f.dedup.clone())).unzip();
+        let (group, dedup) = fifo.map(|(g, d)| (g.to_string(), d.to_string())).unzip();
         self.rt.block_on(async {
             let sent = self
                 .sqs
@@ -472,7 +473,7 @@ impl Admin {
     /// statistics and of those the DDL put rows in ([`Snapscreenshot::restoring_sql`]). A table
     /// with neither is as the DDL left it ([`relations_of`]), and a TRUNCATE of it would still
     /// make new files for it and each of its indexes. The queues are not touched: the caller
-    /// knows them empty ([`crate::sim::pool`]). Errors: the schema is not reusable; a schedule
+    /// knows them empty ([`crate::namespace::pool`]). Errors: the schema is not reusable; a schedule
     /// created or dropped a relation in it (a table the DDL did not make would keep its rows);
     /// a lock not granted within [`LOCK_TIMEOUT_MS`] (PostgreSQL's `lock_timeout` error, in
     /// the context "locking the tables of schema …" for the `SHARE` locks, "resetting schema
@@ -631,7 +632,7 @@ mod tests {
     fn the_reset_waits_for_a_lock_at_most_its_timeout_and_names_a_dropped_table() {
         let e = crate::testkit::endpoints();
         let ddl = "CREATE TABLE jobs (id int PRIMARY KEY); CREATE TABLE notes (body text);";
-        let a = Admin::create(&e, &crate::sim::pool::unique_namespace(), ddl, &[], SqlClock::Off).unwrap();
+        let a = Admin::create(&e, &crate::namespace::pool::unique_namespace(), ddl, &[], SqlClock::Off).unwrap();
         let schema = a.schema.clone();
         a.rt.block_on(async {
             let options: Vec<String> =

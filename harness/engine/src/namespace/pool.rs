@@ -231,7 +231,7 @@ mod tests {
         let gone: bool = c.rt.block_on(async {
             sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname IN ($1, $2))")
                 .bind(&first)
-                .bind(crate::sim::snapshot::baseline_schema(&first))
+                .bind(crate::namespace::snapshot::baseline_schema(&first))
                 .fetch_one(&c.pg)
                 .await
                 .unwrap()

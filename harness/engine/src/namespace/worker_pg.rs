@@ -20,7 +20,7 @@
 //! token, judged dead by its absence) is closed and terminated as before. A program that
 //! returns closes its connection; a restarted worker with no such connection left connects
 //! anew ([`Shelf::started`]). Connections are made on
-//! one long-lived I/O runtime ([`super::io::runtime`]) rather than on the turmoil host's: a host's runtime is
+//! one long-lived I/O runtime ([`crate::services::clients::io_runtime`]) rather than on the turmoil host's: a host's runtime is
 //! dropped when its schedule ends, and a socket registered with a dropped runtime's reactor
 //! cannot be used again. The host's tasks still poll the socket; the I/O runtime's thread runs
 //! the connects, the resets and the checks, and otherwise waits on readiness and wakes them.
@@ -95,7 +95,7 @@ pub const PLAN_CACHE_MODE: &str = "force_generic_plan";
 /// pid. Awaitable from any runtime (a turmoil host's). Errors: the connection's or the query's.
 pub async fn connect(opts: PgConnectOptions) -> anyhow::Result<WorkerPg> {
     let opts = opts.options([("plan_cache_mode", PLAN_CACHE_MODE)]);
-    super::io::runtime().spawn(async move {
+    crate::services::clients::io_runtime().spawn(async move {
         let mut conn = opts.connect().await?;
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut conn).await?;
         anyhow::Ok(WorkerPg { conn, pid, counted: false })
@@ -117,7 +117,7 @@ where
     }
     // The timers are made inside the runtime: they need its clock.
     let all = async { futures_util::future::join_all(conns.into_iter().map(|c| tokio::time::timeout(ANSWER_MAX, op(c)))).await };
-    super::io::runtime().block_on(all)
+    crate::services::clients::io_runtime().block_on(all)
         .into_iter()
         .filter_map(|r| match r {
             Ok(Ok(c)) => Some(c),
@@ -277,10 +277,10 @@ impl Shelf {
 mod tests {
     use super::*;
     use crate::services::clients;
-    use crate::sim::pool;
+    use crate::namespace::pool;
 
     /// Whether backend `pid` is still there (as seen from `admin`'s pool).
-    fn backend_alive(a: &crate::sim::admin::Admin, pid: i32) -> bool {
+    fn backend_alive(a: &crate::namespace::admin::Admin, pid: i32) -> bool {
         a.rt.block_on(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)").bind(pid).fetch_one(&a.pg)).unwrap()
     }
 
@@ -288,7 +288,7 @@ mod tests {
     fn a_kept_connection_serves_the_next_schedule_with_a_fresh_session_and_one_left_mid_schedule_closes() {
         let e = crate::testkit::endpoints();
         let ddl = format!("CREATE TABLE t (v int); -- worker_pg test {}", pool::unique_namespace());
-        let mut a = pool::take(&e, &ddl, &[], crate::sim::admin::SqlClock::Off).unwrap();
+        let mut a = pool::take(&e, &ddl, &[], crate::namespace::admin::SqlClock::Off).unwrap();
         let opts = clients::pg_options(&e.database_url).unwrap().options([("search_path", a.schema.as_str())]);
         let mut c = a.rt.block_on(connect(opts.clone())).unwrap();
         let pid = c.pid;
@@ -317,7 +317,7 @@ mod tests {
         let state: String = a.rt.block_on(sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1").bind(pid).fetch_one(&a.pg)).unwrap();
         assert_eq!(state, "idle", "the transaction left open was not rolled back");
         pool::give_back(a, &[], true);
-        let mut b = pool::take(&e, &ddl, &[], crate::sim::admin::SqlClock::Off).unwrap();
+        let mut b = pool::take(&e, &ddl, &[], crate::namespace::admin::SqlClock::Off).unwrap();
         let mut c = alive(std::mem::take(&mut b.kept)).pop().expect("the connection was not kept with the namespace");
         assert_eq!(c.pid, pid, "another backend came back");
         type Session = (i64, String, Option<String>, String, i64);
