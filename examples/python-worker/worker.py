@@ -175,7 +175,10 @@ def park(s, m, reason, lock):
 
 def fail(s, m, error, lock):
     """After an error: ROLLBACK (when a transaction is open), then park or retry later."""
-    s.db.rollback()
+    try:
+        s.db.rollback()
+    except psycopg.OperationalError:
+        pass  # the connection dropped: the server rolled back what had not committed (the loop reconnects)
     attempt = max(receive_count(m), 1)
     if isinstance(error, Unrecoverable) or attempt > MAX_RETRIES:
         if isinstance(error, Unrecoverable):

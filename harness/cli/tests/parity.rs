@@ -1,45 +1,68 @@
-//! One SQS model, two front-ends: the same schedule run with the payout consumer in-process
-//! (`Cx`, the AWS SDK for Rust) and as the Python worker behind the SQS proxy (boto3 at the
-//! wire) records the same SQS steps: each one's worker, outcome and facts, in order, up to the
-//! drain. Both front-ends hand what SQS answered to `sim/model/sqs.rs`, which decides the
+//! One model per service, two front-ends: the same schedule run with the payout consumer
+//! in-process (`Cx`: sqlx, the AWS SDK for Rust, redis-rs) and as the Python worker behind the
+//! proxies (psycopg, boto3 and redis-py at the wire) records the same steps of every service:
+//! each one's worker, outcome and facts, in order, up to the drain. Both front-ends hand what
+//! the service answered to `sim/model/` (`sqs.rs`, `pg.rs`, `redis.rs`), which decides the
 //! outcome and facts under the armed faults; a front-end that decided anything on its own (a
-//! lost receive, a stale-handle delete, a replaced copy's handle) would differ here.
+//! lost receive, a stale-handle delete, a replaced copy's handle, a COMMIT whose reply is lost,
+//! a reset connection, a lock gone with a Redis restart) would differ here.
 //!
-//! The schedules are generated from a fixed seed over the consumer's SQS windows: sends,
-//! receives, the visibility timeout passing, crashes after the receive and after the COMMIT,
-//! and the AWS-only SQS faults.
+//! The schedules are hand-picked (each fault in a window of its own) and generated from a
+//! fixed seed over the consumer's windows: sends, receives, the visibility timeout passing,
+//! crashes after the receive and after the COMMIT, the AWS-only SQS faults and the PostgreSQL
+//! and Redis faults.
 
-use crashpoint::{Entry, Fact, FaultEvent, History, Outcome, Service};
+use crashpoint::{Entry, Fact, FaultEvent, History, Service};
 mod common;
 
-/// The SQS steps of `history` before its drain: (worker, outcome, facts), with each receipt
-/// handle blanked (SQS makes a new one at every receive) and each identity too (the outcome
-/// names its label).
-fn sqs_steps(history: &History) -> Vec<(String, Outcome, Vec<Fact>)> {
+/// The steps of `history` before its drain, each service's: (worker, outcome and facts as
+/// text), with each receipt handle blanked (SQS makes a new one at every receive) and each
+/// UUID too (each run draws its events' identities afresh; the outcome names their labels).
+fn steps(history: &History) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for e in &history.entries {
         match e {
             Entry::Fault { fault: FaultEvent::DrainStart, .. } => break,
-            Entry::Step(s) if s.service == Service::Sqs => {
-                let facts = s
+            Entry::Step(s) if s.service != Service::None => {
+                let facts: Vec<Fact> = s
                     .facts
                     .iter()
                     .cloned()
+                    // What the program API says of itself (`Cx::handle`), which no process at
+                    // the wire says: not a service's decision.
+                    .filter(|f| !matches!(f, Fact::Handling { .. }))
                     .map(|f| match f {
                         Fact::Received { queue, msg, receive_count, .. } => {
                             Fact::Received { queue, msg, receive_count, receipt: String::new() }
                         }
-                        // Each run draws its events' identities afresh; the outcome names their labels.
-                        Fact::Sent { queue, msg, .. } => Fact::Sent { queue, msg, identity: Default::default() },
-                        Fact::Suppressed { queue, msg, replay, .. } => {
-                            Fact::Suppressed { queue, msg, identity: Default::default(), replay }
-                        }
                         f => f,
                     })
                     .collect();
-                out.push((s.worker.clone(), s.outcome.clone(), facts));
+                out.push((s.worker.clone(), blank_uuids(&format!("{:?} {:?} {:?}", s.service, s.outcome, facts))));
             }
             _ => {}
+        }
+    }
+    out
+}
+
+/// `text` with every UUID (`8-4-4-4-12` hexadecimal digits) replaced by `<uuid>`.
+fn blank_uuids(text: &str) -> String {
+    let is_uuid = |w: &[u8]| {
+        w.len() == 36
+            && w.iter().enumerate().all(|(i, c)| match i {
+                8 | 13 | 18 | 23 => *c == b'-',
+                _ => c.is_ascii_hexdigit(),
+            })
+    };
+    let (b, mut out, mut i) = (text.as_bytes(), String::new(), 0);
+    while i < b.len() {
+        if i + 36 <= b.len() && is_uuid(&b[i..i + 36]) {
+            out.push_str("<uuid>");
+            i += 36;
+        } else {
+            out.push(b[i] as char);
+            i += 1;
         }
     }
     out
@@ -66,7 +89,7 @@ fn generated(tokens: &[&str], n: usize) -> Vec<String> {
 }
 
 #[test]
-fn the_same_schedule_records_the_same_sqs_steps_in_process_and_at_the_wire() {
+fn the_same_schedule_records_the_same_service_steps_in_process_and_at_the_wire() {
     let wire = common::scenario("python/explore");
     let mut in_process = wire.clone();
     in_process.external.clear();
@@ -82,12 +105,19 @@ fn the_same_schedule_records_the_same_sqs_steps_in_process_and_at_the_wire() {
         "sqs:redeliver-after-delete",
         "c1:crash@after_receive",
         "c2:crash@after_commit",
+        "pg:commit-response-lost",
+        "pg:connection-reset",
+        "redis:lose-lock",
+        "redis:restart",
     ];
     let mut schedules = vec![
         // Each fault in a window of its own.
         "sqs:receive-lost p p c1 tick:31s c2".to_string(),
         "sqs:stale-delete-noop p p c1 tick:31s c2 c1 c1 c1 c1 c1 c1 c1".to_string(),
         "sqs:redeliver-after-delete p p c1 c1 c1 c1 c1 c1 c1 c1 c1".to_string(),
+        "p p pg:commit-response-lost c1 c1 c1 c1 c1 c1 c1 c1 tick:31s c2 c2 c2 c2".to_string(),
+        "p p pg:connection-reset c1 c1 c1 c1 tick:31s c2 c2 c2".to_string(),
+        "p p redis:restart c1 c1 c1 c1 c1 c1 c1 c1".to_string(),
     ];
     schedules.extend(generated(&tokens, 8));
     let e = crashpoint::testkit::endpoints();
@@ -98,9 +128,15 @@ fn the_same_schedule_records_the_same_sqs_steps_in_process_and_at_the_wire() {
         match (run(&in_process), run(&wire)) {
             (Ok(a), Ok(b)) => {
                 let traces = format!("in-process:\n{}\nat the wire:\n{}", a.trace, b.trace);
-                let (a, b) = (sqs_steps(&a.history), sqs_steps(&b.history));
-                assert!(!a.is_empty(), "`{text}` made no SQS call\n{traces}");
-                assert_eq!(a, b, "`{text}`: the in-process steps (left) and the wire's (right) differ\n{traces}");
+                let (a, b) = (steps(&a.history), steps(&b.history));
+                assert!(!a.is_empty(), "`{text}` made no service call\n{traces}");
+                if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+                    panic!(
+                        "`{text}`: step {i} differs: in-process {:?}, at the wire {:?}\n{traces}",
+                        a.get(i),
+                        b.get(i)
+                    );
+                }
                 compared += 1;
             }
             // A decision that does not apply (a worker with nothing to do) does not apply to
