@@ -27,10 +27,10 @@ fn steps(history: &History) -> Vec<(String, String)> {
                 let facts: Vec<Fact> = s
                     .facts
                     .iter()
-                    .cloned()
                     // What the program API says of itself (`Cx::handle`), which no process at
                     // the wire says: not a service's decision.
                     .filter(|f| !matches!(f, Fact::Handling { .. }))
+                    .cloned()
                     .map(|f| match f {
                         Fact::Received { queue, msg, receive_count, .. } => {
                             Fact::Received { queue, msg, receive_count, receipt: String::new() }

@@ -197,7 +197,7 @@ pub struct ScenarioReport {
     /// An exploration's abstract coverage signal (`explore/signal.rs`): its elements in all
     /// and after every 100 schedules. Left out of report.json for other kinds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub signal: Option<Signal>,
+    pub signal: Option<SignalGrowth>,
     /// The external worker processes it ran ([`crate::sim::wire`]): command, runtime, SDK
     /// retries seen on the wire. Empty (and left out of report.json) for in-process fleets.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -218,7 +218,7 @@ pub struct ScenarioReport {
 
 /// The coverage an exploration reached, as distinct elements of the abstract signal.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Signal {
+pub struct SignalGrowth {
     /// Distinct elements over every schedule run.
     pub elements: usize,
     /// Distinct elements after 100, 200, … schedules: the coverage growth.
@@ -342,7 +342,7 @@ impl ScenarioReport {
     pub fn explored(s: &Scenario, system: &str, rep: &Report) -> Self {
         let mut r = Self::base(s, system, Kind::Explored, &rep.stats, rep.failure.is_none());
         r.cases = rep.stats.cases.clone();
-        r.signal = Some(Signal { elements: rep.stats.signal.len(), per_100_schedules: rep.stats.signal_growth.clone() });
+        r.signal = Some(SignalGrowth { elements: rep.stats.signal.len(), per_100_schedules: rep.stats.signal_growth.clone() });
         if let Some(f) = &rep.failure {
             r.invariants = invariants(&f.minimal.verdicts);
             r.depends_on = f.minimal.history.depends_on().into_iter().collect();

@@ -30,7 +30,7 @@
 mod dead_letter;
 pub(crate) mod file;
 #[cfg(test)]
-mod fuzz;
+mod load_fuzz;
 mod run;
 
 pub use file::{discover, is_workload_file, scenarios_dir, InvariantSpec, Scenario, Strategy, WORKLOAD_FILE_SUFFIX};

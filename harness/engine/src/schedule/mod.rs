@@ -29,7 +29,7 @@
 //! | `net:drop-response@gateway`, `provider:5xx-after@gateway`, … | a network or provider fault ([`crate::nemesis::net`]) |
 
 #[cfg(test)]
-pub(crate) mod fuzz;
+pub(crate) mod parse_fuzz;
 mod mutate;
 mod strategy;
 pub(crate) mod text;

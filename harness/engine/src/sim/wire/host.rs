@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Result};
 use super::keep::{Kept, Listeners, Shelf};
 use super::process::WorkerProcess;
 use crate::services::native::process::tail;
-use super::spec::External;
+use super::external::External;
 use super::sqs::SqsProxy;
 use super::worker::WireWorker;
 use super::{pg, redis, sqs};

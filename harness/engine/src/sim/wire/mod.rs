@@ -5,22 +5,22 @@
 //! gating proxy per service ([`pg`], [`sqs`], [`redis`]), serves the workload's providers
 //! ([`http`]) and delivers their webhooks to the endpoints the process serves ([`webhook`]).
 //! Each proxy reads one complete call
-//! from the worker, holds it until the scheduler grants it ([`gate`]), forwards it to the real
+//! from the worker, holds it until the scheduler grants it ([`admit`]), forwards it to the real
 //! service and relays the reply. A crash is SIGKILL of the worker's process group.
 
-pub mod gate;
+pub mod admit;
 pub mod pg;
 pub mod host;
 pub mod http;
 pub mod keep;
 pub mod process;
 pub mod redis;
-pub mod spec;
+pub mod external;
 pub mod sqs;
 pub mod webhook;
 pub mod worker;
 
-pub use spec::{External, ExternalRaw, Variant};
+pub use external::{External, ExternalRaw, Variant};
 
 /// Runs `ext`'s `setup` command (e.g. making a venv) once per crashpoint process. Errors: the
 /// command cannot start or exits non-zero (with its output), so the run fails before any

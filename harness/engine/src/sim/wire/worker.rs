@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
-use super::spec::External;
+use super::external::External;
 use crate::namespace::queues::QueueUrls;
 use crate::record::history::{Fact, Outcome, Service, Step};
 use crate::sim::world::{InFlight, SharedWorld, Status, Unit};

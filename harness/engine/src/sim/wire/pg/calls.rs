@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use crate::sim::model::pg as model;
 use crate::record::history::{Outcome, Service};
-use crate::sim::wire::gate::{Admit, PgCall, PgGate, PgReply};
+use crate::sim::wire::admit::{Admit, PgCall, PgGate, PgReply};
 use crate::sim::wire::worker::{injected_error, Granted, Held, WireWorker};
 use crate::spec::intern;
 

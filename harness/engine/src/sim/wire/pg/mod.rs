@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
-use crate::sim::wire::gate::{Admit, PgCall, PgGate, PgReply};
+use crate::sim::wire::admit::{Admit, PgCall, PgGate, PgReply};
 
 pub mod calls;
 mod frame;

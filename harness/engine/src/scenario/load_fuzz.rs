@@ -7,7 +7,7 @@
 //! (proptest's default); a longer run: `PROPTEST_CASES=100000 cargo test -p crashpoint --lib fuzz`.
 //!
 //! The files load against stand-in workloads named `payout`, `counter` and `orders` that
-//! share the repository's workloads' vocabulary ([`crate::schedule::fuzz::ROLES`]); the real
+//! share the repository's workloads' vocabulary ([`crate::schedule::parse_fuzz::ROLES`]); the real
 //! workloads' own checks of `[[events]]` and `[config]` live in their crates.
 
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::load;
-use crate::schedule::fuzz::{mutation, repository_scenarios, FAULTS, PROVIDERS, ROLES};
+use crate::schedule::parse_fuzz::{mutation, repository_scenarios, FAULTS, PROVIDERS, ROLES};
 use crate::record::labels::Labels;
 use crate::workload::{Registry, Workload};
 use crate::spec::{Event, QueueSpec, Resend, RoleSpec, SystemInfo, WorkloadFault};
