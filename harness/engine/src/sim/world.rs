@@ -118,6 +118,48 @@ pub struct Mailbox {
     /// (how: `exit status: 1`, `signal: 6 (SIGABRT)`), with the last lines of its log; the
     /// scheduler takes it and ends the host as a crash the worker caused itself.
     pub exited: Option<(String, String)>,
+    /// The harness's ends of an external worker's sockets: bytes the worker sent that no proxy
+    /// has read yet, or a connection no proxy has accepted yet, mean that its process has not
+    /// finished reacting, however still it looks ([`crate::sim::scheduler::quiet`]).
+    pub sockets: Sockets,
+}
+
+/// The harness's ends of an external worker's sockets, as raw descriptors ([`Mailbox::sockets`]).
+#[derive(Debug, Default, Clone)]
+pub struct Sockets {
+    /// Its proxies' listening sockets: a connection waits in one until its proxy accepts it.
+    pub listening: Vec<i32>,
+    /// The connections its proxies accepted and still serve: bytes wait in one until its proxy
+    /// reads them.
+    pub accepted: std::collections::BTreeSet<i32>,
+}
+
+/// A connection a proxy accepted, in [`Sockets::accepted`] until this is dropped (its task
+/// ends, or its host with it).
+pub struct Watched {
+    world: SharedWorld,
+    worker: String,
+    fd: i32,
+}
+
+impl Watched {
+    /// Puts `fd`, a connection of `worker`'s a proxy accepted, in its [`Sockets::accepted`].
+    pub fn new(world: SharedWorld, worker: String, fd: i32) -> Watched {
+        world.borrow_mut().mailbox(&worker).sockets.accepted.insert(fd);
+        Watched { world, worker, fd }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        // A host dropped while the world is borrowed leaves its descriptors: the host that
+        // starts next in the worker's place sets the listening ones anew and clears these.
+        if let Ok(mut w) = self.world.try_borrow_mut() {
+            if let Some(m) = w.mailboxes.get_mut(&self.worker) {
+                m.sockets.accepted.remove(&self.fd);
+            }
+        }
+    }
 }
 
 /// One held call of a concurrent external worker.
@@ -258,6 +300,7 @@ impl Mailbox {
             process_pid: None,
             made_calls: false,
             exited: None,
+            sockets: Sockets::default(),
         }
     }
 }

@@ -7,7 +7,8 @@
 //! through its proxies ([`crate::sim::world::Mailbox::activity`]), no ungated exchange or granted
 //! call under way, and its CPU time (its CPU-time clock, ns, every thread's) unchanged for
 //! [`QUIET_MS`], none of its threads runnable or in a disk wait (`/proc/<pid>/task/*/stat`, read only then, and
-//! not again while its CPU time and its bytes stay unchanged). A process that reacts to its own timers (a heartbeat) moves on real
+//! not again while its CPU time and its bytes stay unchanged), and nothing it sent waiting in the kernel for a proxy
+//! (a connection not accepted, bytes not read: [`crate::sim::world::Sockets`]). A process that reacts to its own timers (a heartbeat) moves on real
 //! time: the calls such a timer makes are held like any other, in the settle they arrive in.
 
 use std::collections::BTreeMap;
@@ -72,7 +73,7 @@ impl Quiet {
         // module's doc), and scanning every QUIET_MS instead cost about 50 ms of harness CPU
         // per invoices/explore schedule (release: 122–130 against 76–77 ms).
         let scan = !seen.scanned;
-        if cpu != seen.cpu_ns || (scan && runnable(pid)) {
+        if cpu != seen.cpu_ns || (scan && (runnable(pid) || waiting_at_a_proxy(w, world))) {
             *seen = Seen {
                 activity,
                 cpu_ns: cpu,
@@ -96,6 +97,35 @@ impl Quiet {
     pub fn forget(&mut self, w: &str) {
         self.seen.remove(w);
     }
+}
+
+/// Whether something worker `w` sent waits in the kernel for one of its proxies: a connection
+/// not accepted yet, or bytes not read yet ([`crate::sim::world::Sockets`]). Its process has
+/// then finished with them, used no CPU since and has no thread runnable, yet the call they
+/// carry is still to come: the proxy takes it at a step of the scheduler's, a real-time pause
+/// or two later, which on a loaded machine can be after [`QUIET_MS`] (a pooled client's new
+/// connection, accepted, then read, then parsed, took three steps).
+fn waiting_at_a_proxy(w: &str, world: &SharedWorld) -> bool {
+    let sockets = world.borrow_mut().mailbox(w).sockets.clone();
+    counted(|| waiting(&sockets))
+}
+
+/// Whether a connection waits in one of `sockets`' listening sockets, or bytes in one of its
+/// accepted connections.
+fn waiting(sockets: &crate::sim::world::Sockets) -> bool {
+    let pending_accept = sockets.listening.iter().any(|&fd| {
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, for the duration of the call; a timeout of 0 only looks.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
+    });
+    let unread = || {
+        sockets.accepted.iter().any(|&fd| {
+            let mut n: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one c_int, the bytes queued for reading, to `n`.
+            unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) == 0 && n > 0 }
+        })
+    };
+    pending_accept || unread()
 }
 
 /// Reads of a process's threads ([`cpu_ns`]) so far, in this harness process.
@@ -158,4 +188,37 @@ fn any_runnable(pid: Option<u32>) -> bool {
         let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
         stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['R', 'D']))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    use super::waiting;
+    use crate::sim::world::Sockets;
+
+    /// A connection not accepted yet, then bytes not read yet, keep the worker unsettled; once
+    /// the proxy has accepted and read them, nothing waits.
+    #[test]
+    fn a_connection_not_accepted_or_bytes_not_read_are_waiting() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut sockets = Sockets { listening: vec![listener.as_raw_fd()], accepted: Default::default() };
+        assert!(!waiting(&sockets), "nothing sent yet");
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert!(waiting(&sockets), "a connection in the backlog");
+        let (mut accepted, _) = listener.accept().unwrap();
+        sockets.accepted.insert(accepted.as_raw_fd());
+        assert!(!waiting(&sockets), "accepted, nothing sent on it");
+        client.write_all(b"SELECT 1").unwrap();
+        // Loopback delivers within the write; give a loaded machine a moment all the same.
+        let start = std::time::Instant::now();
+        while !waiting(&sockets) && start.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::yield_now();
+        }
+        assert!(waiting(&sockets), "bytes not read by the proxy");
+        let mut buf = [0u8; 8];
+        accepted.read_exact(&mut buf).unwrap();
+        assert!(!waiting(&sockets), "every byte read");
+    }
 }

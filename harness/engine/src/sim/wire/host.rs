@@ -55,6 +55,11 @@ pub async fn run(name: String, ext: std::sync::Arc<External>, queue: Option<&'st
         }
     };
     let ([pg_l, sqs_l, redis_l], provider_ls) = kept.listeners.for_runtime()?;
+    {
+        use std::os::fd::AsRawFd;
+        let fds = [&pg_l, &sqs_l, &redis_l].into_iter().chain(&provider_ls).map(|l| l.as_raw_fd()).collect();
+        worker.listening(fds);
+    }
     for (l, p) in provider_ls.into_iter().zip(&spec.providers) {
         tokio::task::spawn_local(super::http::serve(l, p.clone(), worker.clone()));
     }

@@ -148,6 +148,19 @@ impl WireWorker {
         self.clients.borrow_mut().insert(what);
     }
 
+    /// Watches `fd`, a connection one of its proxies accepted, until the returned guard drops
+    /// (the connection's task ends): see [`crate::sim::world::Sockets`].
+    pub fn watch(&self, fd: i32) -> crate::sim::world::Watched {
+        crate::sim::world::Watched::new(self.world.clone(), self.me.clone(), fd)
+    }
+
+    /// Its host started with these listening sockets (its proxies' and its providers'): they
+    /// are watched from now on, and the connections an earlier host of it accepted are gone.
+    pub fn listening(&self, fds: Vec<i32>) {
+        let mut w = self.world.borrow_mut();
+        w.mailbox(&self.me).sockets = crate::sim::world::Sockets { listening: fds, accepted: Default::default() };
+    }
+
     /// Counts a wire event of the process (bytes read or written by a proxy), so that the
     /// scheduler waits for the process to settle ([`Mailbox::activity`]).
     pub fn touch(&self) {
@@ -675,5 +688,66 @@ impl Drop for Abandoned<'_> {
                 ));
             }
         }
+    }
+}
+
+/// A connection of the worker's whose every read counts as a wire event ([`WireWorker::touch`]):
+/// for a proxy whose library buffers bytes before it hands over a whole request (hyper), so
+/// that the bytes of a request still arriving count as the worker moving.
+pub struct Touching {
+    inner: tokio::net::TcpStream,
+    worker: Rc<WireWorker>,
+}
+
+impl Touching {
+    /// `inner`, its reads counted for `worker`.
+    pub fn new(inner: tokio::net::TcpStream, worker: Rc<WireWorker>) -> Touching {
+        Touching { inner, worker }
+    }
+}
+
+impl tokio::io::AsyncRead for Touching {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if matches!(r, std::task::Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.worker.touch();
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Touching {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }

@@ -138,6 +138,10 @@ impl PgGate for WireWorker {
         self.fatal(format!("{}: {why}", self.me));
     }
 
+    fn watch(&self, fd: i32) -> Option<crate::sim::world::Watched> {
+        Some(WireWorker::watch(self, fd))
+    }
+
     fn backend(&self, pid: i32) {
         let mut w = self.world.borrow_mut();
         let slot = w.mailbox(&self.me);
