@@ -124,14 +124,46 @@ pub struct Mailbox {
     pub sockets: Sockets,
 }
 
-/// The harness's ends of an external worker's sockets, as raw descriptors ([`Mailbox::sockets`]).
+/// The harness's ends of an external worker's sockets ([`Mailbox::sockets`]).
 #[derive(Debug, Default, Clone)]
 pub struct Sockets {
     /// Its proxies' listening sockets: a connection waits in one until its proxy accepts it.
-    pub listening: Vec<i32>,
+    pub listening: Vec<Fd>,
     /// The connections its proxies accepted and still serve: bytes wait in one until its proxy
     /// reads them.
-    pub accepted: std::collections::BTreeSet<i32>,
+    pub accepted: std::collections::BTreeSet<Fd>,
+}
+
+/// A socket as a raw descriptor with the inode it names: a descriptor closed and numbered
+/// again for another socket (a host dropped while its guards could not reach the world) is
+/// told apart, and not looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Fd {
+    /// The descriptor.
+    pub fd: i32,
+    ino: u64,
+}
+
+impl Fd {
+    /// Descriptor `fd` with the inode it names now (0 when it names none).
+    pub fn of(fd: i32) -> Fd {
+        Fd { fd, ino: inode(fd) }
+    }
+
+    /// Whether the descriptor still names the socket it named when taken.
+    pub fn still(&self) -> bool {
+        self.ino != 0 && inode(self.fd) == self.ino
+    }
+}
+
+/// The inode descriptor `fd` names (`fstat(2)`), 0 when it names none.
+fn inode(fd: i32) -> u64 {
+    // SAFETY: fstat writes one `stat` to a zeroed buffer of that type, for the call's duration.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    match unsafe { libc::fstat(fd, &mut st) } {
+        0 => st.st_ino,
+        _ => 0,
+    }
 }
 
 /// A connection a proxy accepted, in [`Sockets::accepted`] until this is dropped (its task
@@ -139,12 +171,13 @@ pub struct Sockets {
 pub struct Watched {
     world: SharedWorld,
     worker: String,
-    fd: i32,
+    fd: Fd,
 }
 
 impl Watched {
     /// Puts `fd`, a connection of `worker`'s a proxy accepted, in its [`Sockets::accepted`].
     pub fn new(world: SharedWorld, worker: String, fd: i32) -> Watched {
+        let fd = Fd::of(fd);
         world.borrow_mut().mailbox(&worker).sockets.accepted.insert(fd);
         Watched { world, worker, fd }
     }

@@ -113,16 +113,16 @@ fn waiting_at_a_proxy(w: &str, world: &SharedWorld) -> bool {
 /// Whether a connection waits in one of `sockets`' listening sockets, or bytes in one of its
 /// accepted connections.
 fn waiting(sockets: &crate::sim::world::Sockets) -> bool {
-    let pending_accept = sockets.listening.iter().any(|&fd| {
-        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let pending_accept = sockets.listening.iter().filter(|fd| fd.still()).any(|fd| {
+        let mut p = libc::pollfd { fd: fd.fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd, for the duration of the call; a timeout of 0 only looks.
         unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
     });
     let unread = || {
-        sockets.accepted.iter().any(|&fd| {
+        sockets.accepted.iter().filter(|fd| fd.still()).any(|fd| {
             let mut n: libc::c_int = 0;
             // SAFETY: FIONREAD writes one c_int, the bytes queued for reading, to `n`.
-            unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) == 0 && n > 0 }
+            unsafe { libc::ioctl(fd.fd, libc::FIONREAD, &mut n) == 0 && n > 0 }
         })
     };
     pending_accept || unread()
@@ -196,19 +196,19 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     use super::waiting;
-    use crate::sim::world::Sockets;
+    use crate::sim::world::{Fd, Sockets};
 
     /// A connection not accepted yet, then bytes not read yet, keep the worker unsettled; once
     /// the proxy has accepted and read them, nothing waits.
     #[test]
     fn a_connection_not_accepted_or_bytes_not_read_are_waiting() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut sockets = Sockets { listening: vec![listener.as_raw_fd()], accepted: Default::default() };
+        let mut sockets = Sockets { listening: vec![Fd::of(listener.as_raw_fd())], accepted: Default::default() };
         assert!(!waiting(&sockets), "nothing sent yet");
         let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         assert!(waiting(&sockets), "a connection in the backlog");
         let (mut accepted, _) = listener.accept().unwrap();
-        sockets.accepted.insert(accepted.as_raw_fd());
+        sockets.accepted.insert(Fd::of(accepted.as_raw_fd()));
         assert!(!waiting(&sockets), "accepted, nothing sent on it");
         client.write_all(b"SELECT 1").unwrap();
         // Loopback delivers within the write; give a loaded machine a moment all the same.
@@ -220,5 +220,12 @@ mod tests {
         let mut buf = [0u8; 8];
         accepted.read_exact(&mut buf).unwrap();
         assert!(!waiting(&sockets), "every byte read");
+        client.write_all(b"SELECT 2").unwrap();
+        let fd = accepted.as_raw_fd();
+        drop(accepted);
+        // The descriptor numbered again for another socket with bytes waiting: not this one.
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _c = std::net::TcpStream::connect(other.local_addr().unwrap()).unwrap();
+        assert!(!waiting(&sockets), "a closed connection (fd {fd}, now {}), or its number reused, is not waiting", other.as_raw_fd());
     }
 }

@@ -158,7 +158,8 @@ impl WireWorker {
     /// are watched from now on, and the connections an earlier host of it accepted are gone.
     pub fn listening(&self, fds: Vec<i32>) {
         let mut w = self.world.borrow_mut();
-        w.mailbox(&self.me).sockets = crate::sim::world::Sockets { listening: fds, accepted: Default::default() };
+        let listening = fds.into_iter().map(crate::sim::world::Fd::of).collect();
+        w.mailbox(&self.me).sockets = crate::sim::world::Sockets { listening, accepted: Default::default() };
     }
 
     /// Counts a wire event of the process (bytes read or written by a proxy), so that the
