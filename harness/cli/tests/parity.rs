@@ -46,26 +46,9 @@ fn steps(history: &History) -> Vec<(String, String)> {
     out
 }
 
-/// `text` with every UUID (`8-4-4-4-12` hexadecimal digits) replaced by `<uuid>`.
+/// `text` with every UUID in it ([`crashpoint::record::labels::uuids_in`]) replaced by `<uuid>`.
 fn blank_uuids(text: &str) -> String {
-    let is_uuid = |w: &[u8]| {
-        w.len() == 36
-            && w.iter().enumerate().all(|(i, c)| match i {
-                8 | 13 | 18 | 23 => *c == b'-',
-                _ => c.is_ascii_hexdigit(),
-            })
-    };
-    let (b, mut out, mut i) = (text.as_bytes(), String::new(), 0);
-    while i < b.len() {
-        if i + 36 <= b.len() && is_uuid(&b[i..i + 36]) {
-            out.push_str("<uuid>");
-            i += 36;
-        } else {
-            out.push(b[i] as char);
-            i += 1;
-        }
-    }
-    out
+    crashpoint::record::labels::uuids_in(text).into_iter().fold(text.to_string(), |t, u| t.replace(u, "<uuid>"))
 }
 
 /// `n` schedules of up to 12 decisions over `tokens`, from a fixed seed (a linear congruential

@@ -132,6 +132,12 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
                 false => strategy.new_tree(&mut runner).map_err(|e| anyhow!("{e}"))?.current(),
             };
             tracing::debug!(case = index, mutation, %schedule, "case schedule");
+            // A schedule that ran otherwise on kept processes than on fresh ones: how, and
+            // every later schedule starts fresh processes.
+            let kept_fell_back = |differs: String| {
+                shared.fresh_only.store(true, Ordering::Relaxed);
+                format!("schedule `{schedule}`: {differs}")
+            };
             // On the processes the namespace kept, where roles declare `reuse = true`; a
             // failure found on them is reported only as fresh processes replay it.
             let outcome = match shared.fresh_only.load(Ordering::Relaxed) {
@@ -152,8 +158,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
                             if let Some(d) = fresh_differs(&fresh, &again) {
                                 return Err(not_deterministic(&outcome, &differs, &d));
                             }
-                            shared.fresh_only.store(true, Ordering::Relaxed);
-                            (fresh, Some(format!("schedule `{}`: {differs}", schedule)))
+                            (fresh, Some(kept_fell_back(differs)))
                         }
                     }
                 }
@@ -167,8 +172,7 @@ fn slot(endpoints: &Endpoints, system: Rc<dyn System>, s: &Scenario, shared: &Sh
                         // fresh processes judge determinism, and the fresh outcome stands.
                         Some(differs) => {
                             let third = run_scenario(endpoints, system.clone(), s, Some(&schedule))?;
-                            kept_differs.get_or_insert(format!("schedule `{schedule}`: {differs}"));
-                            shared.fresh_only.store(true, Ordering::Relaxed);
+                            kept_differs.get_or_insert(kept_fell_back(differs));
                             let d = first_divergence(&again.trace, &third.trace);
                             outcome = again;
                             d

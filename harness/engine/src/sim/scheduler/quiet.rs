@@ -106,8 +106,9 @@ impl Quiet {
 /// or two later, which on a loaded machine can be after [`QUIET_MS`] (a pooled client's new
 /// connection, accepted, then read, then parsed, took three steps).
 fn waiting_at_a_proxy(w: &str, world: &SharedWorld) -> bool {
-    let sockets = world.borrow_mut().mailbox(w).sockets.clone();
-    counted(|| waiting(&sockets))
+    let mut world = world.borrow_mut();
+    let sockets = &world.mailbox(w).sockets;
+    counted(|| waiting(sockets))
 }
 
 /// Whether a connection waits in one of `sockets`' listening sockets, or bytes in one of its

@@ -103,9 +103,9 @@ pub trait PgGate {
     fn ended(&self) {}
     /// The client's startup message named `application_name`.
     fn client(&self, _application_name: String) {}
-    /// Watches `fd`, a connection the proxy accepted, until the returned guard drops
+    /// Watches `socket`, a connection the proxy accepted, until the returned guard drops
     /// ([`crate::sim::world::Sockets`]); `None` when nobody watches.
-    fn watch(&self, _fd: i32) -> Option<crate::sim::world::Watched> {
+    fn watch(&self, _socket: &tokio::net::TcpStream) -> Option<crate::sim::world::Watched> {
         None
     }
 }

@@ -79,13 +79,9 @@ pub async fn serve(listener: TcpListener, provider: Rc<dyn Provider>, worker: Rc
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        // A reply goes out whole at once (no Nagle wait for the worker's delayed ACK).
-        let _ = stream.set_nodelay(true);
         let (provider, worker, last) = (provider.clone(), worker.clone(), last.clone());
-        let watched = worker.watch(std::os::fd::AsRawFd::as_raw_fd(&stream));
         let stream = super::worker::Touching::new(stream, worker.clone());
         tokio::task::spawn_local(async move {
-            let _watched = watched;
             let gate = worker.clone();
             let svc = hyper::service::service_fn(move |req| {
                 let (provider, worker, last) = (provider.clone(), worker.clone(), last.clone());

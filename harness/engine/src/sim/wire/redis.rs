@@ -34,7 +34,7 @@ pub async fn serve(listener: TcpListener, upstream: String, worker: Rc<WireWorke
             continue;
         };
         let (upstream, worker) = (upstream.clone(), worker.clone());
-        let watched = worker.watch(std::os::fd::AsRawFd::as_raw_fd(&client));
+        let watched = worker.watch(&client);
         tokio::task::spawn_local(async move {
             let _watched = watched;
             let r = relay(client, &upstream, &worker).await;

@@ -148,10 +148,10 @@ impl WireWorker {
         self.clients.borrow_mut().insert(what);
     }
 
-    /// Watches `fd`, a connection one of its proxies accepted, until the returned guard drops
-    /// (the connection's task ends): see [`crate::sim::world::Sockets`].
-    pub fn watch(&self, fd: i32) -> crate::sim::world::Watched {
-        crate::sim::world::Watched::new(self.world.clone(), self.me.clone(), fd)
+    /// Watches `socket`, a connection one of its proxies accepted, until the returned guard
+    /// drops (the connection's task ends): see [`crate::sim::world::Sockets`].
+    pub fn watch(&self, socket: &impl std::os::fd::AsRawFd) -> crate::sim::world::Watched {
+        crate::sim::world::Watched::new(self.world.clone(), self.me.clone(), socket.as_raw_fd())
     }
 
     /// Its host started with these listening sockets (its proxies' and its providers'): they
@@ -692,18 +692,23 @@ impl Drop for Abandoned<'_> {
     }
 }
 
-/// A connection of the worker's whose every read counts as a wire event ([`WireWorker::touch`]):
-/// for a proxy whose library buffers bytes before it hands over a whole request (hyper), so
-/// that the bytes of a request still arriving count as the worker moving.
+/// A connection of the worker's, watched while it is open ([`WireWorker::watch`]), whose every
+/// read counts as a wire event ([`WireWorker::touch`]): for a proxy whose library buffers bytes
+/// before it hands over a whole request (hyper), so that the bytes of a request still arriving
+/// count as the worker moving.
 pub struct Touching {
     inner: tokio::net::TcpStream,
     worker: Rc<WireWorker>,
+    _watched: crate::sim::world::Watched,
 }
 
 impl Touching {
-    /// `inner`, its reads counted for `worker`.
+    /// `inner`, accepted by a proxy of `worker`'s: each reply goes out whole at once (no Nagle
+    /// wait for the worker's delayed ACK), and its reads count for `worker`.
     pub fn new(inner: tokio::net::TcpStream, worker: Rc<WireWorker>) -> Touching {
-        Touching { inner, worker }
+        let _ = inner.set_nodelay(true);
+        let _watched = worker.watch(&inner);
+        Touching { inner, worker, _watched }
     }
 }
 

@@ -138,8 +138,8 @@ impl PgGate for WireWorker {
         self.fatal(format!("{}: {why}", self.me));
     }
 
-    fn watch(&self, fd: i32) -> Option<crate::sim::world::Watched> {
-        Some(WireWorker::watch(self, fd))
+    fn watch(&self, socket: &tokio::net::TcpStream) -> Option<crate::sim::world::Watched> {
+        Some(WireWorker::watch(self, socket))
     }
 
     fn backend(&self, pid: i32) {

@@ -53,7 +53,7 @@ pub async fn serve(listener: TcpListener, upstream: String, gate: Rc<dyn PgGate>
                 let (upstream, gate) = (upstream.clone(), gate.clone());
                 opened += 1;
                 let conn = opened;
-                let watched = gate.watch(std::os::fd::AsRawFd::as_raw_fd(&sock));
+                let watched = gate.watch(&sock);
                 tokio::task::spawn_local(async move {
                     let _watched = watched;
                     debug!(%peer, "pg proxy: connection");

@@ -69,13 +69,9 @@ pub async fn serve(listener: TcpListener, proxy: Rc<SqsProxy>) {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        // A reply goes out whole at once (no Nagle wait for the worker's delayed ACK).
-        let _ = stream.set_nodelay(true);
         let proxy = proxy.clone();
-        let watched = proxy.worker.watch(std::os::fd::AsRawFd::as_raw_fd(&stream));
         let stream = super::worker::Touching::new(stream, proxy.worker.clone());
         tokio::task::spawn_local(async move {
-            let _watched = watched;
             let worker = proxy.worker.clone();
             let svc = hyper::service::service_fn(move |req| {
                 let proxy = proxy.clone();
